@@ -1,0 +1,224 @@
+//! Single-node Redis backend: the three Lua scripts over one multiplexed connection, made on the
+//! client's I/O runtime and remade after it breaks.
+//!
+//! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
+//! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
+use tokio::runtime::Handle;
+
+use super::{AcquireReply, LockBackend, LockKey};
+use crate::error::{redact_url, BackendError, BackendErrorKind, LockError};
+use crate::FencingToken;
+
+/// Time to live of a fencing counter after its last grant. Safe to let it lapse: a missing
+/// counter is seeded from the server clock, which has passed any value the old one reached.
+const FENCE_COUNTER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A connection in use, tagged so that only the failing generation is thrown away.
+struct Current {
+    generation: u64,
+    connection: MultiplexedConnection,
+}
+
+pub(crate) struct RedisBackend {
+    client: redis::Client,
+    redacted_url: String,
+    connection_config: AsyncConnectionConfig,
+    io: Handle,
+    current: Mutex<Option<Current>>,
+    /// Serialises reconnects so a broken connection is replaced once, not by every caller.
+    connecting: tokio::sync::Mutex<u64>,
+    acquire_script: Script,
+    release_script: Script,
+    extend_script: Script,
+}
+
+impl RedisBackend {
+    pub(crate) fn new(
+        url: &str,
+        response_timeout: Duration,
+        connect_timeout: Duration,
+        io: Handle,
+    ) -> Result<Self, LockError> {
+        let client = redis::Client::open(url).map_err(|err| {
+            LockError::Config(format!(
+                "`{}` is not a usable Redis URL: {}",
+                redact_url(url),
+                err.category()
+            ))
+        })?;
+        Ok(Self {
+            client,
+            redacted_url: redact_url(url),
+            connection_config: AsyncConnectionConfig::new()
+                .set_response_timeout(Some(response_timeout))
+                .set_connection_timeout(Some(connect_timeout)),
+            io,
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(0),
+            acquire_script: Script::new(include_str!("../../scripts/acquire.lua")),
+            release_script: Script::new(include_str!("../../scripts/release.lua")),
+            extend_script: Script::new(include_str!("../../scripts/extend.lua")),
+        })
+    }
+
+    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current
+            .as_ref()
+            .map(|c| (c.generation, c.connection.clone()))
+    }
+
+    /// The connection in use, connecting (on the I/O runtime) when there is none.
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection), LockError> {
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let mut last_generation = self.connecting.lock().await;
+        if let Some(found) = self.cached() {
+            return Ok(found);
+        }
+        let client = self.client.clone();
+        let config = self.connection_config.clone();
+        // The connection's driver task is spawned on the runtime that connects: make that the
+        // client's own, so the connection outlives the caller's runtime.
+        let connected = self
+            .io
+            .spawn(async move {
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+            })
+            .await;
+        let connection = match connected {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(err)) => return Err(self.error("connect", err)),
+            Err(_) => {
+                return Err(BackendError::new(
+                    "connect",
+                    BackendErrorKind::Connection,
+                    "the client's I/O runtime has shut down",
+                )
+                .into())
+            }
+        };
+        *last_generation += 1;
+        let generation = *last_generation;
+        tracing::debug!(url = %self.redacted_url, generation, "connected to Redis");
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
+            generation,
+            connection: connection.clone(),
+        });
+        Ok((generation, connection))
+    }
+
+    /// Forgets a connection that failed, so the next request makes a new one.
+    fn discard(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            tracing::debug!(url = %self.redacted_url, generation, "discarding broken Redis connection");
+            *current = None;
+        }
+    }
+
+    fn error(&self, operation: &'static str, err: RedisError) -> LockError {
+        let kind = classify(&err);
+        BackendError::new(operation, kind, err).into()
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        let (generation, mut connection) = self.connection().await?;
+        match invocation.invoke_async(&mut connection).await {
+            Ok(value) => Ok(value),
+            Err(err) => {
+                if classify(&err) != BackendErrorKind::Server {
+                    self.discard(generation);
+                }
+                Err(self.error(operation, err))
+            }
+        }
+    }
+}
+
+fn classify(err: &RedisError) -> BackendErrorKind {
+    if err.is_timeout() {
+        BackendErrorKind::Timeout
+    } else {
+        match err.kind() {
+            ErrorKind::Server(_)
+            | ErrorKind::AuthenticationFailed
+            | ErrorKind::UnexpectedReturnType
+            | ErrorKind::InvalidClientConfig
+            | ErrorKind::Parse
+            | ErrorKind::Extension
+            | ErrorKind::RESP3NotSupported => BackendErrorKind::Server,
+            _ => BackendErrorKind::Connection,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl LockBackend for RedisBackend {
+    async fn acquire(
+        &self,
+        key: &LockKey,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<AcquireReply, LockError> {
+        let mut invocation = self.acquire_script.prepare_invoke();
+        invocation
+            .key(&key.lock)
+            .key(&key.fence)
+            .arg(owner)
+            .arg(millis(lease))
+            .arg(millis(FENCE_COUNTER_TTL));
+        let (granted, value): (i64, i64) = self.invoke("acquire", invocation).await?;
+        if granted == 1 {
+            let token = u64::try_from(value).map_err(|_| {
+                BackendError::new(
+                    "acquire",
+                    BackendErrorKind::Server,
+                    format!(
+                        "the fencing counter of `{}` holds a negative value",
+                        key.name
+                    ),
+                )
+            })?;
+            Ok(AcquireReply::Acquired(FencingToken(token)))
+        } else {
+            // PTTL is -1 for a key without expiry and -2 for one that vanished meanwhile.
+            let remaining = match value {
+                -2 => Some(Duration::ZERO),
+                ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
+                _ => None,
+            };
+            Ok(AcquireReply::Held(remaining))
+        }
+    }
+
+    async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let mut invocation = self.release_script.prepare_invoke();
+        invocation.key(&key.lock).arg(owner);
+        let deleted: i64 = self.invoke("release", invocation).await?;
+        Ok(deleted == 1)
+    }
+
+    async fn extend(&self, key: &LockKey, owner: &str, lease: Duration) -> Result<bool, LockError> {
+        let mut invocation = self.extend_script.prepare_invoke();
+        invocation.key(&key.lock).arg(owner).arg(millis(lease));
+        let extended: i64 = self.invoke("renew", invocation).await?;
+        Ok(extended == 1)
+    }
+}

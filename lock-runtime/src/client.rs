@@ -1,0 +1,335 @@
+//! [`Client`], the global client behind [`init`] and [`lock`], and [`LockRequest`] with the
+//! acquire loop: try, and while the lock is held, back off with full jitter — capped by the
+//! holder's remaining lease and never past the wait deadline — and try again.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::RedisBackend;
+use crate::backend::{is_ambiguous, AcquireReply, Backend, LockBackend, LockKey};
+use crate::config::{BackendConfig, Config};
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::io::IoRuntime;
+use crate::watchdog::{Lease, Watchdog};
+
+static GLOBAL: OnceLock<Client> = OnceLock::new();
+
+/// Sets up the global client that [`lock`] (and the attribute) use. Call it once at startup;
+/// it is synchronous and does not connect, so it can run before the async runtime starts.
+///
+/// Fails with [`LockError::Config`] when called a second time or when the config is unusable.
+///
+/// ```no_run
+/// fn main() -> Result<(), distlock::LockError> {
+///     distlock::init(distlock::Config::from_env()?)?;
+///     // … start the runtime, take locks …
+///     Ok(())
+/// }
+/// ```
+pub fn init(config: Config) -> Result<(), LockError> {
+    let already = || {
+        LockError::Config(
+            "`distlock::init` was already called; it may be called once per process \
+             (build a `distlock::Client` for a second configuration)"
+                .to_owned(),
+        )
+    };
+    if GLOBAL.get().is_some() {
+        return Err(already());
+    }
+    GLOBAL.set(Client::new(config)?).map_err(|_| already())
+}
+
+/// Starts a request for the lock `key` through the global client set up by [`init`].
+/// Without [`init`], [`acquire`](LockRequest::acquire) fails with [`LockError::NotInitialized`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// let guard = distlock::lock("order:42")
+///     .lease(Duration::from_secs(15))
+///     .wait(Duration::from_secs(5))
+///     .acquire()
+///     .await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn lock(key: impl Into<String>) -> LockRequest {
+    LockRequest::new(GLOBAL.get().cloned(), key.into())
+}
+
+/// A handle to one lock service: its backend, its watchdog and the defaults of its requests.
+/// Cheap to clone; clones share everything. Use one beside the global client when a program
+/// needs a second configuration.
+///
+/// ## Behavior
+///
+/// - Connects on the first request, and again after the connection breaks; a request made
+///   while Redis is unreachable fails with [`LockError::Backend`].
+/// - Owns one background thread with a small runtime for its connection, its watchdog and
+///   the releases of dropped guards, so it keeps working when used from several tokio
+///   runtimes one after another. The thread ends when the last clone (and guard) is dropped.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::new(distlock::Config::in_memory())?;
+/// let guard = client.lock("cart:1").acquire().await?;
+/// assert_eq!(guard.key(), "cart:1");
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) config: Config,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) io: IoRuntime,
+}
+
+impl Client {
+    /// Makes a client from `config`. Does not connect.
+    pub fn new(config: Config) -> Result<Self, LockError> {
+        config.validate()?;
+        let io = IoRuntime::start()?;
+        let backend = Arc::new(match &config.backend {
+            BackendConfig::Redis { url } => Backend::Redis(RedisBackend::new(
+                url,
+                config.response_timeout,
+                config.connect_timeout,
+                io.handle(),
+            )?),
+            BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
+        });
+        let watchdog = Watchdog::start(&io, backend.clone());
+        Ok(Self {
+            inner: Arc::new(ClientInner {
+                config,
+                backend,
+                watchdog,
+                io,
+            }),
+        })
+    }
+
+    /// Starts a request for the lock `key` through this client.
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into())
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request for one lock, built with consuming setters and sent by
+/// [`acquire`](LockRequest::acquire).
+///
+/// ## Behavior
+///
+/// - One try is one round trip. While the lock is held, the request sleeps a random time
+///   between zero and an exponentially growing ceiling (full jitter), never longer than the
+///   holder's remaining lease and never past the wait deadline, and tries again; the last try
+///   happens at the deadline. A wait of zero tries once.
+/// - A backend error ends the request at once with [`LockError::Backend`]. If the failed try
+///   may still have taken the lock (a timeout, a broken connection), or the acquire future is
+///   dropped while a try is under way, the possible grant is deleted in the background with a
+///   compare-and-delete.
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+#[derive(Debug)]
+pub struct LockRequest {
+    client: Option<Client>,
+    key: String,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    watchdog: bool,
+}
+
+impl LockRequest {
+    fn new(client: Option<Client>, key: String) -> Self {
+        Self {
+            client,
+            key,
+            lease: None,
+            wait: None,
+            watchdog: true,
+        }
+    }
+
+    /// Lease (time to live) of the grant; the watchdog renews it while the guard lives.
+    /// Defaults to the client's [`Config::default_lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long to wait while someone else holds the lock; zero tries once.
+    /// Defaults to the client's [`Config::default_wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Whether the watchdog renews the lease while the guard lives; with `false` the lease is a
+    /// hard time limit and the guard reports it lost when it runs out. Defaults to `true`.
+    pub fn watchdog(mut self, renew: bool) -> Self {
+        self.watchdog = renew;
+        self
+    }
+
+    /// Takes the lock, waiting as configured.
+    ///
+    /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait,
+    /// [`LockError::Backend`] when the backend failed, [`LockError::InvalidKey`] for an empty
+    /// or oversized key, [`LockError::Config`] for a zero lease, and
+    /// [`LockError::NotInitialized`] for the global client before [`init`].
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let client = self.client.ok_or(LockError::NotInitialized)?;
+        let inner = &client.inner;
+        let config = &inner.config;
+        let lease = self.lease.unwrap_or(config.default_lease);
+        if lease < Duration::from_millis(1) {
+            return Err(LockError::Config(format!(
+                "the lease of lock `{}` must be at least 1 ms",
+                self.key
+            )));
+        }
+        let wait = self.wait.unwrap_or(config.default_wait);
+        let key = LockKey::new(&config.key_prefix, self.key)?;
+        let owner = uuid::Uuid::new_v4().simple().to_string();
+        let started = Instant::now();
+        let deadline = started
+            .checked_add(wait)
+            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+        let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
+        loop {
+            let sent = Instant::now();
+            let attempt = Attempt::new(inner, &key, &owner);
+            let reply = inner.backend.acquire(&key, &owner, lease).await;
+            let remaining = match reply {
+                Ok(AcquireReply::Acquired(token)) => {
+                    attempt.settle();
+                    let lease = Arc::new(Lease::new(key, owner, token, lease, self.watchdog, sent));
+                    inner.watchdog.watch(lease.clone());
+                    return Ok(LockGuard::new(lease, inner.clone()));
+                }
+                Ok(AcquireReply::Held(remaining)) => {
+                    attempt.settle();
+                    remaining
+                }
+                Err(err) => {
+                    if !is_ambiguous(&err) {
+                        attempt.settle();
+                    }
+                    return Err(err);
+                }
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(LockError::Timeout {
+                    key: key.name,
+                    waited: now - started,
+                });
+            }
+            let mut delay = backoff.next_delay().min(deadline - now);
+            if let Some(remaining) = remaining {
+                delay = delay.min(remaining);
+            }
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+/// A try that may have taken the lock until its reply says otherwise. Dropped unsettled
+/// (an ambiguous error, or the acquire future cancelled mid-request), it deletes the possible
+/// grant in the background.
+struct Attempt<'a> {
+    client: &'a Arc<ClientInner>,
+    key: &'a LockKey,
+    owner: &'a str,
+    settled: bool,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(client: &'a Arc<ClientInner>, key: &'a LockKey, owner: &'a str) -> Self {
+        Self {
+            client,
+            key,
+            owner,
+            settled: false,
+        }
+    }
+
+    fn settle(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let client = self.client.clone();
+        let key = self.key.clone();
+        let owner = self.owner.to_owned();
+        self.client.io.spawn(async move {
+            match client.backend.release(&key, &owner).await {
+                Ok(true) => {
+                    tracing::debug!(key = %key.name, "deleted the grant of an interrupted acquire")
+                }
+                Ok(false) => {}
+                Err(err) => tracing::warn!(
+                    key = %key.name,
+                    "could not clean up an interrupted acquire; its lease will expire: {err}"
+                ),
+            }
+        });
+    }
+}
+
+/// Exponential backoff with full jitter: each delay is uniform in `0..=ceiling`, the ceiling
+/// doubling from `min` up to `max`.
+struct Backoff {
+    ceiling: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Self {
+        Self { ceiling: min, max }
+    }
+
+    fn next_delay(&mut self) -> Duration {
+        let ceiling = u64::try_from(self.ceiling.as_nanos()).unwrap_or(u64::MAX);
+        self.ceiling = (self.ceiling * 2).min(self.max);
+        Duration::from_nanos(fastrand::u64(0..=ceiling))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_ceilings_double_up_to_the_maximum() {
+        let max = Duration::from_millis(40);
+        let mut backoff = Backoff::new(Duration::from_millis(5), max);
+        for expected in [5, 10, 20, 40, 40, 40] {
+            assert_eq!(backoff.ceiling, Duration::from_millis(expected));
+            assert!(backoff.next_delay() <= Duration::from_millis(expected));
+        }
+        assert_eq!(backoff.ceiling, max);
+    }
+}

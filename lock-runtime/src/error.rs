@@ -1,0 +1,232 @@
+//! The one error type of distlock. Every variant's message says what happened and what to do
+//! next; keys are shortened and URLs redacted before they reach a message.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Longest stretch of a lock key that is quoted in an error message.
+const KEY_IN_MESSAGE: usize = 120;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// ```
+/// use distlock::LockError;
+///
+/// fn explain(err: &LockError) -> &'static str {
+///     match err {
+///         LockError::Timeout { .. } => "busy, try later",
+///         LockError::LeaseLost { .. } => "work may have overlapped",
+///         _ => "configuration or infrastructure problem",
+///     }
+/// }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// A lock was requested through the global client before [`init`](crate::init) was called.
+    #[error(
+        "distlock is not initialized: call `distlock::init(distlock::Config::from_env()?)` \
+         once at startup, before the first lock is taken"
+    )]
+    NotInitialized,
+
+    /// The lock stayed held by someone else for the whole wait.
+    #[error(
+        "timed out after {waited:?} waiting for lock `{}`: another owner still holds it; \
+         raise `wait`, or retry later",
+        Shortened(key)
+    )]
+    Timeout {
+        /// The key that was requested.
+        key: String,
+        /// How long the request waited before giving up.
+        waited: Duration,
+    },
+
+    /// The lease ran out (or the key was taken over) before the work under the lock finished.
+    #[error(
+        "the lease on lock `{}` was lost before the work finished (it expired or was deleted); \
+         another owner may have run concurrently: reject stale writes with the fencing token, \
+         or give the lock a longer lease",
+        Shortened(key)
+    )]
+    LeaseLost {
+        /// The key whose lease was lost.
+        key: String,
+    },
+
+    /// The backend could not be reached, timed out, or answered with an error.
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+
+    /// Too few Redlock masters answered to form a majority.
+    #[error(
+        "only {reached} of {needed} required Redis masters granted lock `{}`: \
+         check that a majority of the configured masters is reachable",
+        Shortened(key)
+    )]
+    QuorumUnavailable {
+        /// The key that was requested.
+        key: String,
+        /// Masters that granted the request.
+        reached: usize,
+        /// Masters needed for a majority.
+        needed: usize,
+    },
+
+    /// The key cannot be used as a lock key.
+    #[error("invalid lock key `{}`: {reason}", Shortened(key))]
+    InvalidKey {
+        /// The offending key (shortened in the message).
+        key: String,
+        /// Why it was rejected and what is accepted.
+        reason: String,
+    },
+
+    /// The configuration or a request's settings are unusable.
+    #[error("invalid distlock configuration: {0}")]
+    Config(String),
+}
+
+/// A failure of the storage behind the locks: connecting, a timed-out or dropped request, or an
+/// error reply. The source error is kept for [`std::error::Error::source`].
+#[derive(Debug)]
+pub struct BackendError {
+    operation: &'static str,
+    kind: BackendErrorKind,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// What sort of backend failure a [`BackendError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// No connection could be made, or the connection broke.
+    Connection,
+    /// The request got no answer within the response timeout. It may still have taken effect.
+    Timeout,
+    /// The server answered with an error (authentication, script error, wrong type, …).
+    Server,
+}
+
+impl BackendError {
+    pub(crate) fn new(
+        operation: &'static str,
+        kind: BackendErrorKind,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Self {
+            operation,
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// What sort of failure this is.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+
+    /// The operation that failed: `"connect"`, `"acquire"`, `"release"` or `"renew"`.
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let advice = match self.kind {
+            BackendErrorKind::Connection => {
+                "check that Redis is running and reachable at the configured URL"
+            }
+            BackendErrorKind::Timeout => {
+                "Redis did not answer in time; check its load and the network, \
+                 or raise the response timeout"
+            }
+            BackendErrorKind::Server => "Redis rejected the request; check its log and ACLs",
+        };
+        write!(
+            f,
+            "lock backend failed to {}: {}; {}",
+            self.operation, self.source, advice
+        )
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Displays a key cut to [`KEY_IN_MESSAGE`] characters, so a huge key does not flood a log.
+struct Shortened<'a>(&'a str);
+
+impl fmt::Display for Shortened<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.char_indices().nth(KEY_IN_MESSAGE) {
+            None => f.write_str(self.0),
+            Some((cut, _)) => write!(f, "{}… ({} bytes)", &self.0[..cut], self.0.len()),
+        }
+    }
+}
+
+/// Replaces the password (and user name) of a connection URL with `***`, for messages and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return "<unparseable URL>".to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rfind('@') {
+        Some(at) => format!("***@{}", &authority[at + 1..]),
+        None => authority.to_owned(),
+    };
+    let tail = match tail.find('?') {
+        Some(q) => {
+            let (path, query) = tail.split_at(q);
+            let query = query[1..]
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if name.contains("pass") || name.contains("user") => {
+                        format!("{name}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("&");
+            format!("{path}?{query}")
+        }
+        None => tail.to_owned(),
+    };
+    format!("{}://{authority}{tail}", &url[..scheme_end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_passwords_and_user_names() {
+        assert_eq!(
+            redact_url("redis://user:s3cret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact_url("redis://:s3cret@host"), "redis://***@host");
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(redact_url("redis://host:1/"), "redis://host:1/");
+        assert_eq!(redact_url("not a url s3cret"), "<unparseable URL>");
+    }
+
+    #[test]
+    fn long_keys_are_shortened_in_messages() {
+        let key = "k".repeat(1 << 20);
+        let message = LockError::LeaseLost { key }.to_string();
+        assert!(message.len() < 400, "{}", message.len());
+        assert!(message.contains("1048576 bytes"));
+    }
+}

@@ -1,0 +1,142 @@
+//! [`LockGuard`]: proof of a grant, with its fencing token, a way to learn that the lease was
+//! lost, and the release — awaited on the normal path, spawned from `Drop` otherwise.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::backend::LockBackend;
+use crate::client::ClientInner;
+use crate::error::LockError;
+use crate::watchdog::Lease;
+use crate::FencingToken;
+
+/// A held lock. Dropping it releases the lock in the background; prefer
+/// [`release`](LockGuard::release) so the next waiter does not wait on a background task.
+///
+/// ## Behavior
+///
+/// - While the guard lives, the client's watchdog renews the lease at about a third of its
+///   duration (unless the request turned the watchdog off).
+/// - The lease is *lost* when Redis says the lock is no longer ours, or when its local deadline
+///   (send time of the last successful acquire or renewal + lease − clock drift) passes without
+///   a successful renewal. [`lost`](LockGuard::lost) then completes and
+///   [`is_held`](LockGuard::is_held) turns false; the work under the lock may now overlap
+///   with another owner's, which the [fencing token](LockGuard::fencing_token) lets a store
+///   detect.
+/// - Release and drop stop the renewals first: no renewal is sent after the release.
+/// - `Drop` of an unreleased guard never blocks and never panics: it spawns the release on the
+///   client's I/O runtime, which outlives the caller's runtime. If even that fails (the process
+///   is exiting), the lease's expiry frees the lock.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// let guard = distlock::lock("invoice:7").acquire().await?;
+/// let token = guard.fencing_token();   // pass it to the store you protect
+/// // … work …
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    lease: Arc<Lease>,
+    client: Arc<ClientInner>,
+    released: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(lease: Arc<Lease>, client: Arc<ClientInner>) -> Self {
+        Self {
+            lease,
+            client,
+            released: false,
+        }
+    }
+
+    /// The key as it was requested (without the configured prefix).
+    pub fn key(&self) -> &str {
+        &self.lease.key.name
+    }
+
+    /// The fencing token of this grant: strictly greater than the token of every earlier grant
+    /// of the same key. Give it to the resource you protect and let it refuse writes carrying
+    /// a token lower than one it has already seen.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.lease.token
+    }
+
+    /// Whether the lease is still ours as far as this process can tell: not lost, and its
+    /// local deadline not passed.
+    pub fn is_held(&self) -> bool {
+        !self.lease.is_lost() && Instant::now() < self.lease.deadline()
+    }
+
+    /// Completes when the lease is lost: Redis no longer has us as the owner, or the local
+    /// deadline passed unrenewed. Never completes while the lease is kept.
+    ///
+    /// ```no_run
+    /// # async fn work() {}
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let guard = distlock::lock("job:9").acquire().await?;
+    /// tokio::select! {
+    ///     () = work() => {}
+    ///     () = guard.lost() => return Err(distlock::LockError::LeaseLost { key: guard.key().into() }),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) {
+        self.lease.lost().await;
+    }
+
+    /// Gives the lock back. `Ok(true)`: it was ours and is now free; `Ok(false)`: it was no
+    /// longer ours (the lease had expired, and perhaps someone else holds it now — their key is
+    /// left untouched). An error means Redis could not be asked; the lease's expiry will free
+    /// the lock.
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.released = true;
+        release(&self.client, &self.lease).await
+    }
+}
+
+/// Stops the renewals of `lease`, then deletes its key if it is still ours.
+pub(crate) async fn release(client: &ClientInner, lease: &Lease) -> Result<bool, LockError> {
+    lease.end();
+    client.watchdog.forget(lease.id);
+    let _gate = lease.gate.lock().await;
+    client.backend.release(&lease.key, &lease.owner).await
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.lease.end();
+        self.client.watchdog.forget(self.lease.id);
+        let client = self.client.clone();
+        let lease = self.lease.clone();
+        self.client.io.spawn(async move {
+            match release(&client, &lease).await {
+                Ok(true) => tracing::debug!(key = %lease.key.name, "released a dropped guard"),
+                Ok(false) => tracing::debug!(key = %lease.key.name, "a dropped guard's lock had already expired"),
+                Err(err) => tracing::warn!(
+                    key = %lease.key.name,
+                    "could not release a dropped guard; its lease will expire: {err}"
+                ),
+            }
+        });
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key())
+            .field("fencing_token", &self.fencing_token())
+            .field("lease", &self.lease.duration)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}

@@ -1,0 +1,63 @@
+//! The client's own background runtime: one thread running a current-thread tokio runtime that
+//! owns the Redis connection drivers, the watchdog and releases spawned from `Drop`.
+//!
+//! Why not the caller's runtime: a connection driver spawned on the runtime of the first
+//! `#[tokio::test]` dies with it, and the global client would fail in every later test. Work
+//! that must outlive whichever runtime the caller happens to be on runs here instead; requests
+//! themselves are still sent from the caller's task.
+
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::error::LockError;
+
+/// Handle to the background runtime; the thread ends when this is dropped.
+pub(crate) struct IoRuntime {
+    handle: Handle,
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl IoRuntime {
+    pub(crate) fn start() -> Result<Self, LockError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| {
+                LockError::Config(format!("could not start distlock's I/O runtime: {err}"))
+            })?;
+        let handle = runtime.handle().clone();
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("distlock-io".to_owned())
+            .spawn(move || {
+                // Returns when the owning client is gone (the sender is dropped). Tasks still
+                // running are cancelled when the runtime drops here, outside any async context.
+                let _ = runtime.block_on(stopped);
+            })
+            .map_err(|err| {
+                LockError::Config(format!("could not start distlock's I/O thread: {err}"))
+            })?;
+        Ok(Self {
+            handle,
+            _shutdown: shutdown,
+        })
+    }
+
+    /// A handle to the background runtime.
+    pub(crate) fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Runs `future` on the background runtime. Never panics; after shutdown the task is
+    /// dropped unrun.
+    pub(crate) fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(future)
+    }
+}

@@ -1,0 +1,64 @@
+//! Runtime of [distlock](https://docs.rs/distlock): configuration, the global and explicit
+//! clients, the Redis and in-process backends, the acquire loop, the watchdog and the guards.
+//!
+//! Users depend on the `distlock` facade, which re-exports everything public here; the
+//! attribute macro expands to calls into this crate through the facade.
+#![deny(missing_docs)]
+
+mod backend;
+mod client;
+mod config;
+mod error;
+mod guard;
+mod io;
+mod watchdog;
+
+use std::fmt;
+
+pub use backend::MAX_KEY_LEN;
+pub use client::{init, lock, Client, LockRequest};
+pub use config::{
+    Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
+    DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
+};
+pub use error::{BackendError, BackendErrorKind, LockError};
+pub use guard::LockGuard;
+
+/// A fencing token: a number handed out with every grant of a key, strictly greater than every
+/// token handed out for that key before (also across a restart of a Redis without persistence,
+/// as long as the server's clock does not step back).
+///
+/// A store that remembers the highest token it has accepted and refuses lower ones cannot be
+/// corrupted by a holder that was paused past its lease (Kleppmann's argument for fencing).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::new(distlock::Config::in_memory())?;
+/// let first = client.lock("k").acquire().await?;
+/// let t1 = first.fencing_token();
+/// first.release().await?;
+/// let second = client.lock("k").acquire().await?;
+/// assert!(second.fencing_token() > t1);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub(crate) u64);
+
+impl FencingToken {
+    /// The token as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl From<FencingToken> for u64 {
+    fn from(token: FencingToken) -> u64 {
+        token.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}

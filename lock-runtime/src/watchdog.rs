@@ -1,0 +1,234 @@
+//! Leases and the watchdog that keeps them. A [`Lease`] is the shared state of one grant
+//! (owner, fencing token, local deadline, lost flag); the guard holds it, and the client's one
+//! watchdog task renews every watched lease at about a third of its duration and declares it
+//! lost on a "not owner" reply or when its local deadline passes unrenewed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::backend::{Backend, LockBackend, LockKey};
+use crate::io::IoRuntime;
+use crate::FencingToken;
+
+static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Margin taken off every lease for clock drift between this process and Redis, as Redlock
+/// does: 1% of the lease plus 2 ms.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
+}
+
+struct Times {
+    /// When the lease ends for sure unless renewed: send time of the last successful
+    /// acquire/renew, plus the lease, minus drift.
+    deadline: Instant,
+    /// When the next renewal is due.
+    next_renewal: Instant,
+    /// A renewal request is under way.
+    renewing: bool,
+}
+
+/// One grant's shared state.
+pub(crate) struct Lease {
+    pub(crate) id: u64,
+    pub(crate) key: LockKey,
+    pub(crate) owner: String,
+    pub(crate) token: FencingToken,
+    pub(crate) duration: Duration,
+    renew: bool,
+    times: Mutex<Times>,
+    lost: watch::Sender<bool>,
+    /// Released or dropped: nothing more is sent for this lease but its release.
+    ended: AtomicBool,
+    /// Serialises a renewal with the release, so no renewal is sent after the release.
+    pub(crate) gate: tokio::sync::Mutex<()>,
+}
+
+impl Lease {
+    /// A lease granted by a request sent at `sent`.
+    pub(crate) fn new(
+        key: LockKey,
+        owner: String,
+        token: FencingToken,
+        duration: Duration,
+        renew: bool,
+        sent: Instant,
+    ) -> Self {
+        Self {
+            id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
+            key,
+            owner,
+            token,
+            duration,
+            renew,
+            times: Mutex::new(Times {
+                deadline: sent + duration - drift(duration),
+                next_renewal: sent + duration / 3,
+                renewing: false,
+            }),
+            lost: watch::Sender::new(false),
+            ended: AtomicBool::new(false),
+            gate: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn times(&self) -> std::sync::MutexGuard<'_, Times> {
+        self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.times().deadline
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    pub(crate) fn has_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Completes when the lease is lost (never, if it never is).
+    pub(crate) async fn lost(&self) {
+        let mut lost = self.lost.subscribe();
+        if lost.wait_for(|lost| *lost).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn mark_lost(&self, why: &str) {
+        if self.has_ended() {
+            return;
+        }
+        if self
+            .lost
+            .send_if_modified(|lost| !std::mem::replace(lost, true))
+        {
+            tracing::warn!(key = %self.key.name, token = %self.token, "lease lost: {why}");
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    leases: Mutex<HashMap<u64, Arc<Lease>>>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn leases(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The client's watchdog: one task on the I/O runtime for every lease of the client.
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+impl Watchdog {
+    pub(crate) fn start(io: &IoRuntime, backend: Arc<Backend>) -> Self {
+        let shared = Arc::new(Shared::default());
+        io.spawn(run(shared.clone(), backend));
+        Self { shared }
+    }
+
+    /// Starts watching `lease`: renewing it (if it renews) and declaring it lost when due.
+    pub(crate) fn watch(&self, lease: Arc<Lease>) {
+        self.shared.leases().insert(lease.id, lease);
+        self.shared.wake.notify_one();
+    }
+
+    /// Stops watching the lease `id`.
+    pub(crate) fn forget(&self, id: u64) {
+        self.shared.leases().remove(&id);
+    }
+}
+
+/// How soon a failed renewal is tried again.
+fn retry_delay(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1))
+}
+
+async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
+    loop {
+        let now = Instant::now();
+        let mut wake_at: Option<Instant> = None;
+        let mut due = Vec::new();
+        shared.leases().retain(|_, lease| {
+            if lease.has_ended() || lease.is_lost() {
+                return false;
+            }
+            let mut times = lease.times();
+            if now >= times.deadline {
+                drop(times);
+                lease.mark_lost("its lease ran out before a renewal succeeded");
+                return false;
+            }
+            let mut next = times.deadline;
+            if lease.renew && !times.renewing {
+                if now >= times.next_renewal {
+                    times.renewing = true;
+                    due.push(lease.clone());
+                } else {
+                    next = next.min(times.next_renewal);
+                }
+            }
+            wake_at = Some(wake_at.map_or(next, |w| w.min(next)));
+            true
+        });
+        for lease in due {
+            tokio::spawn(renew(lease, backend.clone(), shared.clone()));
+        }
+        match wake_at {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = shared.wake.notified() => {}
+                }
+            }
+            None => shared.wake.notified().await,
+        }
+    }
+}
+
+async fn renew(lease: Arc<Lease>, backend: Arc<Backend>, shared: Arc<Shared>) {
+    let gate = lease.gate.lock().await;
+    if lease.has_ended() {
+        return;
+    }
+    let sent = Instant::now();
+    let outcome = backend
+        .extend(&lease.key, &lease.owner, lease.duration)
+        .await;
+    drop(gate);
+    match outcome {
+        Ok(true) => {
+            let mut times = lease.times();
+            times.deadline = times
+                .deadline
+                .max(sent + lease.duration - drift(lease.duration));
+            times.next_renewal = sent + lease.duration / 3;
+            times.renewing = false;
+        }
+        Ok(false) => lease.mark_lost("Redis says it is no longer the owner"),
+        Err(err) => {
+            if !lease.has_ended() {
+                tracing::warn!(key = %lease.key.name, "lease renewal failed, retrying: {err}");
+            }
+            let mut times = lease.times();
+            times.next_renewal = Instant::now() + retry_delay(lease.duration);
+            times.renewing = false;
+        }
+    }
+    shared.wake.notify_one();
+}

@@ -1,0 +1,331 @@
+//! The behaviour every backend promises, run once against a real `redis-server` and once
+//! against the in-process backend: the same test bodies, two harnesses.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{Client, Config, FencingToken, LockError};
+use support::RedisServer;
+use tokio::time::Instant;
+
+/// A backend under test: its config, and the Redis server behind it, if any.
+struct Harness {
+    config: Config,
+    _server: Option<RedisServer>,
+}
+
+impl Harness {
+    fn redis() -> Self {
+        let server = RedisServer::start();
+        let config = Config::from_url(&server.url()).expect("valid url");
+        Self::tuned(config, Some(server))
+    }
+
+    fn in_memory() -> Self {
+        Self::tuned(Config::in_memory(), None)
+    }
+
+    fn tuned(config: Config, server: Option<RedisServer>) -> Self {
+        let config = config.backoff(Duration::from_millis(1), Duration::from_millis(20));
+        Self {
+            config,
+            _server: server,
+        }
+    }
+
+    /// A new client, as another process would have: its own connection and watchdog.
+    fn client(&self) -> Client {
+        Client::new(self.config.clone()).expect("valid config")
+    }
+}
+
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod redis_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Harness::redis()).await
+                }
+            )*
+        }
+        mod in_memory_backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Harness::in_memory()).await
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    sixteen_tasks_doing_read_modify_write_under_the_lock_lose_no_update,
+    fencing_tokens_strictly_increase_across_successive_holders,
+    an_unrenewed_lease_frees_the_lock_within_the_lease,
+    the_watchdog_holds_a_lock_for_more_than_three_leases,
+    releasing_a_lock_that_expired_and_was_taken_over_returns_false,
+    the_wait_deadline_is_honoured,
+    a_zero_wait_fails_at_once_when_the_lock_is_held,
+    a_dropped_guard_releases_the_lock_in_the_background,
+    a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out,
+    bad_requests_are_clear_errors,
+);
+
+async fn sixteen_tasks_doing_read_modify_write_under_the_lock_lose_no_update(h: Harness) {
+    const TASKS: u64 = 16;
+    const ROUNDS: u64 = 10;
+    let counter = Arc::new(AtomicU64::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::<FencingToken>::new()));
+    let clients: Vec<Client> = (0..4).map(|_| h.client()).collect();
+    let mut tasks = Vec::new();
+    for i in 0..TASKS {
+        let client = clients[(i % 4) as usize].clone();
+        let counter = counter.clone();
+        let tokens = tokens.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = client
+                    .lock("counter")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                // A deliberately non-atomic read-modify-write with a suspension in the middle.
+                let read = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                counter.store(read + 1, Ordering::SeqCst);
+                tokens.lock().unwrap().push(guard.fencing_token());
+                assert!(guard.release().await.expect("release"));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS);
+    let tokens = tokens.lock().unwrap();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens in commit order must strictly increase: {tokens:?}"
+    );
+}
+
+async fn fencing_tokens_strictly_increase_across_successive_holders(h: Harness) {
+    let mut previous: Option<FencingToken> = None;
+    for _ in 0..10 {
+        // New clients, as successive holders in different processes would be.
+        let client = h.client();
+        let guard = client.lock("fenced").acquire().await.expect("acquire");
+        let token = guard.fencing_token();
+        if let Some(previous) = previous {
+            assert!(token > previous, "{token} after {previous}");
+        }
+        previous = Some(token);
+        guard.release().await.expect("release");
+    }
+}
+
+async fn an_unrenewed_lease_frees_the_lock_within_the_lease(h: Harness) {
+    let lease = Duration::from_millis(400);
+    let holder = h.client();
+    let guard = holder
+        .lock("vanishing")
+        .lease(lease)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    let taken_at = Instant::now();
+    // The holder vanishes: nothing releases the lock and nothing renews it.
+    std::mem::forget(guard);
+    let next = h
+        .client()
+        .lock("vanishing")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the lock is free again once the lease ran out");
+    let freed_after = taken_at.elapsed();
+    assert!(
+        freed_after <= lease + Duration::from_millis(300),
+        "freed after {freed_after:?}, lease {lease:?}"
+    );
+    next.release().await.expect("release");
+}
+
+async fn the_watchdog_holds_a_lock_for_more_than_three_leases(h: Harness) {
+    let lease = Duration::from_millis(300);
+    let holder = h.client();
+    let rival = h.client();
+    let guard = holder
+        .lock("long-job")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    let started = Instant::now();
+    while started.elapsed() < lease * 4 {
+        // The holder "works"; the rival keeps finding the lock taken.
+        tokio::time::sleep(lease / 4).await;
+        let rival_try = rival.lock("long-job").wait(Duration::ZERO).acquire().await;
+        assert!(
+            matches!(rival_try, Err(LockError::Timeout { .. })),
+            "the rival got the lock after {:?}: {rival_try:?}",
+            started.elapsed()
+        );
+        assert!(guard.is_held());
+    }
+    assert!(
+        guard.release().await.expect("release"),
+        "still ours at the end"
+    );
+}
+
+async fn releasing_a_lock_that_expired_and_was_taken_over_returns_false(h: Harness) {
+    let first = h
+        .client()
+        .lock("taken-over")
+        .lease(Duration::from_millis(150))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    let rival = h.client();
+    let second = rival
+        .lock("taken-over")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("the rival takes the lock once the first lease expires");
+    assert!(!first.is_held());
+    assert!(
+        !first.release().await.expect("release"),
+        "the first holder's release must report that the lock was no longer its own"
+    );
+    let third = h
+        .client()
+        .lock("taken-over")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(third, Err(LockError::Timeout { .. })),
+        "the late release must leave the new holder's key intact: {third:?}"
+    );
+    assert!(second.release().await.expect("release"));
+}
+
+async fn the_wait_deadline_is_honoured(h: Harness) {
+    let holder = h.client().lock("busy").acquire().await.expect("acquire");
+    let wait = Duration::from_millis(500);
+    let started = Instant::now();
+    let err = h
+        .client()
+        .lock("busy")
+        .wait(wait)
+        .acquire()
+        .await
+        .expect_err("the lock is held throughout");
+    let waited = started.elapsed();
+    match &err {
+        LockError::Timeout {
+            key,
+            waited: reported,
+        } => {
+            assert_eq!(key, "busy");
+            assert!(*reported >= wait, "reported {reported:?}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(waited >= wait, "gave up early, after {waited:?}");
+    assert!(
+        waited <= wait + Duration::from_millis(300),
+        "overslept the deadline: {waited:?}"
+    );
+    assert!(err.to_string().contains("raise `wait`"), "{err}");
+    holder.release().await.expect("release");
+}
+
+async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness) {
+    let holder = h.client().lock("once").acquire().await.expect("acquire");
+    let started = Instant::now();
+    let result = h.client().lock("once").wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.release().await.expect("release");
+    let free = h.client().lock("once").wait(Duration::ZERO).acquire().await;
+    assert!(
+        free.is_ok(),
+        "a free lock is taken on the single try: {free:?}"
+    );
+}
+
+async fn a_dropped_guard_releases_the_lock_in_the_background(h: Harness) {
+    let client = h.client();
+    let guard = client
+        .lock("dropped")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire");
+    drop(guard);
+    // Far sooner than the 30 s lease: the drop released it.
+    let again = client
+        .lock("dropped")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await;
+    assert!(again.is_ok(), "{again:?}");
+}
+
+async fn a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out(h: Harness) {
+    let lease = Duration::from_millis(300);
+    let guard = h
+        .client()
+        .lock("hard")
+        .lease(lease)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    assert!(guard.is_held());
+    tokio::time::timeout(lease * 3, guard.lost())
+        .await
+        .expect("lost() fires when a hard lease runs out");
+    assert!(!guard.is_held());
+}
+
+async fn bad_requests_are_clear_errors(h: Harness) {
+    let client = h.client();
+    let empty = client.lock("").acquire().await;
+    assert!(
+        matches!(empty, Err(LockError::InvalidKey { .. })),
+        "{empty:?}"
+    );
+    let huge = client.lock("k".repeat(1 << 20)).acquire().await;
+    match huge {
+        Err(err @ LockError::InvalidKey { .. }) => assert!(err.to_string().len() < 500),
+        other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    let zero = client.lock("z").lease(Duration::ZERO).acquire().await;
+    assert!(matches!(zero, Err(LockError::Config(_))), "{zero:?}");
+    let odd = client.lock("ключ {with} braces & spaces").acquire().await;
+    assert!(odd
+        .expect("odd but valid keys work")
+        .release()
+        .await
+        .unwrap());
+}

@@ -1,0 +1,225 @@
+//! Test support: real `redis-server` processes on free loopback ports.
+//!
+//! Each server runs under a tiny shell watcher that kills it when the test process goes away
+//! (its stdin pipe closes), so even a test binary killed mid-run leaves no server behind.
+//! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
+#![allow(dead_code)] // each test binary uses its own part of the support
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const INSTALL_HINT: &str = "redis-server was not found on PATH. The tests start their own Redis \
+    servers and need it installed: `sudo apt-get install -y redis-server` (Debian/Ubuntu) or \
+    `brew install redis` (macOS).";
+
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shell watcher: starts redis-server, reports its pid, kills it when stdin closes or a
+/// line arrives, and reports its exit.
+/// (A background job's stdin is /dev/null in a non-interactive shell, hence fd 3.)
+const WATCHER: &str = r#"
+exec 3<&0
+redis-server "$@" &
+pid=$!
+echo "support: pid $pid"
+( read -r _ <&3 ; kill -9 "$pid" 2>/dev/null ) &
+wait "$pid"
+echo "support: exited $?"
+"#;
+
+/// A running `redis-server` that keeps nothing on disk, like the usual cache setup.
+pub struct RedisServer {
+    port: u16,
+    extra: Vec<String>,
+    process: Option<Process>,
+}
+
+struct Process {
+    watcher: Child,
+    stdin: ChildStdin,
+    pid: u32,
+    exited: mpsc::Receiver<()>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port and waits until it accepts connections.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments (e.g. `--requirepass`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        require_redis_server();
+        for _ in 0..5 {
+            let port = free_port();
+            if let Ok(process) = Process::spawn(port, extra) {
+                return Self {
+                    port,
+                    extra: extra.iter().map(|s| s.to_string()).collect(),
+                    process: Some(process),
+                };
+            }
+        }
+        panic!("could not start redis-server on a free port after 5 tries");
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL; it keeps nothing) and waits until it has exited.
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last_error = String::new();
+        // The port was ours a moment ago; give a racing process a few tries' worth of time.
+        for _ in 0..20 {
+            let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+            match Process::spawn(self.port, &extra) {
+                Ok(process) => {
+                    self.process = Some(process);
+                    return;
+                }
+                Err(err) => last_error = err,
+            }
+        }
+        panic!(
+            "could not restart redis-server on port {}: {last_error}",
+            self.port
+        );
+    }
+
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the server process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.process.as_ref().expect("server is not running").pid;
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
+    /// A synchronous connection for inspecting the server from a test.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("valid url")
+            .get_connection()
+            .expect("connect to the test redis-server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Process {
+    fn spawn(port: u16, extra: &[&str]) -> Result<Self, String> {
+        let dir = std::env::temp_dir();
+        let mut watcher = Command::new("sh")
+            .args(["-c", WATCHER, "redis-watcher"])
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.to_string_lossy()])
+            .args(["--daemonize", "no", "--loglevel", "notice"])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| format!("spawn sh: {err}"))?;
+        let stdin = watcher.stdin.take().expect("piped stdin");
+        let stdout = watcher.stdout.take().expect("piped stdout");
+
+        let (events, received) = mpsc::channel::<String>();
+        let (exited_tx, exited) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("support: exited") {
+                    let _ = exited_tx.send(());
+                }
+                let _ = events.send(line);
+            }
+        });
+
+        let mut pid = None;
+        let mut log = Vec::new();
+        loop {
+            let line = match received.recv_timeout(START_TIMEOUT) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = watcher.kill();
+                    return Err(format!(
+                        "redis-server on port {port} did not become ready in {START_TIMEOUT:?}: {}",
+                        log.join("\n")
+                    ));
+                }
+            };
+            if let Some(found) = line.strip_prefix("support: pid ") {
+                pid = found.trim().parse().ok();
+            } else if line.starts_with("support: exited") {
+                let _ = watcher.wait();
+                return Err(format!(
+                    "redis-server on port {port} exited at start: {}",
+                    log.join("\n")
+                ));
+            } else if line.contains("Ready to accept connections") {
+                let pid = pid.ok_or("watcher did not report the pid")?;
+                return Ok(Self {
+                    watcher,
+                    stdin,
+                    pid,
+                    exited,
+                });
+            }
+            log.push(line);
+        }
+    }
+
+    fn kill(&mut self) {
+        // Thaw it first in case a test froze it, then have the watcher SIGKILL it.
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.stdin.write_all(b"stop\n");
+        let _ = self.stdin.flush();
+        let _ = self.exited.recv_timeout(START_TIMEOUT);
+        let _ = self.watcher.wait();
+    }
+}
+
+fn require_redis_server() {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    assert!(found, "{INSTALL_HINT}");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("find a free loopback port")
+}
