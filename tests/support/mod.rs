@@ -41,7 +41,8 @@ struct Process {
     watcher: Child,
     stdin: ChildStdin,
     pid: u32,
-    exited: mpsc::Receiver<()>,
+    /// (In a mutex so a server can live in a `static`.)
+    exited: std::sync::Mutex<mpsc::Receiver<()>>,
 }
 
 impl RedisServer {
@@ -187,7 +188,7 @@ impl Process {
                     watcher,
                     stdin,
                     pid,
-                    exited,
+                    exited: exited.into(),
                 });
             }
             log.push(line);
@@ -202,7 +203,9 @@ impl Process {
             .status();
         let _ = self.stdin.write_all(b"stop\n");
         let _ = self.stdin.flush();
-        let _ = self.exited.recv_timeout(START_TIMEOUT);
+        if let Ok(exited) = self.exited.lock() {
+            let _ = exited.recv_timeout(START_TIMEOUT);
+        }
         let _ = self.watcher.wait();
     }
 }

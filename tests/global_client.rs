@@ -1,0 +1,78 @@
+//! The global client keeps working when used from several tokio runtimes one after another:
+//! every `#[tokio::test]` below builds its own runtime, and one test builds and drops runtimes
+//! in a loop. A connection driver tied to the first runtime would fail all later ones.
+
+mod support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use support::RedisServer;
+
+/// One server and one `init` for the whole test binary (the server dies with the process).
+fn init_once() {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let server = RedisServer::start();
+        distlock::init(distlock::Config::from_url(&server.url()).expect("url")).expect("init");
+        server
+    });
+}
+
+async fn take_and_release(key: &str) {
+    let guard = distlock::lock(key)
+        .lease(Duration::from_secs(5))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire through the global client");
+    assert_eq!(guard.key(), key);
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn the_global_client_works_in_a_first_test_runtime() {
+    init_once();
+    take_and_release("global:first").await;
+}
+
+#[tokio::test]
+async fn the_global_client_works_in_a_second_test_runtime() {
+    init_once();
+    take_and_release("global:second").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_client_works_in_a_multi_threaded_test_runtime() {
+    init_once();
+    take_and_release("global:third").await;
+}
+
+#[test]
+fn runtimes_created_and_dropped_in_a_loop_keep_the_global_client_working() {
+    init_once();
+    let mut last_token = None;
+    for round in 0..8 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let token = runtime.block_on(async {
+            let guard = distlock::lock("global:loop")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+            let token = guard.fencing_token();
+            if round % 2 == 0 {
+                assert!(guard.release().await.expect("release"));
+            }
+            // Odd rounds drop the guard unreleased, inside a runtime that dies right after:
+            // its release must still happen, and the next round must get the lock.
+            token
+        });
+        drop(runtime);
+        assert!(last_token < Some(token), "round {round}");
+        last_token = Some(token);
+    }
+}

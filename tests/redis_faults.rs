@@ -1,0 +1,358 @@
+//! Properties that only a real Redis can show: script cache flushes, restarts of a server that
+//! keeps nothing on disk, keys deleted behind the holder's back, what goes over the wire
+//! (MONITOR), and bad credentials.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{BackendErrorKind, Client, Config, LockError};
+use support::RedisServer;
+use tokio::time::Instant;
+
+fn client_for(server: &RedisServer) -> Client {
+    let config = Config::from_url(&server.url())
+        .expect("valid url")
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300));
+    Client::new(config).expect("valid config")
+}
+
+fn redis_cmd<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query(&mut server.connection()).expect("redis command")
+}
+
+#[tokio::test]
+async fn script_flush_in_the_middle_of_a_run_changes_nothing() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    let mut last = None;
+    for round in 0..6 {
+        if round == 3 {
+            let () = redis_cmd(&server, &["SCRIPT", "FLUSH"]);
+        }
+        let guard = client.lock("flushed").acquire().await.expect("acquire");
+        assert!(last < Some(guard.fencing_token()));
+        last = Some(guard.fencing_token());
+        assert!(guard.release().await.expect("release"));
+    }
+}
+
+#[tokio::test]
+async fn fencing_tokens_keep_increasing_across_a_restart_of_redis_without_persistence() {
+    let mut server = RedisServer::start();
+    let client = client_for(&server);
+    let before = client.lock("restart").acquire().await.expect("acquire");
+    let token_before = before.fencing_token();
+    assert!(before.release().await.expect("release"));
+
+    server.restart();
+    let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{restart}:fence"]);
+    assert_eq!(exists, 0, "the restarted server kept nothing");
+
+    let after = acquire_soon(&client, "restart").await;
+    assert!(
+        after.fencing_token() > token_before,
+        "token went backwards across the restart: {} then {}",
+        token_before,
+        after.fencing_token()
+    );
+}
+
+/// Acquires `key`, tolerating the one error a client may see on its first request after the
+/// server went away (its old connection is found broken and replaced).
+async fn acquire_soon(client: &Client, key: &str) -> distlock::LockGuard {
+    let started = Instant::now();
+    loop {
+        match client.lock(key).acquire().await {
+            Ok(guard) => return guard,
+            Err(err @ LockError::Backend(_)) if started.elapsed() < Duration::from_secs(5) => {
+                eprintln!("while Redis comes back: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("locks did not work again within 5 s: {err}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn deleting_the_key_behind_the_holders_back_fires_lost_within_about_a_third_of_the_lease() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    let lease = Duration::from_millis(1500);
+    let guard = client
+        .lock("stolen")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    let deleted: i64 = redis_cmd(&server, &["DEL", "distlock:{stolen}"]);
+    assert_eq!(deleted, 1);
+    let started = Instant::now();
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("lost() fires once the watchdog finds the key gone");
+    let after = started.elapsed();
+    // The next renewal is due lease/3 = 500 ms after the grant; the local deadline would only
+    // fire at ~1.5 s, so firing well before that proves the "not owner" reply was heard.
+    assert!(after < Duration::from_millis(1100), "lost after {after:?}");
+    assert!(!guard.is_held());
+    assert!(
+        !guard.release().await.expect("release"),
+        "the key was not ours any more"
+    );
+}
+
+/// Records every command the server executes, from a MONITOR connection.
+struct Monitor {
+    lines: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Self {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
+        stream.write_all(b"MONITOR\r\n").expect("send MONITOR");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).expect("MONITOR reply");
+        assert_eq!(ok.trim(), "+OK");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sink, stopped) = (lines.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while !stopped.load(Ordering::Relaxed) {
+                line.clear();
+                if reader.read_line(&mut line).is_ok() && !line.is_empty() {
+                    sink.lock().unwrap().push(line.trim().to_owned());
+                }
+            }
+        });
+        Self { lines, stop }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until a line containing `needle` has been seen; returns its index.
+    async fn wait_for(&self, needle: &str) -> usize {
+        let started = Instant::now();
+        loop {
+            if let Some(at) = self.lines().iter().position(|l| l.contains(needle)) {
+                return at;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "never saw {needle}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Holds `key` for a few renewal periods, ends the guard with `end`, and checks on the wire that
+/// renewals happened before and none after.
+async fn no_renewal_after<F, Fut>(key: &str, end: F)
+where
+    F: FnOnce(distlock::LockGuard) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let server = RedisServer::start();
+    let monitor = Monitor::start(&server);
+    let client = client_for(&server);
+    let lease = Duration::from_millis(300);
+    let guard = client
+        .lock(key)
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    tokio::time::sleep(lease * 2).await; // the holder works; the watchdog renews
+    end(guard).await;
+    let lock_key = format!("\"distlock:{{{key}}}\"");
+    let renewal = format!("\"PEXPIRE\" {lock_key}");
+    let released_at = monitor.wait_for(&format!("\"DEL\" {lock_key}")).await;
+    // Give a stray renewal three renewal periods to show up.
+    tokio::time::sleep(lease).await;
+    let lines = monitor.lines();
+    let renewals_before = lines[..released_at]
+        .iter()
+        .filter(|l| l.contains(&renewal))
+        .count();
+    assert!(
+        renewals_before >= 3,
+        "the watchdog renewed {renewals_before} times"
+    );
+    let late: Vec<_> = lines[released_at..]
+        .iter()
+        .filter(|l| l.contains(&lock_key) && !l.contains("\"DEL\""))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "commands on the key after its release: {late:#?}"
+    );
+}
+
+#[tokio::test]
+async fn renewal_stops_the_moment_the_guard_is_released() {
+    no_renewal_after("released", |guard| async move {
+        assert!(guard.release().await.expect("release"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn renewal_stops_the_moment_the_guard_is_dropped() {
+    no_renewal_after("dropped", |guard| async move { drop(guard) }).await;
+}
+
+#[tokio::test]
+async fn redis_stopped_and_restarted_gives_clear_errors_then_locks_work_again() {
+    let mut server = RedisServer::start();
+    let client = client_for(&server);
+    let lease = Duration::from_millis(900);
+    let held = client
+        .lock("outage-held")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+
+    server.stop();
+    for _ in 0..3 {
+        match client
+            .lock("outage")
+            .wait(Duration::from_secs(1))
+            .acquire()
+            .await
+        {
+            Err(LockError::Backend(err)) => {
+                assert_ne!(err.kind(), BackendErrorKind::Server, "{err}");
+                assert!(err.to_string().contains("Redis"), "{err}");
+            }
+            other => panic!("expected a backend error while Redis is down, got {other:?}"),
+        }
+    }
+    // The held lease cannot be renewed: the guard must say so before its lease is over.
+    tokio::time::timeout(lease * 2, held.lost())
+        .await
+        .expect("a lease that cannot be renewed is reported lost");
+    assert!(!held.is_held());
+    assert!(
+        held.release().await.is_err(),
+        "the release cannot reach Redis"
+    );
+
+    server.restart();
+    let started = Instant::now();
+    let guard = acquire_soon(&client, "outage").await;
+    eprintln!(
+        "locks worked again {:?} after the restart",
+        started.elapsed()
+    );
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn a_timed_out_acquire_is_cleaned_up_with_a_compare_and_delete() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    // Warm the connection so the acquire below is sent on it.
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    server.signal("STOP");
+    let result = client.lock("ambiguous").acquire().await;
+    assert!(
+        matches!(&result, Err(LockError::Backend(e)) if e.kind() == BackendErrorKind::Timeout),
+        "{result:?}"
+    );
+    server.signal("CONT");
+    // The frozen server ran the acquire when it woke up (the counter proves the grant)…
+    let started = Instant::now();
+    loop {
+        let fence: i64 = redis_cmd(&server, &["EXISTS", "distlock:{ambiguous}:fence"]);
+        let lock: i64 = redis_cmd(&server, &["EXISTS", "distlock:{ambiguous}"]);
+        // …and the clean-up deleted that grant nobody knew about.
+        if fence == 1 && lock == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "fence exists: {fence}, orphaned lock exists: {lock}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_a_clear_error_that_never_shows_the_secret() {
+    let server = RedisServer::start_with(&["--requirepass", "right-horse-battery"]);
+    let url = format!("redis://:wrong-staple-secret@127.0.0.1:{}", server.port());
+    let client = Client::new(Config::from_url(&url).expect("valid url")).expect("client");
+    let err = client
+        .lock("guarded")
+        .acquire()
+        .await
+        .expect_err("wrong password");
+    let shown = format!("{err} / {err:?}");
+    assert!(matches!(err, LockError::Backend(_)), "{shown}");
+    assert!(!shown.contains("wrong-staple-secret"), "{shown}");
+    assert!(!format!("{client:?}").contains("wrong-staple-secret"));
+
+    let right = format!("redis://:right-horse-battery@127.0.0.1:{}", server.port());
+    let client = Client::new(Config::from_url(&right).expect("valid url")).expect("client");
+    let guard = client
+        .lock("guarded")
+        .acquire()
+        .await
+        .expect("right password");
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_backend_error_not_a_panic() {
+    let port = {
+        let server = RedisServer::start();
+        server.port()
+    }; // stopped: nothing listens there now
+    let config = Config::from_url(&format!("redis://127.0.0.1:{port}")).expect("valid url");
+    let client = Client::new(config).expect("client");
+    let err = client
+        .lock("nowhere")
+        .acquire()
+        .await
+        .expect_err("no server");
+    match err {
+        LockError::Backend(err) => {
+            assert_eq!(err.kind(), BackendErrorKind::Connection);
+            assert_eq!(err.operation(), "connect");
+            assert!(err.to_string().contains("reachable"), "{err}");
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+}
