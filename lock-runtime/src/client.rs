@@ -100,12 +100,12 @@ impl Client {
         config.validate()?;
         let io = IoRuntime::start()?;
         let backend = Arc::new(match &config.backend {
-            BackendConfig::Redis { url } => Backend::Redis(RedisBackend::new(
+            BackendConfig::Redis { url } => Backend::Redis(Box::new(RedisBackend::new(
                 url,
                 config.response_timeout,
                 config.connect_timeout,
                 io.handle(),
-            )?),
+            )?)),
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
         });
         let watchdog = Watchdog::start(&io, backend.clone());

@@ -84,7 +84,7 @@ pub(crate) trait LockBackend: Send + Sync {
 
 /// The backend a client was configured with.
 pub(crate) enum Backend {
-    Redis(redis::RedisBackend),
+    Redis(Box<redis::RedisBackend>),
     Memory(memory::MemoryBackend),
 }
 
