@@ -31,3 +31,8 @@ pub use lock_runtime::{
     DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
     MAX_KEY_LEN,
 };
+
+/// The README's examples, compiled as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
