@@ -25,8 +25,14 @@ async fn main() -> Result<(), LockError> {
     let locked = run(&client, true).await?;
     let expected = INITIAL_STOCK - WORKERS as i64 * ORDERS_PER_WORKER;
     println!("expected final stock: {expected}");
-    println!("without the lock:     {unlocked}  ({} updates lost)", unlocked - expected);
-    println!("with distlock:        {locked}  ({} updates lost)", locked - expected);
+    println!(
+        "without the lock:     {unlocked}  ({} updates lost)",
+        unlocked - expected
+    );
+    println!(
+        "with distlock:        {locked}  ({} updates lost)",
+        locked - expected
+    );
 
     let guard = client.lock("stock:sku-1").acquire().await?;
     println!(
@@ -42,7 +48,12 @@ async fn main() -> Result<(), LockError> {
 async fn connect() -> Result<Client, LockError> {
     let config = Config::from_env()?.connect_timeout(Duration::from_millis(500));
     let client = Client::new(config.clone())?;
-    match client.lock("quickstart:probe").wait(Duration::ZERO).acquire().await {
+    match client
+        .lock("quickstart:probe")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+    {
         Ok(guard) => {
             guard.release().await?;
             println!("using Redis ({config:?})");
