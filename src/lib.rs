@@ -25,12 +25,16 @@
 //! the same semantics; it is never chosen in place of Redis unless you ask for it.
 #![deny(missing_docs)]
 
+pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    init, lock, BackendError, BackendErrorKind, Client, Config, FencingToken, LockError, LockGuard,
-    LockRequest, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
-    MAX_KEY_LEN,
+    current, init, lock, BackendError, BackendErrorKind, Client, Config, FencingToken, LockError,
+    LockGuard, LockInfo, LockRequest, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_REDIS_URL,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_KEY_LEN,
 };
+
+#[doc(hidden)]
+pub use lock_runtime::__private;
 
 /// The README's examples, compiled as doctests so they stay true.
 #[doc = include_str!("../README.md")]

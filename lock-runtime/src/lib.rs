@@ -11,6 +11,7 @@ mod config;
 mod error;
 mod guard;
 mod io;
+mod scope;
 mod watchdog;
 
 use std::fmt;
@@ -23,6 +24,15 @@ pub use config::{
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;
+pub use scope::{current, LockInfo};
+
+/// What the attribute macro expands to. Not a public API: no stability promise.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::scope::{assert_lock_result, run_locked, LockResult, LockSpec, OnLost};
+    pub use core::time::Duration;
+    pub use std::format;
+}
 
 /// A fencing token: a number handed out with every grant of a key, strictly greater than every
 /// token handed out for that key before (also across a restart of a Redis without persistence,

@@ -1,0 +1,239 @@
+//! Code generation. Parses the attribute and the fn, checks them (`validate`), and rewrites the
+//! body; on any error the fn is emitted unchanged beside the `compile_error!`s, so the rest of
+//! the crate (and rust-analyzer) keeps working.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
+
+use crate::args::Args;
+use crate::key;
+use crate::validate::{self, Checked};
+
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let function: ItemFn = match syn::parse2(item.clone()) {
+        Ok(function) => function,
+        Err(err) => return with_error(item, err),
+    };
+    let args: Args = match syn::parse2(args) {
+        Ok(args) => args,
+        Err(err) => return with_error(item, err),
+    };
+    let async_trait_body = async_trait_body(&function);
+    let is_async = function.sig.asyncness.is_some() || async_trait_body.is_some();
+    match validate::check(args, &function.sig, is_async) {
+        Ok(checked) => match async_trait_body {
+            Some(index) => expand_async_trait(function, &checked, index),
+            None => expand_async_fn(function, &checked),
+        },
+        Err(err) => with_error(item, err),
+    }
+}
+
+/// The original item plus the errors (tokio-macros' `token_stream_with_error`).
+fn with_error(mut item: TokenStream, err: syn::Error) -> TokenStream {
+    item.extend(err.into_compile_error());
+    item
+}
+
+fn output_type(function: &ItemFn) -> Type {
+    match &function.sig.output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
+    }
+}
+
+/// `let __distlock_key = format!(…);` and the `LockSpec` value, naming `self` as `receiver`.
+fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, TokenStream) {
+    let krate = &checked.krate;
+    let format = &checked.template.format;
+    let arguments = checked
+        .template
+        .placeholders
+        .iter()
+        .zip(&checked.key_roots)
+        .map(|(placeholder, root)| key::argument(placeholder, root, receiver));
+    let binding = key_binding();
+    let key = quote! {
+        let #binding = #krate::__private::format!(#format #(, #arguments)*);
+    };
+    let millis = |ms: Option<u64>| match ms {
+        Some(ms) => {
+            quote!(::core::option::Option::Some(#krate::__private::Duration::from_millis(#ms)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let lease = millis(checked.lease_ms);
+    let wait = millis(checked.wait_ms);
+    let watchdog = checked.watchdog;
+    let on_lost = if checked.abort_on_lost {
+        quote!(#krate::__private::OnLost::Abort)
+    } else {
+        quote!(#krate::__private::OnLost::Continue)
+    };
+    let spec = quote! {
+        #krate::__private::LockSpec { lease: #lease, wait: #wait, watchdog: #watchdog, on_lost: #on_lost }
+    };
+    (key, spec)
+}
+
+// Input:
+//
+//     #[distributed_lock(key = "order:{order_id}", lease = "15s")]
+//     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> { BODY }
+//
+// Output:
+//
+//     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> {
+//         ::distlock::__private::assert_lock_result::<Result<(), AppError>>();
+//         let __distlock_key = ::distlock::__private::format!("order:{}", &(order_id));
+//         ::distlock::__private::run_locked(#binding, LockSpec { … }, async move {
+//             #[allow(unreachable_code)]
+//             if false { let __distlock_fake: Result<(), AppError> = loop {}; return __distlock_fake; }
+//             BODY
+//         })
+//         .await
+//     }
+//
+// The key is built first, before the body can move an argument; the fake return edge pins the
+// async block's output to the fn's return type so `?` and `return` infer as in the original.
+fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let output = match &sig.output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
+    };
+    let krate = &checked.krate;
+    let (key, spec) = key_and_spec(checked, &quote!(self));
+    let assert = quote_spanned! {output.span()=>
+        #krate::__private::assert_lock_result::<#output>();
+    };
+    let stmts = &block.stmts;
+    let binding = key_binding();
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #assert
+            #key
+            #krate::__private::run_locked(#binding, #spec, async move {
+                #[allow(unreachable_code, clippy::diverging_sub_expression)]
+                if false {
+                    let __distlock_fake: #output = loop {};
+                    return __distlock_fake;
+                }
+                #(#stmts)*
+            })
+            .await
+        }
+    }
+}
+
+/// For a fn already rewritten by `#[async_trait]` (`Box::pin(async move { …; let __ret: R =
+/// { BODY }; __ret })`), the index of the `let __ret` statement inside the async block.
+fn async_trait_body(function: &ItemFn) -> Option<usize> {
+    if function.sig.asyncness.is_some() {
+        return None;
+    }
+    let block = boxed_async_block(&function.block)?;
+    block.stmts.iter().position(|stmt| match stmt {
+        Stmt::Local(local) => match &local.pat {
+            Pat::Type(typed) => matches!(&*typed.pat, Pat::Ident(p) if p.ident == "__ret"),
+            Pat::Ident(p) => p.ident == "__ret",
+            _ => false,
+        },
+        _ => false,
+    })
+}
+
+fn boxed_async_block(block: &Block) -> Option<&Block> {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last() else {
+        return None;
+    };
+    let Expr::Path(path) = &*call.func else {
+        return None;
+    };
+    if path.path.segments.last()?.ident != "pin" {
+        return None;
+    }
+    match call.args.first()? {
+        Expr::Async(inner) => Some(&inner.block),
+        _ => None,
+    }
+}
+
+fn boxed_async_block_mut(block: &mut Block) -> Option<&mut Block> {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() else {
+        return None;
+    };
+    match call.args.first_mut()? {
+        Expr::Async(inner) => Some(&mut inner.block),
+        _ => None,
+    }
+}
+
+// Input (what `#[async_trait]` made of the method):
+//
+//     fn reduce<'a, 'async_trait>(&'a self, id: u64) -> Pin<Box<dyn Future<Output = R> + Send + 'async_trait>> {
+//         Box::pin(async move {
+//             …; let __self = self; let id = id;
+//             let __ret: R = { BODY };
+//             __ret
+//         })
+//     }
+//
+// Output: the same, with the `let __ret` statement replaced by
+//
+//     let __distlock_key = ::distlock::__private::format!("…", &(__self.field), &(id));
+//     let __ret: R = ::distlock::__private::run_locked(#binding, LockSpec { … },
+//         async move { let __ret: R = { BODY }; __ret }).await;
+fn expand_async_trait(mut function: ItemFn, checked: &Checked, index: usize) -> TokenStream {
+    let output_hint = output_type(&function);
+    let krate = checked.krate.clone();
+    let Some(inner) = boxed_async_block_mut(&mut function.block) else {
+        return quote!(#function);
+    };
+    let renamed_self = inner.stmts[..index].iter().any(|stmt| {
+        matches!(stmt, Stmt::Local(local) if matches!(&local.pat, Pat::Ident(p) if p.ident == "__self"))
+    });
+    let receiver = if renamed_self {
+        quote!(__self)
+    } else {
+        quote!(self)
+    };
+    let (key, spec) = key_and_spec(checked, &receiver);
+    let body = inner.stmts[index].clone();
+    let Stmt::Local(local) = &body else {
+        return quote!(#function);
+    };
+    let ty = match &local.pat {
+        Pat::Type(typed) => (*typed.ty).clone(),
+        _ => output_hint,
+    };
+    let assert = quote_spanned! {ty.span()=>
+        #krate::__private::assert_lock_result::<#ty>();
+    };
+    let binding = key_binding();
+    let replacement: Vec<Stmt> = syn::parse_quote! {
+        #assert
+        #key
+        let __ret: #ty = #krate::__private::run_locked(#binding, #spec, async move {
+            #body
+            #[allow(unreachable_code)]
+            __ret
+        })
+        .await;
+    };
+    inner.stmts.splice(index..=index, replacement);
+    quote!(#function)
+}
+
+/// The internal binding of the key; mixed-site, so it cannot clash with the user's names.
+fn key_binding() -> syn::Ident {
+    syn::Ident::new("__distlock_key", Span::mixed_site())
+}

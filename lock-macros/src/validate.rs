@@ -1,0 +1,158 @@
+//! Rules across the arguments and the fn: a key is required, every placeholder names a
+//! parameter, durations parse and a lease is not zero, `on_lost` is known, the fn is async and
+//! returns something. All problems are combined into one error.
+
+use syn::{LitStr, ReturnType, Signature};
+
+use crate::args::{attribute_span, Args};
+use crate::duration;
+use crate::key::{self, Template};
+
+/// Everything `expand` needs, checked.
+pub(crate) struct Checked {
+    pub(crate) template: Template,
+    /// The parameter each placeholder's root names, in order.
+    pub(crate) key_roots: Vec<syn::Ident>,
+    pub(crate) lease_ms: Option<u64>,
+    pub(crate) wait_ms: Option<u64>,
+    pub(crate) watchdog: bool,
+    pub(crate) abort_on_lost: bool,
+    pub(crate) krate: syn::Path,
+}
+
+/// Collects errors, as serde's `Ctxt` does.
+#[derive(Default)]
+struct Errors(Option<syn::Error>);
+
+impl Errors {
+    fn push(&mut self, err: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(err),
+            None => self.0 = Some(err),
+        }
+    }
+
+    fn check<T>(&mut self, result: syn::Result<T>) -> Option<T> {
+        result.map_err(|err| self.push(err)).ok()
+    }
+}
+
+pub(crate) fn check(args: Args, sig: &Signature, is_async: bool) -> syn::Result<Checked> {
+    let mut errors = Errors::default();
+    for err in args.errors {
+        errors.push(err);
+    }
+    if !is_async {
+        errors.push(syn::Error::new(
+            sig.fn_token.span,
+            "`#[distributed_lock]` can only be applied to an `async fn`",
+        ));
+    }
+    if let ReturnType::Default = sig.output {
+        errors.push(syn::Error::new(
+            sig.paren_token.span.close(),
+            "`#[distributed_lock]` needs the fn to return `Result<T, E>` where `E: From<distlock::LockError>`",
+        ));
+    }
+
+    let mut key_roots = Vec::new();
+    let template = match &args.key {
+        None => {
+            errors.push(syn::Error::new(
+                attribute_span(),
+                "missing `key`: add e.g. `key = \"order:{order_id}\"`",
+            ));
+            None
+        }
+        Some(lit) => errors.check(key::scan(lit)).inspect(|template| {
+            let names = key::parameter_names(sig);
+            for placeholder in &template.placeholders {
+                match names.iter().find(|n| **n == placeholder.root) {
+                    Some(root) => key_roots.push(root.clone()),
+                    None => errors.push(unknown_placeholder(lit, &placeholder.root, &names)),
+                }
+            }
+        }),
+    };
+
+    let lease_ms = args
+        .lease
+        .as_ref()
+        .and_then(|lit| errors.check(parse_duration(lit)));
+    if let (Some(0), Some(lit)) = (lease_ms, &args.lease) {
+        errors.push(syn::Error::new(
+            lit.span(),
+            "a lease of zero would expire at once; give a positive duration like `15s`",
+        ));
+    }
+    let wait_ms = args
+        .wait
+        .as_ref()
+        .and_then(|lit| errors.check(parse_duration(lit)));
+
+    let abort_on_lost = match &args.on_lost {
+        None => true,
+        Some(lit) => {
+            match lit.value().as_str() {
+                "abort" => true,
+                "continue" => false,
+                other => {
+                    errors.push(syn::Error::new(
+                    lit.span(),
+                    format!("unknown `on_lost` value `{other}`; expected `\"abort\"` or `\"continue\"`"),
+                ));
+                    true
+                }
+            }
+        }
+    };
+
+    let krate = match &args.krate {
+        None => syn::parse_quote!(::distlock),
+        Some(lit) => errors
+            .check(lit.parse::<syn::Path>().map_err(|_| {
+                syn::Error::new(
+                    lit.span(),
+                    "`crate` takes a path, e.g. `crate = \"my_locks\"`",
+                )
+            }))
+            .unwrap_or_else(|| syn::parse_quote!(::distlock)),
+    };
+
+    match (errors.0, template) {
+        (Some(err), _) => Err(err),
+        (None, Some(template)) => Ok(Checked {
+            template,
+            key_roots,
+            lease_ms,
+            wait_ms,
+            watchdog: args.watchdog.is_none_or(|lit| lit.value),
+            abort_on_lost,
+            krate,
+        }),
+        (None, None) => Err(syn::Error::new(attribute_span(), "missing `key`")),
+    }
+}
+
+fn parse_duration(lit: &LitStr) -> syn::Result<u64> {
+    duration::parse_millis(&lit.value()).map_err(|msg| syn::Error::new(lit.span(), msg))
+}
+
+fn unknown_placeholder(lit: &LitStr, root: &str, names: &[syn::Ident]) -> syn::Error {
+    if root == "self" {
+        return syn::Error::new(
+            lit.span(),
+            "`{self…}` needs a method with a `self` receiver; this fn has none",
+        );
+    }
+    let candidates = if names.is_empty() {
+        "the fn has no parameters".to_owned()
+    } else {
+        let list: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+        format!("the parameters are {}", list.join(", "))
+    };
+    syn::Error::new(
+        lit.span(),
+        format!("unknown placeholder `{{{root}}}` in the key template: no parameter is named `{root}`; {candidates}"),
+    )
+}

@@ -1,0 +1,393 @@
+//! `#[distributed_lock]` end to end on the global client against a real `redis-server`: every
+//! row of the README's attribute table, the fn shapes it must accept, re-entrancy, `current()`
+//! and abort-on-loss.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use distlock::{distributed_lock, LockError};
+use support::RedisServer;
+use tokio::time::Instant;
+
+fn init_once() {
+    static SERVER: OnceLock<RedisServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let server = RedisServer::start();
+        let config = distlock::Config::from_url(&server.url())
+            .expect("url")
+            .backoff(Duration::from_millis(1), Duration::from_millis(20));
+        distlock::init(config).expect("init");
+        server
+    });
+}
+
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Invalid,
+}
+
+impl From<LockError> for AppError {
+    fn from(err: LockError) -> Self {
+        AppError::Lock(err)
+    }
+}
+
+fn current_key() -> String {
+    distlock::current()
+        .expect("inside an annotated fn")
+        .key()
+        .to_owned()
+}
+
+// ---- key templates ----------------------------------------------------------------------
+
+struct Item {
+    sku: &'static str,
+    dims: (u32, u32),
+}
+
+#[distributed_lock(key = "order:{order_id}")]
+async fn plain(order_id: u64) -> Result<String, AppError> {
+    Ok(current_key())
+}
+
+#[distributed_lock(key = "item:{item.sku}:{item.dims.1}:{{literal}}")]
+async fn nested(item: &Item) -> Result<String, AppError> {
+    Ok(current_key())
+}
+
+#[tokio::test]
+async fn key_templates_interpolate_arguments_fields_and_escapes() {
+    init_once();
+    assert_eq!(plain(42).await.unwrap(), "order:42");
+    let item = Item {
+        sku: "A-1",
+        dims: (3, 4),
+    };
+    assert_eq!(nested(&item).await.unwrap(), "item:A-1:4:{literal}");
+    assert!(
+        distlock::current().is_none(),
+        "no lock outside an annotated fn"
+    );
+}
+
+// ---- methods, generics, patterns --------------------------------------------------------
+
+struct Inventory {
+    warehouse: String,
+    stock: AtomicU64,
+}
+
+impl Inventory {
+    #[distributed_lock(key = "stock:{self.warehouse}:{sku}")]
+    async fn by_ref(&self, sku: &str) -> Result<String, AppError> {
+        Ok(current_key())
+    }
+
+    #[distributed_lock(key = "stock:{self.warehouse}")]
+    async fn by_mut(&mut self, delta: u64) -> Result<u64, AppError> {
+        *self.stock.get_mut() += delta;
+        Ok(*self.stock.get_mut())
+    }
+
+    #[distributed_lock(key = "arc:{self.warehouse}")]
+    async fn by_arc(self: Arc<Self>) -> Result<String, AppError> {
+        Ok(current_key())
+    }
+}
+
+#[distributed_lock(key = "generic:{id}")]
+async fn generic<T, E>(id: T, value: impl std::fmt::Display) -> Result<String, E>
+where
+    T: std::fmt::Display + Send,
+    E: From<LockError>,
+{
+    Ok(format!("{} {value}", current_key()))
+}
+
+struct Path<T>(T);
+
+#[distributed_lock(key = "path:{id}:{a}-{b}")]
+async fn destructured(Path(id): Path<u64>, (a, b): (u8, u8)) -> Result<String, AppError> {
+    Ok(current_key())
+}
+
+struct NotClone(String);
+
+#[distributed_lock(key = "moved:{value.0}")]
+async fn moves_its_argument(value: NotClone) -> Result<String, AppError> {
+    let owned: NotClone = value; // moved in the body: the key was built before
+    Ok(owned.0)
+}
+
+#[distributed_lock(key = "borrowed:{name}")]
+async fn borrowed<'a>(name: &'a str, out: &'a mut Vec<String>) -> Result<&'a str, AppError> {
+    out.push(current_key());
+    Ok(name)
+}
+
+#[distributed_lock(key = "anyhow:{n}")]
+async fn with_anyhow(n: u32) -> anyhow::Result<u32> {
+    anyhow::ensure!(n > 0, "n must be positive");
+    Ok(n)
+}
+
+#[tokio::test]
+async fn methods_generics_patterns_and_borrows_all_work() {
+    init_once();
+    let mut inventory = Inventory {
+        warehouse: "north".into(),
+        stock: AtomicU64::new(1),
+    };
+    assert_eq!(inventory.by_ref("x").await.unwrap(), "stock:north:x");
+    assert_eq!(inventory.by_mut(2).await.unwrap(), 3);
+    let shared = Arc::new(inventory);
+    assert_eq!(shared.by_arc().await.unwrap(), "arc:north");
+    assert_eq!(
+        generic::<_, AppError>(7u8, "v").await.unwrap(),
+        "generic:7 v"
+    );
+    assert_eq!(destructured(Path(9), (1, 2)).await.unwrap(), "path:9:1-2");
+    assert_eq!(moves_its_argument(NotClone("n".into())).await.unwrap(), "n");
+    let mut out = Vec::new();
+    assert_eq!(borrowed("b", &mut out).await.unwrap(), "b");
+    assert_eq!(out, ["borrowed:b"]);
+    assert_eq!(with_anyhow(3).await.unwrap(), 3);
+    assert!(with_anyhow(0).await.is_err());
+}
+
+// ---- trait impls ------------------------------------------------------------------------
+
+trait Native {
+    fn reserve(
+        &self,
+        id: u64,
+    ) -> impl std::future::Future<Output = Result<String, AppError>> + Send;
+}
+
+struct Service;
+
+impl Native for Service {
+    #[distributed_lock(key = "native:{id}")]
+    async fn reserve(&self, id: u64) -> Result<String, AppError> {
+        Ok(current_key())
+    }
+}
+
+#[async_trait::async_trait]
+trait Boxed {
+    async fn reserve(&self, id: u64) -> Result<String, AppError>;
+}
+
+#[async_trait::async_trait]
+impl Boxed for Inventory {
+    #[distributed_lock(key = "boxed:{self.warehouse}:{id}")]
+    async fn reserve(&self, id: u64) -> Result<String, AppError> {
+        if id == 0 {
+            return Err(AppError::Invalid);
+        }
+        Ok(current_key())
+    }
+}
+
+#[tokio::test]
+async fn native_and_async_trait_impls_work() {
+    init_once();
+    assert_eq!(Service.reserve(5).await.unwrap(), "native:5");
+    let inventory = Inventory {
+        warehouse: "south".into(),
+        stock: AtomicU64::new(0),
+    };
+    assert_eq!(
+        Boxed::reserve(&inventory, 6).await.unwrap(),
+        "boxed:south:6"
+    );
+    assert!(matches!(
+        Boxed::reserve(&inventory, 0).await,
+        Err(AppError::Invalid)
+    ));
+    // The future is Send: it can be spawned.
+    tokio::spawn(async { Service.reserve(8).await.unwrap() })
+        .await
+        .unwrap();
+}
+
+// ---- mutual exclusion, fencing, wait, lease, watchdog, on_lost --------------------------
+
+static SHARED: AtomicU64 = AtomicU64::new(0);
+
+#[distributed_lock(key = "counter", wait = "30s")]
+async fn increment() -> Result<u64, AppError> {
+    let read = SHARED.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_micros(300)).await;
+    SHARED.store(read + 1, Ordering::SeqCst);
+    Ok(distlock::current().unwrap().fencing_token().get())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_are_mutually_exclusive_and_fenced() {
+    init_once();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(async {
+                let mut tokens = Vec::new();
+                for _ in 0..10 {
+                    tokens.push(increment().await.unwrap());
+                }
+                tokens
+            })
+        })
+        .collect();
+    for task in tasks {
+        let tokens = task.await.unwrap();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]));
+    }
+    assert_eq!(SHARED.load(Ordering::SeqCst), 80);
+}
+
+#[distributed_lock(key = "held:{name}", wait = "0s")]
+async fn try_once(name: &str) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "held:{name}", wait = "300ms")]
+async fn wait_briefly(name: &str) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn wait_zero_tries_once_and_wait_bounds_the_wait() {
+    init_once();
+    let guard = distlock::lock("held:busy").acquire().await.unwrap();
+    let started = Instant::now();
+    assert!(matches!(
+        try_once("busy").await,
+        Err(AppError::Lock(LockError::Timeout { .. }))
+    ));
+    assert!(started.elapsed() < Duration::from_millis(250));
+    let started = Instant::now();
+    assert!(matches!(
+        wait_briefly("busy").await,
+        Err(AppError::Lock(LockError::Timeout { .. }))
+    ));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(700),
+        "{waited:?}"
+    );
+    guard.release().await.unwrap();
+    try_once("busy").await.unwrap();
+}
+
+#[distributed_lock(key = "renewed", lease = "300ms")]
+async fn outlives_its_lease() -> Result<bool, AppError> {
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Still held: a rival with wait 0 is refused.
+    Ok(matches!(
+        distlock::lock("renewed")
+            .wait(Duration::ZERO)
+            .acquire()
+            .await,
+        Err(LockError::Timeout { .. })
+    ))
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_short_lease_for_a_long_body() {
+    init_once();
+    assert!(outlives_its_lease().await.unwrap());
+}
+
+static ABORTED_BODY_FINISHED: AtomicU64 = AtomicU64::new(0);
+
+#[distributed_lock(key = "hard-abort", lease = "300ms", watchdog = false)]
+async fn hard_lease_abort() -> Result<(), AppError> {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ABORTED_BODY_FINISHED.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(
+    key = "hard-continue",
+    lease = "300ms",
+    watchdog = false,
+    on_lost = "continue"
+)]
+async fn hard_lease_continue() -> Result<&'static str, AppError> {
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    Ok("finished")
+}
+
+#[tokio::test]
+async fn a_lost_lease_aborts_the_body_unless_told_to_continue() {
+    init_once();
+    let started = Instant::now();
+    let result = hard_lease_abort().await;
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::LeaseLost { ref key })) if key == "hard-abort"),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(ABORTED_BODY_FINISHED.load(Ordering::SeqCst), 0);
+    assert_eq!(hard_lease_continue().await.unwrap(), "finished");
+}
+
+// ---- re-entrancy --------------------------------------------------------------------------
+
+#[distributed_lock(key = "account:{id}", wait = "0s")]
+async fn inner(id: u64) -> Result<u64, AppError> {
+    Ok(distlock::current().unwrap().fencing_token().get())
+}
+
+#[distributed_lock(key = "account:{id}", wait = "0s")]
+async fn outer(id: u64) -> Result<(u64, u64), AppError> {
+    let mine = distlock::current().unwrap().fencing_token().get();
+    let joined = inner(id).await?;
+    Ok((mine, joined))
+}
+
+#[distributed_lock(key = "account:{id}", wait = "0s")]
+async fn outer_spawning(id: u64) -> Result<bool, AppError> {
+    let spawned = tokio::spawn(async move { inner(id).await }).await.unwrap();
+    Ok(matches!(
+        spawned,
+        Err(AppError::Lock(LockError::Timeout { .. }))
+    ))
+}
+
+#[tokio::test]
+async fn a_nested_call_on_the_same_key_joins_the_outer_grant_but_a_spawned_task_does_not() {
+    init_once();
+    let (mine, joined) = outer(1).await.unwrap();
+    assert_eq!(mine, joined, "the inner call ran under the outer grant");
+    assert!(
+        outer_spawning(2).await.unwrap(),
+        "a spawned task is another owner"
+    );
+    inner(1).await.expect("released after the outer call");
+}
+
+// ---- crate = "…" ----------------------------------------------------------------------
+
+mod renamed {
+    use distlock as my_locks;
+
+    #[my_locks::distributed_lock(key = "renamed:{n}", crate = "my_locks")]
+    pub async fn call(n: u8) -> Result<String, my_locks::LockError> {
+        Ok(my_locks::current().unwrap().key().to_owned())
+    }
+}
+
+#[tokio::test]
+async fn the_crate_argument_names_a_renamed_facade() {
+    init_once();
+    assert_eq!(renamed::call(3).await.unwrap(), "renamed:3");
+}
