@@ -1,0 +1,6 @@
+#[distlock::distributed_lock(key = "{nope}", lease = "0ms", on_lost = "later", mode = "read")]
+async fn many(id: u64) -> Result<(), distlock::LockError> {
+    Ok(())
+}
+
+fn main() {}

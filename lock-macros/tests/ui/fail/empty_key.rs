@@ -1,0 +1,6 @@
+#[distlock::distributed_lock(key = "")]
+async fn empty() -> Result<(), distlock::LockError> {
+    Ok(())
+}
+
+fn main() {}

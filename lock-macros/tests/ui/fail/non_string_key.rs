@@ -1,0 +1,6 @@
+#[distlock::distributed_lock(key = 42)]
+async fn numeric() -> Result<(), distlock::LockError> {
+    Ok(())
+}
+
+fn main() {}

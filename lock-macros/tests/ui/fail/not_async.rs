@@ -1,0 +1,6 @@
+#[distlock::distributed_lock(key = "k")]
+fn not_async() -> Result<(), distlock::LockError> {
+    Ok(())
+}
+
+fn main() {}
