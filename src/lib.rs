@@ -1,30 +1,72 @@
 //! Declarative distributed locks for async Rust on Redis, with fencing tokens.
 //!
-//! Configure once at startup, then take locks; every grant carries a [`FencingToken`], a
-//! watchdog renews the lease while you work, and the [`LockGuard`] releases the lock.
+//! Configure once at startup, then put [`macro@distributed_lock`] on an async fn: the key is
+//! built from the fn's arguments, the lock is taken (waiting with backoff), a watchdog renews
+//! the lease while the body runs, and the lock is released before the fn returns. Every grant
+//! carries a [`FencingToken`], which the body reads through [`current`].
 //!
 //! ```no_run
-//! use std::time::Duration;
+//! #[derive(Debug)]
+//! enum AppError { Lock(distlock::LockError) }
+//! impl From<distlock::LockError> for AppError {
+//!     fn from(err: distlock::LockError) -> Self { AppError::Lock(err) }
+//! }
+//!
+//! struct Shop;
+//!
+//! impl Shop {
+//!     #[distlock::distributed_lock(key = "order:{order_id}", lease = "15s", wait = "5s")]
+//!     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> {
+//!         let token = distlock::current().unwrap().fencing_token();
+//!         // … write to the store, passing `token` …
+//!         Ok(())
+//!     }
+//! }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), distlock::LockError> {
+//! async fn main() -> Result<(), AppError> {
 //!     distlock::init(distlock::Config::from_env()?)?;
-//!
-//!     let guard = distlock::lock("order:42")
-//!         .lease(Duration::from_secs(15))
-//!         .wait(Duration::from_secs(5))
-//!         .acquire()
-//!         .await?;
-//!     println!("holding {} with token {}", guard.key(), guard.fencing_token());
-//!     guard.release().await?;
-//!     Ok(())
+//!     Shop.reduce_stock(42).await
 //! }
 //! ```
 //!
-//! For unit tests of your own code, [`Config::in_memory`] keeps the locks in the process with
-//! the same semantics; it is never chosen in place of Redis unless you ask for it.
+//! The same without the attribute is [`lock`]`(key).lease(..).wait(..).acquire().await`, which
+//! returns a [`LockGuard`]. For unit tests of your own code, [`Config::in_memory`] keeps the
+//! locks in the process with the same semantics; it is never chosen in place of Redis unless
+//! you ask for it.
+//!
+//! Misuse is a compile error at the offending token, e.g. a placeholder that names no
+//! parameter:
+//!
+//! ```compile_fail
+//! #[distlock::distributed_lock(key = "order:{order}")]
+//! async fn reduce(order_id: u64) -> Result<(), distlock::LockError> {
+//!     Ok(())
+//! }
+//! ```
 #![deny(missing_docs)]
 
+/// Runs an async fn under a distributed lock whose key is built from its arguments.
+///
+/// | argument | meaning | default |
+/// |---|---|---|
+/// | `key` | template: `{name}`, `{name.field.0}`, `{self.field}` by `Display`; `{{` `}}` escape | required |
+/// | `lease` | lease per grant: `"250ms"`, `"15s"`, `"2m"`, `"1h"`, `"1m30s"` | config (30 s) |
+/// | `wait` | how long to wait while the lock is held; `"0s"` tries once | config (10 s) |
+/// | `watchdog` | renew the lease while the body runs | `true` |
+/// | `on_lost` | `"abort"`: cancel the body, return `LockError::LeaseLost`; `"continue"`: let it finish | `"abort"` |
+/// | `crate` | path of this crate when renamed | `::distlock` |
+///
+/// The fn must return `Result<T, E>` with `E: From<LockError>` (so `anyhow::Result` works).
+/// A call that finds the same key already held by its own task joins that grant instead of
+/// waiting; a spawned task is another owner.
+///
+/// ```no_run
+/// #[distlock::distributed_lock(key = "report:{day}", lease = "2m", wait = "0s")]
+/// async fn build_report(day: u32) -> anyhow::Result<()> {
+///     Ok(())
+/// }
+/// ```
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
     current, init, lock, BackendError, BackendErrorKind, Client, Config, FencingToken, LockError,
