@@ -131,7 +131,10 @@ async fn main() -> Result<(), AppError> {
     if let Some(at) = args.iter().position(|a| a == "--child") {
         let sku: &'static str = args[at + 1].clone().leak();
         let locked = args[at + 2] == "locked";
-        let service = Arc::new(connect().await?.expect("children run only with Redis"));
+        let service = connect()
+            .await?
+            .ok_or_else(|| AppError::Store("worker process: Redis did not answer".into()))?;
+        let service = Arc::new(service);
         return run(service, sku, locked).await;
     }
     let processes: usize = args
@@ -167,7 +170,12 @@ async fn main() -> Result<(), AppError> {
         }
         run(service.clone(), sku, locked).await?;
         for mut child in children {
-            assert!(child.wait().expect("worker process").success());
+            let status = child.wait().map_err(|e| AppError::Store(e.to_string()))?;
+            if !status.success() {
+                return Err(AppError::Store(format!(
+                    "a worker process failed: {status}"
+                )));
+            }
         }
         let left = service.read(sku).await?;
         let expected = INITIAL_STOCK - sales;
@@ -190,7 +198,7 @@ async fn connect() -> Result<Option<InventoryService>, AppError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| distlock::DEFAULT_REDIS_URL.into());
     let client = redis::Client::open(url.as_str()).map_err(|e| AppError::Store(e.to_string()))?;
     let connection = tokio::time::timeout(
-        Duration::from_secs(1),
+        Duration::from_secs(3),
         client.get_multiplexed_async_connection(),
     )
     .await;

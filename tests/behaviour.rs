@@ -320,8 +320,32 @@ async fn bad_requests_are_clear_errors(h: Harness) {
         Err(err @ LockError::InvalidKey { .. }) => assert!(err.to_string().len() < 500),
         other => panic!("expected InvalidKey, got {other:?}"),
     }
-    let zero = client.lock("z").lease(Duration::ZERO).acquire().await;
-    assert!(matches!(zero, Err(LockError::Config(_))), "{zero:?}");
+    for lease in [Duration::ZERO, Duration::from_millis(1), Duration::MAX] {
+        let bad = client.lock("z").lease(lease).acquire().await;
+        assert!(
+            matches!(bad, Err(LockError::Config(_))),
+            "{lease:?}: {bad:?}"
+        );
+    }
+    let unbounded = Client::new(
+        h.config
+            .clone()
+            .backoff(Duration::from_millis(1), Duration::MAX),
+    )
+    .expect("an unbounded backoff is allowed");
+    let holder = client
+        .lock("b")
+        .lease(Duration::from_millis(100))
+        .watchdog(false)
+        .acquire()
+        .await;
+    let waiter = unbounded
+        .lock("b")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await;
+    assert!(waiter.is_ok(), "{waiter:?}");
+    drop(holder);
     let odd = client.lock("ключ {with} braces & spaces").acquire().await;
     assert!(odd
         .expect("odd but valid keys work")

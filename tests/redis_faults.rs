@@ -356,3 +356,176 @@ async fn an_unreachable_server_is_a_backend_error_not_a_panic() {
         other => panic!("expected a backend error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_release_cancelled_while_a_renewal_is_in_flight_still_frees_the_lock() {
+    let server = RedisServer::start();
+    // Default response timeout (1 s): the renewal below stays blocked for a while.
+    let client = Client::new(Config::from_url(&server.url()).expect("url")).expect("client");
+    let lease = Duration::from_secs(6);
+    let started = Instant::now();
+    let guard = client
+        .lock("cancelled")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    // Block writes just before the first renewal (due at lease/3 = 2 s), so that the renewal
+    // is in flight and holds the lease's gate when the release comes.
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    let () = redis_cmd(&server, &["CLIENT", "PAUSE", "1500", "WRITE"]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), guard.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release should still be waiting: {cancelled:?}"
+    );
+
+    // The rival's requests wait out the pause too: give them time.
+    let rival = Client::new(
+        Config::from_url(&server.url())
+            .expect("url")
+            .response_timeout(Duration::from_secs(5)),
+    )
+    .expect("client");
+    let next = rival
+        .lock("cancelled")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire after the cancelled release");
+    let freed_after = started.elapsed();
+    // Writes resume at ~3.4 s and the release goes out then; a release lost with the cancelled
+    // future leaves the lock to expire with its lease, at 6 s or later.
+    assert!(
+        freed_after < Duration::from_secs(5),
+        "freed after {freed_after:?}"
+    );
+    assert!(next.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn callers_queued_behind_a_hanging_connect_fail_together() {
+    // A server that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let config = Config::from_url(&format!("redis://127.0.0.1:{port}"))
+        .expect("url")
+        .connect_timeout(Duration::from_millis(300));
+    let client = Client::new(config).expect("client");
+    let started = Instant::now();
+    let tries: Vec<_> = (0..8)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .lock(format!("hang:{i}"))
+                    .wait(Duration::from_millis(200))
+                    .acquire()
+                    .await
+            })
+        })
+        .collect();
+    for attempt in tries {
+        let result = attempt.await.expect("task");
+        assert!(matches!(result, Err(LockError::Backend(_))), "{result:?}");
+    }
+    let took = started.elapsed();
+    // One shared connect timeout (300 ms), not eight of them in a row (2.4 s).
+    assert!(took < Duration::from_millis(1200), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_replaced_without_an_error() {
+    let server = RedisServer::start();
+    let () = redis_cmd(&server, &["CONFIG", "SET", "timeout", "1"]);
+    let client = client_for(&server);
+    let guard = client.lock("idle").acquire().await.expect("acquire");
+    assert!(guard.release().await.expect("release"));
+    // Stay idle past the server's 1 s idle timeout: it closes our connection.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let guard = client
+        .lock("idle")
+        .acquire()
+        .await
+        .expect("acquire after idling");
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn a_corrupt_fencing_counter_is_an_error_that_leaves_no_grant_behind() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    let () = redis_cmd(
+        &server,
+        &["SET", "distlock:{corrupt}:fence", "not-a-number"],
+    );
+    let err = client
+        .lock("corrupt")
+        .acquire()
+        .await
+        .expect_err("corrupt counter");
+    match &err {
+        LockError::Backend(e) => assert_eq!(e.kind(), BackendErrorKind::Server, "{e}"),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    assert!(err.to_string().contains("fencing counter"), "{err}");
+    let held: i64 = redis_cmd(&server, &["EXISTS", "distlock:{corrupt}"]);
+    assert_eq!(held, 0, "the failed grant must not stay behind");
+}
+
+#[tokio::test]
+async fn fencing_tokens_keep_increasing_when_the_counter_comes_back_stale() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    let first = client.lock("stale").acquire().await.expect("acquire");
+    let before = first.fencing_token();
+    assert!(first.release().await.expect("release"));
+    // As after a restart from an old snapshot, or a failover to a lagging replica.
+    let () = redis_cmd(&server, &["SET", "distlock:{stale}:fence", "5"]);
+    let second = client.lock("stale").acquire().await.expect("acquire");
+    assert!(
+        second.fencing_token() > before,
+        "{} after {before}",
+        second.fencing_token()
+    );
+}
+
+#[tokio::test]
+async fn the_clean_up_of_a_timed_out_acquire_outlasts_a_long_stall() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+    server.signal("STOP");
+    let result = client.lock("stalled").acquire().await;
+    assert!(matches!(result, Err(LockError::Backend(_))), "{result:?}");
+    // Stalled well past the connect and response timeouts (300 ms each).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.signal("CONT");
+    let started = Instant::now();
+    loop {
+        let fence: i64 = redis_cmd(&server, &["EXISTS", "distlock:{stalled}:fence"]);
+        let lock: i64 = redis_cmd(&server, &["EXISTS", "distlock:{stalled}"]);
+        if fence == 1 && lock == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "fence exists: {fence}, orphaned lock exists: {lock}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, LockBackend, LockKey};
-use crate::config::{BackendConfig, Config};
+use crate::config::{BackendConfig, Config, MAX_LEASE, MIN_LEASE};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::io::IoRuntime;
@@ -199,9 +199,9 @@ impl LockRequest {
         let inner = &client.inner;
         let config = &inner.config;
         let lease = self.lease.unwrap_or(config.default_lease);
-        if lease < Duration::from_millis(1) {
+        if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
             return Err(LockError::Config(format!(
-                "the lease of lock `{}` must be at least 1 ms",
+                "the lease of lock `{}` is {lease:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}",
                 self.key
             )));
         }
@@ -215,7 +215,13 @@ impl LockRequest {
         let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
         loop {
             let sent = Instant::now();
-            let attempt = Attempt::new(inner, &key, &owner);
+            let attempt = Attempt {
+                client: inner,
+                key: &key,
+                owner: &owner,
+                expires: sent + lease,
+                settled: false,
+            };
             let reply = inner.backend.acquire(&key, &owner, lease).await;
             let remaining = match reply {
                 Ok(AcquireReply::Acquired(token)) => {
@@ -253,24 +259,17 @@ impl LockRequest {
 
 /// A try that may have taken the lock until its reply says otherwise. Dropped unsettled
 /// (an ambiguous error, or the acquire future cancelled mid-request), it deletes the possible
-/// grant in the background.
+/// grant in the background, retrying until that grant would have expired anyway.
 struct Attempt<'a> {
     client: &'a Arc<ClientInner>,
     key: &'a LockKey,
     owner: &'a str,
+    /// When a grant made by this try expires at the latest.
+    expires: Instant,
     settled: bool,
 }
 
-impl<'a> Attempt<'a> {
-    fn new(client: &'a Arc<ClientInner>, key: &'a LockKey, owner: &'a str) -> Self {
-        Self {
-            client,
-            key,
-            owner,
-            settled: false,
-        }
-    }
-
+impl Attempt<'_> {
     fn settle(mut self) {
         self.settled = true;
     }
@@ -284,16 +283,30 @@ impl Drop for Attempt<'_> {
         let client = self.client.clone();
         let key = self.key.clone();
         let owner = self.owner.to_owned();
+        let expires = self.expires;
         self.client.io.spawn(async move {
-            match client.backend.release(&key, &owner).await {
-                Ok(true) => {
-                    tracing::debug!(key = %key.name, "deleted the grant of an interrupted acquire")
+            let mut delay = Duration::from_millis(50);
+            loop {
+                match client.backend.release(&key, &owner).await {
+                    Ok(deleted) => {
+                        if deleted {
+                            tracing::debug!(key = %key.name, "deleted the grant of an interrupted acquire");
+                        }
+                        return;
+                    }
+                    Err(err) if Instant::now() + delay < expires => {
+                        tracing::debug!(key = %key.name, "clean-up of an interrupted acquire failed, retrying: {err}");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(1));
+                    }
+                    Err(err) => {
+                        tracing::warn!(
+                            key = %key.name,
+                            "could not clean up an interrupted acquire; its lease will expire: {err}"
+                        );
+                        return;
+                    }
                 }
-                Ok(false) => {}
-                Err(err) => tracing::warn!(
-                    key = %key.name,
-                    "could not clean up an interrupted acquire; its lease will expire: {err}"
-                ),
             }
         });
     }
@@ -313,7 +326,7 @@ impl Backoff {
 
     fn next_delay(&mut self) -> Duration {
         let ceiling = u64::try_from(self.ceiling.as_nanos()).unwrap_or(u64::MAX);
-        self.ceiling = (self.ceiling * 2).min(self.max);
+        self.ceiling = self.ceiling.saturating_mul(2).min(self.max);
         Duration::from_nanos(fastrand::u64(0..=ceiling))
     }
 }
@@ -321,6 +334,15 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unbounded_backoff_maximum_never_overflows() {
+        let mut backoff = Backoff::new(Duration::from_secs(1 << 40), Duration::MAX);
+        for _ in 0..200 {
+            backoff.next_delay();
+        }
+        assert_eq!(backoff.ceiling, Duration::MAX);
+    }
 
     #[test]
     fn backoff_ceilings_double_up_to_the_maximum() {

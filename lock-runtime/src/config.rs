@@ -15,6 +15,11 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_KEY_PREFIX: &str = "distlock:";
 /// Lease (time to live) of a grant when a request sets none.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Shortest lease accepted: the watchdog renews at a third of the lease and allows for 2 ms of
+/// clock drift, which leaves nothing of a shorter lease.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// Longest lease accepted (a year): longer ones are mistakes, and would overflow clocks.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a request waits for a held lock when it sets no wait.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// First backoff step between tries of a held lock (the ceiling of the first random delay).
@@ -193,6 +198,12 @@ impl Config {
                     "`{name}` must be greater than zero"
                 )));
             }
+        }
+        if !(MIN_LEASE..=MAX_LEASE).contains(&self.default_lease) {
+            return Err(LockError::Config(format!(
+                "`default_lease` is {:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}",
+                self.default_lease
+            )));
         }
         if self.backoff_min > self.backoff_max {
             return Err(LockError::Config(format!(

@@ -177,11 +177,17 @@ pub(crate) fn redact_url(url: &str) -> String {
         return "<unparseable URL>".to_owned();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rfind('@') {
-        Some(at) => format!("***@{}", &authority[at + 1..]),
-        None => authority.to_owned(),
+    // The credentials end at the last `@`: an unencoded password may itself hold `/`, `?`, `#`.
+    let (authority, tail) = match rest.rfind('@') {
+        Some(at) => {
+            let after = &rest[at + 1..];
+            let host_end = after.find(['/', '?', '#']).unwrap_or(after.len());
+            (format!("***@{}", &after[..host_end]), &after[host_end..])
+        }
+        None => {
+            let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            (rest[..host_end].to_owned(), &rest[host_end..])
+        }
     };
     let tail = match tail.find('?') {
         Some(q) => {
@@ -219,6 +225,10 @@ mod tests {
             "redis+unix:///tmp/r.sock?db=1&pass=***"
         );
         assert_eq!(redact_url("redis://host:1/"), "redis://host:1/");
+        assert_eq!(
+            redact_url("redis://:s3cr/et?#x@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
         assert_eq!(redact_url("not a url s3cret"), "<unparseable URL>");
     }
 

@@ -95,8 +95,11 @@ impl LockGuard {
     /// left untouched). An error means Redis could not be asked; the lease's expiry will free
     /// the lock.
     pub async fn release(mut self) -> Result<bool, LockError> {
+        // `released` is set only once the release has completed: if this future is dropped
+        // midway (a `timeout` around it, say), `Drop` still sends the release.
+        let outcome = release(&self.client, &self.lease).await;
         self.released = true;
-        release(&self.client, &self.lease).await
+        outcome
     }
 }
 

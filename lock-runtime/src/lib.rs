@@ -20,7 +20,7 @@ pub use backend::MAX_KEY_LEN;
 pub use client::{init, lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
-    DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
+    DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_LEASE, MIN_LEASE,
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;

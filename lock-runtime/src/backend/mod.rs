@@ -118,9 +118,10 @@ impl LockBackend for Backend {
 
 /// Whether a failed request may nevertheless have taken effect on the server (timed out, or
 /// the connection broke after sending), so that a grant may exist that nobody knows about.
+/// A failed connect sent nothing; an error reply comes from a script that undid its grant.
 pub(crate) fn is_ambiguous(err: &LockError) -> bool {
     use crate::error::BackendErrorKind;
-    matches!(err, LockError::Backend(e) if e.kind() != BackendErrorKind::Server)
+    matches!(err, LockError::Backend(e) if e.kind() != BackendErrorKind::Server && e.operation() != "connect")
 }
 
 #[cfg(test)]

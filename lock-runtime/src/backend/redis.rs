@@ -5,7 +5,7 @@
 //! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
@@ -15,14 +15,24 @@ use super::{AcquireReply, LockBackend, LockKey};
 use crate::error::{redact_url, BackendError, BackendErrorKind, LockError};
 use crate::FencingToken;
 
-/// Time to live of a fencing counter after its last grant. Safe to let it lapse: a missing
-/// counter is seeded from the server clock, which has passed any value the old one reached.
+/// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
+/// let it lapse: tokens never fall below the server clock in microseconds, which has passed any
+/// value the old counter reached.
 const FENCE_COUNTER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
 struct Current {
     generation: u64,
     connection: MultiplexedConnection,
+}
+
+/// Reconnect bookkeeping, behind the `connecting` lock.
+#[derive(Default)]
+struct Connecting {
+    last_generation: u64,
+    /// The last failed connect: callers that queued behind it share its error instead of each
+    /// waiting out another connect timeout.
+    last_failure: Option<(Instant, RedisError)>,
 }
 
 pub(crate) struct RedisBackend {
@@ -32,7 +42,7 @@ pub(crate) struct RedisBackend {
     io: Handle,
     current: Mutex<Option<Current>>,
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
-    connecting: tokio::sync::Mutex<u64>,
+    connecting: tokio::sync::Mutex<Connecting>,
     acquire_script: Script,
     release_script: Script,
     extend_script: Script,
@@ -60,7 +70,7 @@ impl RedisBackend {
                 .set_connection_timeout(Some(connect_timeout)),
             io,
             current: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(0),
+            connecting: tokio::sync::Mutex::new(Connecting::default()),
             acquire_script: Script::new(include_str!("../../scripts/acquire.lua")),
             release_script: Script::new(include_str!("../../scripts/release.lua")),
             extend_script: Script::new(include_str!("../../scripts/extend.lua")),
@@ -74,14 +84,22 @@ impl RedisBackend {
             .map(|c| (c.generation, c.connection.clone()))
     }
 
-    /// The connection in use, connecting (on the I/O runtime) when there is none.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection), LockError> {
-        if let Some(found) = self.cached() {
-            return Ok(found);
+    /// The connection in use, connecting (on the I/O runtime) when there is none. The flag
+    /// says whether the connection is new (`false`: it was in use before and may have broken
+    /// since).
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection, bool), LockError> {
+        if let Some((generation, connection)) = self.cached() {
+            return Ok((generation, connection, false));
         }
-        let mut last_generation = self.connecting.lock().await;
-        if let Some(found) = self.cached() {
-            return Ok(found);
+        let asked_at = Instant::now();
+        let mut state = self.connecting.lock().await;
+        if let Some((generation, connection)) = self.cached() {
+            return Ok((generation, connection, true));
+        }
+        if let Some((failed_at, err)) = &state.last_failure {
+            if *failed_at >= asked_at {
+                return Err(self.error("connect", err.clone()));
+            }
         }
         let client = self.client.clone();
         let config = self.connection_config.clone();
@@ -97,7 +115,10 @@ impl RedisBackend {
             .await;
         let connection = match connected {
             Ok(Ok(connection)) => connection,
-            Ok(Err(err)) => return Err(self.error("connect", err)),
+            Ok(Err(err)) => {
+                state.last_failure = Some((Instant::now(), err.clone()));
+                return Err(self.error("connect", err));
+            }
             Err(_) => {
                 return Err(BackendError::new(
                     "connect",
@@ -107,14 +128,15 @@ impl RedisBackend {
                 .into())
             }
         };
-        *last_generation += 1;
-        let generation = *last_generation;
+        state.last_failure = None;
+        state.last_generation += 1;
+        let generation = state.last_generation;
         tracing::debug!(url = %self.redacted_url, generation, "connected to Redis");
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
             generation,
             connection: connection.clone(),
         });
-        Ok((generation, connection))
+        Ok((generation, connection, true))
     }
 
     /// Forgets a connection that failed, so the next request makes a new one.
@@ -131,20 +153,31 @@ impl RedisBackend {
         BackendError::new(operation, kind, err).into()
     }
 
+    /// Runs a script. A request on a connection that was in use before and turns out broken
+    /// (closed by the server while idle, say) is sent once more on a new connection: all three
+    /// scripts are safe to repeat for the same owner.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        let (generation, mut connection) = self.connection().await?;
-        match invocation.invoke_async(&mut connection).await {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                if classify(&err) != BackendErrorKind::Server {
-                    self.discard(generation);
-                }
-                Err(self.error(operation, err))
+        let mut retried = false;
+        loop {
+            let (generation, mut connection, fresh) = self.connection().await?;
+            let err = match invocation.invoke_async(&mut connection).await {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            let kind = classify(&err);
+            if kind != BackendErrorKind::Server {
+                self.discard(generation);
             }
+            if kind == BackendErrorKind::Connection && !fresh && !retried {
+                tracing::debug!(url = %self.redacted_url, "retrying {operation} on a new connection: {err}");
+                retried = true;
+                continue;
+            }
+            return Err(self.error(operation, err));
         }
     }
 }
@@ -183,7 +216,7 @@ impl LockBackend for RedisBackend {
             .key(&key.fence)
             .arg(owner)
             .arg(millis(lease))
-            .arg(millis(FENCE_COUNTER_TTL));
+            .arg(millis(FENCE_COUNTER_TTL.max(lease.saturating_mul(2))));
         let (granted, value): (i64, i64) = self.invoke("acquire", invocation).await?;
         if granted == 1 {
             let token = u64::try_from(value).map_err(|_| {
