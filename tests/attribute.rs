@@ -12,7 +12,7 @@ use distlock::{distributed_lock, LockError};
 use support::RedisServer;
 use tokio::time::Instant;
 
-fn init_once() {
+fn init_once() -> &'static RedisServer {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
     SERVER.get_or_init(|| {
         let server = RedisServer::start();
@@ -21,7 +21,7 @@ fn init_once() {
             .backoff(Duration::from_millis(1), Duration::from_millis(20));
         distlock::init(config).expect("init");
         server
-    });
+    })
 }
 
 #[derive(Debug)]
@@ -390,4 +390,25 @@ mod renamed {
 async fn the_crate_argument_names_a_renamed_facade() {
     init_once();
     assert_eq!(renamed::call(3).await.unwrap(), "renamed:3");
+}
+
+// ---- release failures ---------------------------------------------------------------------
+
+#[distributed_lock(key = "vanishing-key", on_lost = "continue")]
+async fn deletes_its_own_key() -> Result<u32, AppError> {
+    let mut connection = init_once().connection();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("distlock:{vanishing-key}")
+        .query(&mut connection)
+        .expect("DEL");
+    assert_eq!(deleted, 1);
+    Ok(5)
+}
+
+#[tokio::test]
+async fn a_failed_release_never_masks_the_bodys_result() {
+    init_once();
+    // The release finds the key gone (it reports `false`, which is logged); the fn still
+    // returns what its body returned.
+    assert_eq!(deletes_its_own_key().await.unwrap(), 5);
 }

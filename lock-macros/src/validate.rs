@@ -8,6 +8,10 @@ use crate::args::{attribute_span, Args};
 use crate::duration;
 use crate::key::{self, Template};
 
+/// The runtime's `MIN_LEASE` and `MAX_LEASE`, in milliseconds.
+const MIN_LEASE_MS: u64 = 10;
+const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
+
 /// Everything `expand` needs, checked.
 pub(crate) struct Checked {
     pub(crate) template: Template,
@@ -79,11 +83,18 @@ pub(crate) fn check(args: Args, sig: &Signature, is_async: bool) -> syn::Result<
         .lease
         .as_ref()
         .and_then(|lit| errors.check(parse_duration(lit)));
-    if let (Some(0), Some(lit)) = (lease_ms, &args.lease) {
-        errors.push(syn::Error::new(
-            lit.span(),
-            "a lease of zero would expire at once; give a positive duration like `15s`",
-        ));
+    if let (Some(ms), Some(lit)) = (lease_ms, &args.lease) {
+        let problem = match ms {
+            0 => Some("a lease of zero would expire at once; give a positive duration like `15s`"),
+            1..MIN_LEASE_MS => {
+                Some("a lease must be at least `10ms` (the watchdog renews at a third of it)")
+            }
+            ms if ms > MAX_LEASE_MS => Some("a lease may be at most a year (`8760h`)"),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            errors.push(syn::Error::new(lit.span(), problem));
+        }
     }
     let wait_ms = args
         .wait
