@@ -194,9 +194,24 @@ impl Boxed for Inventory {
     }
 }
 
+#[async_trait::async_trait(?Send)]
+trait LocalBoxed {
+    async fn reserve_local(&self, id: u64) -> Result<String, AppError>;
+}
+
+#[async_trait::async_trait(?Send)]
+impl LocalBoxed for Service {
+    #[distributed_lock(key = "local:{id}")]
+    async fn reserve_local(&self, id: u64) -> Result<String, AppError> {
+        let not_send = std::rc::Rc::new(current_key());
+        Ok((*not_send).clone())
+    }
+}
+
 #[tokio::test]
 async fn native_and_async_trait_impls_work() {
     init_once();
+    assert_eq!(Service.reserve_local(4).await.unwrap(), "local:4");
     assert_eq!(Service.reserve(5).await.unwrap(), "native:5");
     let inventory = Inventory {
         warehouse: "south".into(),
