@@ -427,3 +427,119 @@ async fn a_failed_release_never_masks_the_bodys_result() {
     // returns what its body returned.
     assert_eq!(deletes_its_own_key().await.unwrap(), 5);
 }
+
+// ---- review regressions: unicode, keywords, inner attributes, impl Trait, macro_rules -----
+
+#[allow(non_snake_case)]
+#[distributed_lock(key = "{é}:{id}/ключ")]
+async fn unicode(é: u32, id: u32) -> Result<String, AppError> {
+    Ok(current_key())
+}
+
+struct Tagged {
+    r#type: &'static str,
+}
+
+#[distributed_lock(key = "kind:{tag.type}:{r#fn}")]
+async fn keywords(tag: &Tagged, r#fn: u8) -> Result<String, AppError> {
+    Ok(current_key())
+}
+
+#[distributed_lock(key = "inner-attr:{id}")]
+async fn with_inner_attribute(id: u64) -> Result<String, AppError> {
+    #![allow(unused_variables)]
+    let unused = 1;
+    Ok(current_key())
+}
+
+#[distributed_lock(key = "impl-trait:{id}")]
+async fn returns_impl_trait(id: u64) -> Result<impl std::fmt::Display, AppError> {
+    Ok(current_key())
+}
+
+macro_rules! locked_fn {
+    ($name:ident, $key:literal) => {
+        #[distributed_lock(key = $key)]
+        async fn $name(id: u64) -> Result<String, AppError> {
+            Ok(current_key())
+        }
+    };
+}
+
+locked_fn!(from_macro_rules, "macro:{id}");
+
+#[async_trait::async_trait]
+trait Pairs {
+    async fn pair(&self, pair: (u64, u64)) -> Result<String, AppError>;
+}
+
+#[async_trait::async_trait]
+impl Pairs for Service {
+    #[distributed_lock(key = "pair:{a}-{b}")]
+    async fn pair(&self, (a, b): (u64, u64)) -> Result<String, AppError> {
+        Ok(current_key())
+    }
+}
+
+#[tokio::test]
+async fn unicode_keywords_inner_attributes_impl_trait_and_macro_rules_work() {
+    init_once();
+    assert_eq!(unicode(1, 2).await.unwrap(), "1:2/ключ");
+    let tag = Tagged { r#type: "t" };
+    assert_eq!(keywords(&tag, 7).await.unwrap(), "kind:t:7");
+    assert_eq!(with_inner_attribute(3).await.unwrap(), "inner-attr:3");
+    assert_eq!(
+        returns_impl_trait(4).await.unwrap().to_string(),
+        "impl-trait:4"
+    );
+    assert_eq!(from_macro_rules(5).await.unwrap(), "macro:5");
+    assert_eq!(Service.pair((8, 9)).await.unwrap(), "pair:8-9");
+}
+
+#[distributed_lock(key = "A", wait = "0s")]
+async fn a_inner() -> Result<String, AppError> {
+    Ok(current_key())
+}
+
+#[distributed_lock(key = "B", wait = "0s")]
+async fn b_mid() -> Result<String, AppError> {
+    let inner = a_inner().await?;
+    assert_eq!(current_key(), "B", "back in B after the nested call");
+    Ok(inner)
+}
+
+#[distributed_lock(key = "A", wait = "0s")]
+async fn a_outer() -> Result<String, AppError> {
+    b_mid().await
+}
+
+#[tokio::test]
+async fn current_names_the_joined_key_inside_a_re_entrant_call() {
+    init_once();
+    assert_eq!(a_outer().await.unwrap(), "A");
+}
+
+#[distributed_lock(key = "join-lost")]
+async fn join_lost_inner() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[distributed_lock(
+    key = "join-lost",
+    lease = "100ms",
+    watchdog = false,
+    on_lost = "continue"
+)]
+async fn join_lost_outer() -> Result<bool, AppError> {
+    tokio::time::sleep(Duration::from_millis(400)).await; // the outer lease runs out
+    Ok(matches!(
+        join_lost_inner().await,
+        Err(AppError::Lock(LockError::LeaseLost { .. }))
+    ))
+}
+
+#[tokio::test]
+async fn a_re_entrant_call_on_a_lost_grant_fails_instead_of_running_unprotected() {
+    init_once();
+    assert!(join_lost_outer().await.unwrap());
+}

@@ -17,6 +17,8 @@ pub(crate) struct Args {
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) on_lost: Option<LitStr>,
     pub(crate) krate: Option<LitStr>,
+    /// `key` was written, even if its value was unusable (so "missing `key`" is not said too).
+    pub(crate) key_given: bool,
     /// Problems found while parsing; parsing goes on past them.
     pub(crate) errors: Vec<syn::Error>,
 }
@@ -24,6 +26,21 @@ pub(crate) struct Args {
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Args::default();
+        if let Err(err) = args.parse_pairs(input) {
+            // Keep what was found before the syntax error: the user sees everything at once.
+            let mut all = err;
+            for earlier in args.errors.drain(..) {
+                all.combine(earlier);
+            }
+            return Err(all);
+        }
+        Ok(args)
+    }
+}
+
+impl Args {
+    fn parse_pairs(&mut self, input: ParseStream<'_>) -> syn::Result<()> {
+        let args = self;
         while !input.is_empty() {
             let name: Ident = if input.peek(Token![crate]) {
                 let token: Token![crate] = input.parse()?;
@@ -42,12 +59,14 @@ impl Parse for Args {
                 input.parse::<Token![,]>()?;
             }
         }
-        Ok(args)
+        Ok(())
     }
-}
 
-impl Args {
     fn accept(&mut self, name: &Ident, value: Expr) {
+        if name == "key" {
+            self.key_given = true;
+        }
+        let value = ungroup(value);
         let result = match name.to_string().as_str() {
             "key" => string(name, value).and_then(|v| set_once(&mut self.key, name, v)),
             "lease" => string(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
@@ -63,6 +82,16 @@ impl Args {
         if let Err(err) = result {
             self.errors.push(err);
         }
+    }
+}
+
+/// A literal passed through `macro_rules!` (`$key:literal`) arrives wrapped in an invisible
+/// group.
+fn ungroup(value: Expr) -> Expr {
+    match value {
+        Expr::Group(group) => ungroup(*group.expr),
+        Expr::Paren(paren) => ungroup(*paren.expr),
+        other => other,
     }
 }
 

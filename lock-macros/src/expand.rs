@@ -5,7 +5,8 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
+use syn::visit_mut::VisitMut;
+use syn::{AttrStyle, Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
 
 use crate::args::Args;
 use crate::key;
@@ -14,34 +15,61 @@ use crate::validate::{self, Checked};
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let function: ItemFn = match syn::parse2(item.clone()) {
         Ok(function) => function,
-        Err(err) => return with_error(item, err),
+        Err(err) => {
+            let err = syn::Error::new(
+                err.span(),
+                format!("{err}; `#[distributed_lock]` applies to an `async fn` with a body"),
+            );
+            return with_error(item, err);
+        }
     };
     let args: Args = match syn::parse2(args) {
         Ok(args) => args,
         Err(err) => return with_error(item, err),
     };
-    let async_trait_body = async_trait_body(&function);
-    let is_async = function.sig.asyncness.is_some() || async_trait_body.is_some();
-    match validate::check(args, &function.sig, is_async) {
-        Ok(checked) => match async_trait_body {
-            Some(index) => expand_async_trait(function, &checked, index),
-            None => expand_async_fn(function, &checked),
-        },
-        Err(err) => with_error(item, err),
+    let async_trait =
+        boxed_async_block(&function.block).filter(|_| function.sig.asyncness.is_none());
+    let is_async = function.sig.asyncness.is_some() || async_trait.is_some();
+    let ret_index = async_trait.and_then(ret_statement);
+    let names = match (async_trait, ret_index) {
+        (Some(block), Some(index)) => rebound_names(&function.sig, &block.stmts[..index]),
+        _ => key::parameter_names(&function.sig),
+    };
+    let checked = validate::check(args, &function.sig, is_async, &names);
+    let checked = match (async_trait, ret_index, checked) {
+        (Some(_), None, Ok(_)) => Err(syn::Error::new(
+            function.sig.ident.span(),
+            "`#[distributed_lock]` needs the fn to return `Result<T, E>` where `E: From<distlock::LockError>`",
+        )),
+        (_, _, checked) => checked,
+    };
+    match (checked, ret_index) {
+        (Ok(checked), Some(index)) => expand_async_trait(function, &checked, index),
+        (Ok(checked), None) => expand_async_fn(function, &checked),
+        (Err(err), _) => with_error(item, err),
     }
+}
+
+/// The names an `#[async_trait]` body binds before the user's code: `self` (as `__self`) and
+/// the parameters it rebinds, including those of destructuring patterns.
+fn rebound_names(sig: &syn::Signature, bindings: &[Stmt]) -> Vec<syn::Ident> {
+    let mut names: Vec<syn::Ident> = key::parameter_names(sig)
+        .into_iter()
+        .filter(|name| name == "self")
+        .collect();
+    for stmt in bindings {
+        if let Stmt::Local(local) = stmt {
+            key::bound_names(&local.pat, &mut names);
+        }
+    }
+    names.retain(|name| !name.to_string().starts_with("__"));
+    names
 }
 
 /// The original item plus the errors (tokio-macros' `token_stream_with_error`).
 fn with_error(mut item: TokenStream, err: syn::Error) -> TokenStream {
     item.extend(err.into_compile_error());
     item
-}
-
-fn output_type(function: &ItemFn) -> Type {
-    match &function.sig.output {
-        ReturnType::Type(_, ty) => (**ty).clone(),
-        ReturnType::Default => syn::parse_quote!(()),
-    }
 }
 
 /// `let __distlock_key = format!(…);` and the `LockSpec` value, naming `self` as `receiver`.
@@ -105,27 +133,37 @@ fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
         sig,
         block,
     } = function;
-    let output = match &sig.output {
-        ReturnType::Type(_, ty) => (**ty).clone(),
-        ReturnType::Default => syn::parse_quote!(()),
-    };
+    // syn files a body's `#![inner]` attributes with the fn's: put them back inside.
+    let (outer, inner): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|attr| matches!(attr.style, AttrStyle::Outer));
+    let output = output_type_of(&sig.output);
+    // `let` cannot name `impl Trait`: let inference fill those parts in.
+    let mut pinned = output.clone();
+    ImplTraitToInfer.visit_type_mut(&mut pinned);
     let krate = &checked.krate;
     let (key, spec) = key_and_spec(checked, &quote!(self));
+    // Mixed-site hygiene, but located at the return type, so a type error points there.
+    let fake = syn::Ident::new(
+        "__distlock_fake",
+        Span::mixed_site().located_at(output.span()),
+    );
     let assert = quote_spanned! {output.span()=>
-        #krate::__private::assert_lock_result::<#output>();
+        #krate::__private::assert_lock_result_of(&#fake);
     };
     let stmts = &block.stmts;
     let binding = key_binding();
     quote! {
-        #(#attrs)*
+        #(#outer)*
         #vis #sig {
-            #assert
+            #(#inner)*
             #key
             #krate::__private::run_locked(#binding, #spec, async move {
                 #[allow(unreachable_code, clippy::diverging_sub_expression)]
                 if false {
-                    let __distlock_fake: #output = loop {};
-                    return __distlock_fake;
+                    let #fake: #pinned = loop {};
+                    #assert
+                    return #fake;
                 }
                 #(#stmts)*
             })
@@ -134,13 +172,31 @@ fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
     }
 }
 
-/// For a fn already rewritten by `#[async_trait]` (`Box::pin(async move { …; let __ret: R =
-/// { BODY }; __ret })`), the index of the `let __ret` statement inside the async block.
-fn async_trait_body(function: &ItemFn) -> Option<usize> {
-    if function.sig.asyncness.is_some() {
-        return None;
+fn output_type_of(output: &ReturnType) -> Type {
+    match output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
     }
-    let block = boxed_async_block(&function.block)?;
+}
+
+/// Replaces every `impl Trait` in a type with `_`.
+struct ImplTraitToInfer;
+
+impl VisitMut for ImplTraitToInfer {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+            return;
+        }
+        syn::visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+/// In an `#[async_trait]` future (`…; let __ret: R = { BODY }; __ret`), the index of the
+/// `let __ret` statement.
+fn ret_statement(block: &Block) -> Option<usize> {
     block.stmts.iter().position(|stmt| match stmt {
         Stmt::Local(local) => match &local.pat {
             Pat::Type(typed) => matches!(&*typed.pat, Pat::Ident(p) if p.ident == "__ret"),
@@ -151,6 +207,8 @@ fn async_trait_body(function: &ItemFn) -> Option<usize> {
     })
 }
 
+/// The `async move` block of a body ending in `Box::pin(async move { … })`, the shape
+/// `#[async_trait]` gives a method.
 fn boxed_async_block(block: &Block) -> Option<&Block> {
     let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last() else {
         return None;
@@ -193,7 +251,7 @@ fn boxed_async_block_mut(block: &mut Block) -> Option<&mut Block> {
 //     let __ret: R = ::distlock::__private::run_locked(#binding, LockSpec { … },
 //         async move { let __ret: R = { BODY }; __ret }).await;
 fn expand_async_trait(mut function: ItemFn, checked: &Checked, index: usize) -> TokenStream {
-    let output_hint = output_type(&function);
+    let output_hint = output_type_of(&function.sig.output);
     let krate = checked.krate.clone();
     let Some(inner) = boxed_async_block_mut(&mut function.block) else {
         return quote!(#function);

@@ -8,8 +8,10 @@ use syn::{FnArg, Ident, LitStr, Member, Pat, Signature};
 
 /// A placeholder: a root name and the fields or tuple indices after it.
 pub(crate) struct Placeholder {
+    /// The root as written, without `r#`.
     pub(crate) root: String,
-    pub(crate) members: Vec<String>,
+    /// Fields and tuple indices, spanned at the key literal.
+    pub(crate) members: Vec<Member>,
 }
 
 /// A scanned template: the `format!` string (literal braces doubled, placeholders as `{}`) and
@@ -32,47 +34,41 @@ pub(crate) fn scan(lit: &LitStr) -> syn::Result<Template> {
     }
     let mut format = String::new();
     let mut placeholders = Vec::new();
-    let mut chars = text.char_indices().peekable();
-    while let Some((at, c)) = chars.next() {
-        match c {
-            '{' if chars.peek().map(|&(_, c)| c) == Some('{') => {
-                chars.next();
-                format.push_str("{{");
-            }
-            '{' => {
-                let rest = &text[at + 1..];
-                let Some(len) = rest.find('}') else {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        format!("unclosed `{{` in the key template; {GRAMMAR}"),
-                    ));
-                };
-                let inner = &rest[..len];
-                if inner.contains('{') {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        format!("unclosed `{{` before `{{{inner}}}`; {GRAMMAR}"),
-                    ));
-                }
-                placeholders.push(placeholder(lit, inner)?);
-                format.push_str("{}");
-                for _ in 0..=len {
-                    chars.next();
-                }
-            }
-            '}' if chars.peek().map(|&(_, c)| c) == Some('}') => {
-                chars.next();
-                format.push_str("}}");
-            }
-            '}' => {
-                return Err(syn::Error::new(
-                    lit.span(),
-                    format!("unmatched `}}` in the key template; {GRAMMAR}"),
-                ))
-            }
-            c => format.push(c),
+    // Byte offsets throughout: braces are ASCII, so slicing at them is always on a boundary.
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(['{', '}']) {
+        format.push_str(&rest[..at]);
+        let brace = &rest[at..at + 1];
+        let after = &rest[at + 1..];
+        if after.starts_with(brace) {
+            format.push_str(if brace == "{" { "{{" } else { "}}" });
+            rest = &after[1..];
+            continue;
         }
+        if brace == "}" {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("unmatched `}}` in the key template; {GRAMMAR}"),
+            ));
+        }
+        let Some(len) = after.find('}') else {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("unclosed `{{` in the key template; {GRAMMAR}"),
+            ));
+        };
+        let inner = &after[..len];
+        if inner.contains('{') {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("unclosed `{{` before `{{{inner}}}`; {GRAMMAR}"),
+            ));
+        }
+        placeholders.push(placeholder(lit, inner)?);
+        format.push_str("{}");
+        rest = &after[len + 1..];
     }
+    format.push_str(rest);
     Ok(Template {
         format,
         placeholders,
@@ -81,6 +77,14 @@ pub(crate) fn scan(lit: &LitStr) -> syn::Result<Template> {
 
 fn placeholder(lit: &LitStr, inner: &str) -> syn::Result<Placeholder> {
     let trimmed = inner.trim();
+    let invalid = |why: &str| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`{{{inner}}}` is not a placeholder the key template understands{why}; {GRAMMAR}"
+            ),
+        )
+    };
     if trimmed.is_empty() {
         return Err(syn::Error::new(
             lit.span(),
@@ -89,24 +93,45 @@ fn placeholder(lit: &LitStr, inner: &str) -> syn::Result<Placeholder> {
     }
     let mut parts = trimmed.split('.');
     let root = parts.next().unwrap_or_default();
-    let is_ident = |s: &str| {
-        s.chars()
-            .next()
-            .is_some_and(|c| c.is_alphabetic() || c == '_')
-            && s.chars().all(|c| c.is_alphanumeric() || c == '_')
-    };
-    let is_index = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
-    let members: Vec<String> = parts.map(str::to_owned).collect();
-    if !is_ident(root) || !members.iter().all(|m| is_ident(m) || is_index(m)) {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!("`{{{inner}}}` is not a placeholder the key template understands; {GRAMMAR}"),
-        ));
+    let root = root.strip_prefix("r#").unwrap_or(root);
+    if root != "self" && identifier(root, lit).is_none() {
+        return Err(invalid(""));
+    }
+    let mut members = Vec::new();
+    for part in parts {
+        let member = if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            let index = part
+                .parse::<u32>()
+                .map_err(|_| invalid(" (tuple index too large)"))?;
+            Member::Unnamed(syn::Index {
+                index,
+                span: lit.span(),
+            })
+        } else {
+            let name = part.strip_prefix("r#").unwrap_or(part);
+            Member::Named(identifier(name, lit).ok_or_else(|| invalid(""))?)
+        };
+        members.push(member);
     }
     Ok(Placeholder {
         root: root.to_owned(),
         members,
     })
+}
+
+/// `name` as an identifier spanned at the literal, raw when it is a keyword (`type`).
+fn identifier(name: &str, lit: &LitStr) -> Option<Ident> {
+    let valid = syn::parse_str::<Ident>(name).is_ok();
+    let valid_raw = !valid
+        && !matches!(name, "self" | "Self" | "super" | "crate" | "_")
+        && syn::parse_str::<Ident>(&format!("r#{name}")).is_ok();
+    if valid {
+        Some(Ident::new(name, lit.span()))
+    } else if valid_raw {
+        Some(Ident::new_raw(name, lit.span()))
+    } else {
+        None
+    }
 }
 
 /// The names a fn's parameters bind, walking destructuring patterns; `self` if it has a
@@ -124,7 +149,7 @@ pub(crate) fn parameter_names(sig: &Signature) -> Vec<Ident> {
     names
 }
 
-fn bound_names(pat: &Pat, names: &mut Vec<Ident>) {
+pub(crate) fn bound_names(pat: &Pat, names: &mut Vec<Ident>) {
     match pat {
         Pat::Ident(p) => {
             names.push(p.ident.clone());
@@ -155,20 +180,49 @@ pub(crate) fn argument(
     root: &Ident,
     receiver: &TokenStream,
 ) -> TokenStream {
-    let members = placeholder.members.iter().map(|m| {
-        let member: Member = match m.parse::<u32>() {
-            Ok(index) => Member::Unnamed(syn::Index {
-                index,
-                span: root.span(),
-            }),
-            Err(_) => Member::Named(Ident::new(m, root.span())),
-        };
-        member.into_token_stream()
-    });
-    let root = if root == "self" {
+    let members = &placeholder.members;
+    let root = if placeholder.root == "self" {
         receiver.clone()
     } else {
         root.to_token_stream()
     };
     quote!(&(#root #(. #members)*))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scanned(template: &str) -> syn::Result<Template> {
+        scan(&LitStr::new(template, proc_macro2::Span::call_site()))
+    }
+
+    #[test]
+    fn unicode_text_around_placeholders_is_kept() {
+        let t = scanned("{é}:{id}/ключ{{x}}").unwrap();
+        assert_eq!(t.format, "{}:{}/ключ{{x}}");
+        assert_eq!(t.placeholders.len(), 2);
+        assert_eq!(t.placeholders[0].root, "é");
+        assert_eq!(scanned("{名前}xyz").unwrap().format, "{}xyz");
+        assert_eq!(scanned("{{{id}}}").unwrap().format, "{{{}}}");
+        assert_eq!(scanned("}}{{").unwrap().format, "}}{{");
+    }
+
+    #[test]
+    fn odd_member_names_are_errors_not_panics() {
+        for bad in [
+            "{p.99999999999}",
+            "{p.a½}",
+            "{p.}",
+            "{.p}",
+            "{a b}",
+            "{0}",
+            "{p..q}",
+        ] {
+            assert!(scanned(bad).is_err(), "{bad}");
+        }
+        let raw = scanned("{item.type}:{r#type}").unwrap();
+        assert_eq!(raw.placeholders[0].members.len(), 1);
+        assert_eq!(raw.placeholders[1].root, "type");
+    }
 }

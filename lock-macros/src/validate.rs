@@ -2,6 +2,7 @@
 //! parameter, durations parse and a lease is not zero, `on_lost` is known, the fn is async and
 //! returns something. All problems are combined into one error.
 
+use syn::ext::IdentExt;
 use syn::{LitStr, ReturnType, Signature};
 
 use crate::args::{attribute_span, Args};
@@ -41,7 +42,14 @@ impl Errors {
     }
 }
 
-pub(crate) fn check(args: Args, sig: &Signature, is_async: bool) -> syn::Result<Checked> {
+/// Checks `args` against the fn. `names` are the names its parameters bind (for an
+/// `#[async_trait]` body, the names it rebinds inside the future).
+pub(crate) fn check(
+    args: Args,
+    sig: &Signature,
+    is_async: bool,
+    names: &[syn::Ident],
+) -> syn::Result<Checked> {
     let mut errors = Errors::default();
     for err in args.errors {
         errors.push(err);
@@ -61,6 +69,7 @@ pub(crate) fn check(args: Args, sig: &Signature, is_async: bool) -> syn::Result<
 
     let mut key_roots = Vec::new();
     let template = match &args.key {
+        None if args.key_given => None,
         None => {
             errors.push(syn::Error::new(
                 attribute_span(),
@@ -69,11 +78,10 @@ pub(crate) fn check(args: Args, sig: &Signature, is_async: bool) -> syn::Result<
             None
         }
         Some(lit) => errors.check(key::scan(lit)).inspect(|template| {
-            let names = key::parameter_names(sig);
             for placeholder in &template.placeholders {
-                match names.iter().find(|n| **n == placeholder.root) {
+                match names.iter().find(|n| n.unraw() == placeholder.root) {
                     Some(root) => key_roots.push(root.clone()),
-                    None => errors.push(unknown_placeholder(lit, &placeholder.root, &names)),
+                    None => errors.push(unknown_placeholder(lit, &placeholder.root, names)),
                 }
             }
         }),

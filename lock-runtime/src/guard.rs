@@ -54,6 +54,11 @@ impl LockGuard {
         }
     }
 
+    /// The shared state of the grant (for the attribute's re-entrant calls).
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
     /// The key as it was requested (without the configured prefix).
     pub fn key(&self) -> &str {
         &self.lease.key.name

@@ -29,7 +29,9 @@ pub use scope::{current, LockInfo};
 /// What the attribute macro expands to. Not a public API: no stability promise.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::scope::{assert_lock_result, run_locked, LockResult, LockSpec, OnLost};
+    pub use crate::scope::{
+        assert_lock_result, assert_lock_result_of, run_locked, LockResult, LockSpec, OnLost,
+    };
     pub use core::time::Duration;
     pub use std::format;
 }

@@ -4,14 +4,24 @@
 //! told to continue), and releases the lock before returning.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::LockError;
+use crate::watchdog::Lease;
 use crate::FencingToken;
 
 tokio::task_local! {
-    /// Locks held by the current task through the attribute, outermost first.
-    static HELD: Vec<LockInfo>;
+    /// Locks held by the current task through the attribute, outermost first; a re-entrant
+    /// call pushes the grant it joined again, so `current()` names its own key.
+    static HELD: Vec<Held>;
+}
+
+/// A grant on the task's stack: what `current()` shows, and the lease to watch.
+#[derive(Clone)]
+struct Held {
+    info: LockInfo,
+    lease: Arc<Lease>,
 }
 
 /// The lock the current task holds through `#[distributed_lock]`: its key and fencing token.
@@ -47,13 +57,37 @@ impl LockInfo {
 /// }
 /// ```
 pub fn current() -> Option<LockInfo> {
-    HELD.try_with(|held| held.last().cloned()).ok().flatten()
+    HELD.try_with(|held| held.last().map(|h| h.info.clone()))
+        .ok()
+        .flatten()
 }
 
-/// Whether `key` is held by the current task through the attribute.
-fn held_by_this_task(key: &str) -> bool {
-    HELD.try_with(|held| held.iter().any(|info| info.key == key))
-        .unwrap_or(false)
+/// The grant of `key` the current task already holds through the attribute, if any.
+fn held_by_this_task(key: &str) -> Option<Held> {
+    HELD.try_with(|held| held.iter().rev().find(|h| h.info.key == key).cloned())
+        .ok()
+        .flatten()
+}
+
+/// Runs `body` with `held` pushed on the task's stack; `None` if it was cancelled because the
+/// lease was lost (with `OnLost::Abort`).
+async fn run_scoped<F: Future>(held: Held, on_lost: OnLost, body: F) -> Option<F::Output> {
+    let lease = held.lease.clone();
+    let mut stack = HELD.try_with(Clone::clone).unwrap_or_default();
+    stack.push(held);
+    HELD.scope(stack, async {
+        match on_lost {
+            OnLost::Abort => {
+                tokio::select! {
+                    biased;
+                    () = lease.lost() => None,
+                    result = body => Some(result),
+                }
+            }
+            OnLost::Continue => Some(body.await),
+        }
+    })
+    .await
 }
 
 /// What to do with the body when the lease is lost.
@@ -98,6 +132,10 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
 #[doc(hidden)]
 pub fn assert_lock_result<R: LockResult>() {}
 
+/// Compile-time check on a value of the return type (which may contain `impl Trait`).
+#[doc(hidden)]
+pub fn assert_lock_result_of<R: LockResult>(_: &R) {}
+
 /// Runs `body` under the lock `key` of the global client, as `spec` says.
 #[doc(hidden)]
 pub async fn run_locked<R, F>(key: String, spec: LockSpec, body: F) -> R
@@ -105,9 +143,16 @@ where
     R: LockResult,
     F: Future<Output = R>,
 {
-    if held_by_this_task(&key) {
-        // Re-entrant call in the same task: join the outer grant.
-        return body.await;
+    if let Some(outer) = held_by_this_task(&key) {
+        // Re-entrant call in the same task: join the outer grant (its lease and watchdog
+        // apply; this call's own `lease`, `wait` and `watchdog` do not).
+        if outer.lease.is_lost() {
+            return R::from_lock_error(LockError::LeaseLost { key });
+        }
+        return match run_scoped(outer, spec.on_lost, body).await {
+            Some(result) => result,
+            None => R::from_lock_error(LockError::LeaseLost { key }),
+        };
     }
     let mut request = crate::lock(key.clone()).watchdog(spec.watchdog);
     if let Some(lease) = spec.lease {
@@ -120,25 +165,14 @@ where
         Ok(guard) => guard,
         Err(err) => return R::from_lock_error(err),
     };
-    let mut held = HELD.try_with(Clone::clone).unwrap_or_default();
-    held.push(LockInfo {
-        key: key.clone(),
-        fencing_token: guard.fencing_token(),
-    });
-    let outcome = HELD
-        .scope(held, async {
-            match spec.on_lost {
-                OnLost::Abort => {
-                    tokio::select! {
-                        biased;
-                        () = guard.lost() => None,
-                        result = body => Some(result),
-                    }
-                }
-                OnLost::Continue => Some(body.await),
-            }
-        })
-        .await;
+    let held = Held {
+        info: LockInfo {
+            key: key.clone(),
+            fencing_token: guard.fencing_token(),
+        },
+        lease: guard.lease().clone(),
+    };
+    let outcome = run_scoped(held, spec.on_lost, body).await;
     if outcome.is_some() && !guard.is_held() {
         tracing::warn!(%key, "the lease was lost while the body ran (on_lost = \"continue\")");
     }

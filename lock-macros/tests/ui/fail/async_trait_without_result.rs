@@ -1,0 +1,14 @@
+#[async_trait::async_trait]
+trait Job {
+    async fn run(&self, id: u64);
+}
+
+struct Worker;
+
+#[async_trait::async_trait]
+impl Job for Worker {
+    #[distlock::distributed_lock(key = "job:{id}")]
+    async fn run(&self, id: u64) {}
+}
+
+fn main() {}

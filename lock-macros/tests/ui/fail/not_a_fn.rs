@@ -1,0 +1,4 @@
+#[distlock::distributed_lock(key = "k")]
+struct NotAFn;
+
+fn main() {}
