@@ -58,8 +58,9 @@
 /// | `crate` | path of this crate when renamed | `::distlock` |
 ///
 /// The fn must return `Result<T, E>` with `E: From<LockError>` (so `anyhow::Result` works).
-/// A call that finds the same key already held by its own task joins that grant instead of
-/// waiting; a spawned task is another owner.
+/// A call that finds the same key already held by its own task (through this attribute) joins
+/// that grant instead of waiting: the outer grant's lease and watchdog apply, the call's own
+/// `on_lost` too. A spawned task is another owner.
 ///
 /// ```no_run
 /// #[distlock::distributed_lock(key = "report:{day}", lease = "2m", wait = "0s")]
