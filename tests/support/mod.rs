@@ -5,6 +5,8 @@
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
+pub mod proxy;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};

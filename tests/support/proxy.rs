@@ -1,0 +1,1 @@
+//! A fault-injecting TCP proxy for tests (placeholder; see tests/stalled_connection.rs).
