@@ -97,11 +97,29 @@ impl Lease {
         self.ended.store(true, Ordering::Release);
     }
 
-    /// Completes when the lease is lost (never, if it never is).
+    /// Completes when the lease is lost (never, if it never is). Checks the local deadline
+    /// itself, so a task woken after a long pause sees the loss at once, before the watchdog
+    /// (on another thread) has run.
     pub(crate) async fn lost(&self) {
         let mut lost = self.lost.subscribe();
-        if lost.wait_for(|lost| *lost).await.is_err() {
-            std::future::pending::<()>().await;
+        loop {
+            if *lost.borrow_and_update() {
+                return;
+            }
+            let deadline = self.deadline();
+            if Instant::now() >= deadline {
+                self.mark_lost("its lease ran out before a renewal succeeded");
+                return;
+            }
+            tokio::select! {
+                changed = lost.changed() => {
+                    if changed.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                // The deadline may have moved by then: look again.
+                () = tokio::time::sleep_until(deadline) => {}
+            }
         }
     }
 

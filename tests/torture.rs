@@ -1,0 +1,667 @@
+//! The torture suite: real OS processes against real `redis-server` processes, with crashes
+//! (SIGKILL), pauses (SIGSTOP) and a Redis restart, checked against a store that logs every
+//! committed write with the value it read and the fencing token it held.
+//!
+//!     cargo test --test torture                       # small: a minute at most, run in CI
+//!     cargo test --release --test torture -- --full   # the figures in RELIABILITY.md
+//!
+//! A custom harness (`harness = false`): the binary orchestrates, and re-executes itself with
+//! `DISTLOCK_TORTURE_ROLE` set to play a worker or a holder process. Figures are printed as a
+//! table and appended as JSON lines to `target/torture.jsonl`.
+
+mod support;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use distlock::{distributed_lock, Client, Config, LockError};
+use support::RedisServer;
+
+const ROLE_ENV: &str = "DISTLOCK_TORTURE_ROLE";
+
+/// Commits a write to the protected store: `SET value = read + 1` and log `read token worker`.
+/// With `fenced = 1` it refuses a token below the last accepted one (Kleppmann's fenced
+/// store; one grant may write several times) and counts the refusal instead.
+///
+/// KEYS: value, log, last accepted token, refused counter. ARGV: read, token, worker, fenced.
+/// Returns 1 when committed, 0 when refused.
+const COMMIT: &str = r#"
+local last = tonumber(redis.call('GET', KEYS[3]) or '0')
+local token = tonumber(ARGV[2])
+if ARGV[4] == '1' and token < last then
+  redis.call('INCR', KEYS[4])
+  return 0
+end
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) + 1)
+if token > last then redis.call('SET', KEYS[3], ARGV[2]) end
+redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+return 1
+"#;
+
+// ---- the protected store (client side, used by workers) ---------------------------------
+
+#[derive(Debug)]
+enum WorkError {
+    Lock(LockError),
+    Store(String),
+}
+
+impl From<LockError> for WorkError {
+    fn from(err: LockError) -> Self {
+        WorkError::Lock(err)
+    }
+}
+
+struct Store {
+    connection: redis::aio::MultiplexedConnection,
+    commit: redis::Script,
+    worker: String,
+}
+
+impl Store {
+    async fn connect(url: &str, worker: &str) -> Store {
+        let client = redis::Client::open(url).expect("store url");
+        Store {
+            connection: client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect to the store"),
+            commit: redis::Script::new(COMMIT),
+            worker: worker.to_owned(),
+        }
+    }
+
+    async fn read(&self) -> Result<i64, WorkError> {
+        let mut connection = self.connection.clone();
+        redis::cmd("GET")
+            .arg("value")
+            .query_async::<Option<i64>>(&mut connection)
+            .await
+            .map(|v| v.unwrap_or(0))
+            .map_err(|e| WorkError::Store(e.to_string()))
+    }
+
+    async fn commit(&self, read: i64, token: u64, fenced: bool) -> Result<bool, WorkError> {
+        let mut connection = self.connection.clone();
+        self.commit
+            .key("value")
+            .key("log")
+            .key("last-token")
+            .key("refused")
+            .arg(read)
+            .arg(token)
+            .arg(&self.worker)
+            .arg(if fenced { "1" } else { "0" })
+            .invoke_async::<i64>(&mut connection)
+            .await
+            .map(|committed| committed == 1)
+            .map_err(|e| WorkError::Store(e.to_string()))
+    }
+}
+
+// ---- worker and holder processes ----------------------------------------------------------
+
+/// One read-modify-write under the lock: read, pause (the non-atomic gap), commit.
+#[distributed_lock(key = "torture", wait = "10s")]
+async fn increment(store: &Store, gap: Duration) -> Result<(), WorkError> {
+    let token = distlock::current().expect("held").fencing_token().get();
+    let read = store.read().await?;
+    tokio::time::sleep(gap).await;
+    store.commit(read, token, false).await?;
+    Ok(())
+}
+
+/// Writes to the fenced store every 20 ms for as long as the lease holds.
+#[distributed_lock(key = "torture", wait = "10s")]
+async fn write_while_held(store: &Store) -> Result<(), WorkError> {
+    let token = distlock::current().expect("held").fencing_token().get();
+    say(&format!("acquired {token}"));
+    loop {
+        let read = store.read().await?;
+        store.commit(read, token, true).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Entry of a child process: `ROLE lock_url store_url worker_id lease_ms`.
+fn child(role: &str) {
+    std::panic::set_hook(Box::new(|info| say(&format!("PANIC {info}"))));
+    let args: Vec<String> = std::env::args().collect();
+    let (lock_url, store_url, worker, lease_ms) = (&args[1], &args[2], &args[3], &args[4]);
+    let lease = Duration::from_millis(lease_ms.parse().expect("lease"));
+    let config = Config::from_url(lock_url)
+        .expect("lock url")
+        .default_lease(lease)
+        .backoff(Duration::from_millis(1), Duration::from_millis(50))
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300));
+    distlock::init(config).expect("init");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let store = Store::connect(store_url, worker).await;
+        match role {
+            "worker" => loop {
+                match increment(&store, Duration::from_millis(2)).await {
+                    Ok(()) => {}
+                    Err(WorkError::Lock(err)) => {
+                        say(&format!("error {}", error_kind(&err)));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(WorkError::Store(err)) => say(&format!("store-error {err}")),
+                }
+            },
+            "holder" => {
+                let result = write_while_held(&store).await;
+                say(&format!("returned {result:?}"));
+            }
+            other => panic!("unknown role {other}"),
+        }
+    });
+}
+
+fn error_kind(err: &LockError) -> String {
+    match err {
+        LockError::Backend(e) => format!("Backend({:?})", e.kind()),
+        LockError::Timeout { .. } => "Timeout".into(),
+        LockError::LeaseLost { .. } => "LeaseLost".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A child process and its stdout lines.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(role: &str, lock_url: &str, store_url: &str, id: usize, lease: Duration) -> Proc {
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .env(ROLE_ENV, role)
+            .args([
+                lock_url,
+                store_url,
+                &format!("w{id}"),
+                &lease.as_millis().to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn a child process");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for a line starting with `prefix`; returns the rest.
+    fn expect_line(&self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with("PANIC") => panic!("child panicked: {line}"),
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        return rest.trim().to_owned();
+                    }
+                }
+                Err(_) => panic!("no `{prefix}` line from the child within {within:?}"),
+            }
+        }
+    }
+
+    fn drain(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---- checks on the store's log ------------------------------------------------------------
+
+struct LogCheck {
+    commits: usize,
+    duplicate_reads: usize,
+    token_regressions: usize,
+}
+
+fn check_log(store: &RedisServer) -> LogCheck {
+    let log: Vec<String> = redis::cmd("LRANGE")
+        .arg("log")
+        .arg(0)
+        .arg(-1)
+        .query(&mut store.connection())
+        .expect("read the log");
+    let mut reads = HashSet::new();
+    let mut duplicate_reads = 0;
+    let mut token_regressions = 0;
+    let mut last_token = 0u64;
+    for entry in &log {
+        let mut parts = entry.split(' ');
+        let read: i64 = parts.next().and_then(|p| p.parse().ok()).expect("read");
+        let token: u64 = parts.next().and_then(|p| p.parse().ok()).expect("token");
+        if !reads.insert(read) {
+            duplicate_reads += 1;
+        }
+        if token <= last_token {
+            token_regressions += 1;
+        }
+        last_token = token;
+    }
+    LogCheck {
+        commits: log.len(),
+        duplicate_reads,
+        token_regressions,
+    }
+}
+
+// ---- scenarios ------------------------------------------------------------------------------
+
+struct Size {
+    full: bool,
+}
+
+impl Size {
+    fn pick<T>(&self, small: T, full: T) -> T {
+        if self.full {
+            full
+        } else {
+            small
+        }
+    }
+}
+
+fn record(scenario: &str, fields: &[(&str, String)]) {
+    let line = fields
+        .iter()
+        .map(|(k, v)| format!("\"{k}\": {v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let json = format!("{{\"scenario\": \"{scenario}\", {line}}}");
+    println!("  {json}");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/torture.jsonl");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{json}");
+    }
+}
+
+fn percentiles(samples: &mut [Duration]) -> String {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "{{\"n\": {}, \"min_ms\": {:.1}, \"p50_ms\": {:.1}, \"p90_ms\": {:.1}, \"max_ms\": {:.1}}}",
+        samples.len(),
+        samples[0].as_secs_f64() * 1e3,
+        at(0.5).as_secs_f64() * 1e3,
+        at(0.9).as_secs_f64() * 1e3,
+        samples[samples.len() - 1].as_secs_f64() * 1e3
+    )
+}
+
+/// 1. Eight workers do read-modify-writes under the lock while a chaos loop SIGKILLs one at
+/// random every ~200 ms and respawns it.
+fn mutual_exclusion_with_crashes(size: &Size) {
+    let lock = RedisServer::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let run_for = size.pick(Duration::from_secs(6), Duration::from_secs(120));
+    let mut workers: Vec<Proc> = (0..8)
+        .map(|id| Proc::spawn("worker", &lock.url(), &store.url(), id, lease))
+        .collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut next_id = 8;
+    while started.elapsed() < run_for {
+        std::thread::sleep(Duration::from_millis(100 + fastrand::u64(0..200)));
+        let victim = fastrand::usize(0..workers.len());
+        workers[victim].kill();
+        kills += 1;
+        workers[victim] = Proc::spawn("worker", &lock.url(), &store.url(), next_id, lease);
+        next_id += 1;
+    }
+    let panics: usize = workers
+        .iter()
+        .flat_map(|w| w.drain())
+        .filter(|l| l.starts_with("PANIC"))
+        .count();
+    drop(workers);
+    let check = check_log(&store);
+    record(
+        "mutual_exclusion_with_crashes",
+        &[
+            ("seconds", run_for.as_secs().to_string()),
+            ("committed_writes", check.commits.to_string()),
+            ("kills", kills.to_string()),
+            ("duplicate_reads", check.duplicate_reads.to_string()),
+            ("token_regressions", check.token_regressions.to_string()),
+            ("panics", panics.to_string()),
+        ],
+    );
+    assert!(
+        check.commits > 50,
+        "too few commits to mean anything: {}",
+        check.commits
+    );
+    assert_eq!(
+        check.duplicate_reads, 0,
+        "two committed writes read the same value"
+    );
+    assert_eq!(
+        check.token_regressions, 0,
+        "a committed write had a smaller token"
+    );
+    assert_eq!(panics, 0);
+}
+
+/// 2. Time from the SIGKILL of a holder to the next grant.
+fn liveness_after_a_crash(size: &Size, runtime: &tokio::runtime::Runtime) {
+    let lock = RedisServer::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(1000);
+    let rounds = size.pick(5, 40);
+    let client = Client::new(Config::from_url(&lock.url()).expect("url")).expect("client");
+    let mut samples = Vec::new();
+    for round in 0..rounds {
+        let holder = Proc::spawn("holder", &lock.url(), &store.url(), round, lease);
+        holder.expect_line("acquired", Duration::from_secs(10));
+        // Kill at a random point of the renewal cycle.
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..1000)));
+        let mut holder = holder;
+        let killed = Instant::now();
+        holder.kill();
+        let guard = runtime
+            .block_on(client.lock("torture").wait(lease * 5).acquire())
+            .expect("the lock is free again after the crash");
+        samples.push(killed.elapsed());
+        runtime.block_on(guard.release()).expect("release");
+    }
+    let worst = *samples.iter().max().expect("samples");
+    record(
+        "liveness_after_a_crash",
+        &[
+            ("lease_ms", lease.as_millis().to_string()),
+            ("kill_to_next_grant", percentiles(&mut samples)),
+        ],
+    );
+    assert!(
+        worst <= lease + Duration::from_millis(300),
+        "a crashed holder's lock stayed taken for {worst:?} (lease {lease:?})"
+    );
+}
+
+/// 3. A holder paused (SIGSTOP) for three leases, another process takes the lock and writes;
+/// then the holder resumes. The fenced store must refuse every stale write.
+fn fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtime) {
+    let lock = RedisServer::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let rounds = size.pick(3, 20);
+    let client = Client::new(Config::from_url(&lock.url()).expect("url")).expect("client");
+    let rival_store = runtime.block_on(Store::connect(&store.url(), "rival"));
+    let (mut stale_attempted, mut stale_accepted) = (0i64, 0usize);
+    let mut returned = Vec::new();
+    for round in 0..rounds {
+        let () = redis::cmd("FLUSHALL")
+            .query(&mut store.connection())
+            .expect("flush");
+        let holder = Proc::spawn("holder", &lock.url(), &store.url(), round, lease);
+        let held: u64 = holder
+            .expect_line("acquired", Duration::from_secs(10))
+            .parse()
+            .expect("token");
+        std::thread::sleep(Duration::from_millis(100));
+        holder.signal("STOP");
+        std::thread::sleep(lease * 3);
+        let rival = runtime
+            .block_on(client.lock("torture").wait(lease * 4).acquire())
+            .expect("the rival takes the lock while the holder is paused");
+        let rival_token = rival.fencing_token().get();
+        assert!(rival_token > held, "{rival_token} after {held}");
+        let committed = runtime
+            .block_on(async {
+                let read = rival_store.read().await?;
+                rival_store.commit(read, rival_token, true).await
+            })
+            .expect("rival write");
+        assert!(
+            committed,
+            "the fenced store refused the rival's fresh token"
+        );
+        holder.signal("CONT");
+        let result = holder.expect_line("returned", Duration::from_secs(10));
+        returned.push(result);
+        // Writes the store accepted from the paused holder after the rival's write.
+        let log: Vec<String> = redis::cmd("LRANGE")
+            .arg("log")
+            .arg(0)
+            .arg(-1)
+            .query(&mut store.connection())
+            .expect("log");
+        let rival_at = log
+            .iter()
+            .position(|l| l.ends_with(" rival"))
+            .expect("rival entry");
+        stale_accepted += log[rival_at..]
+            .iter()
+            .filter(|l| l.contains(&format!(" {held} ")))
+            .count();
+        let refused: Option<i64> = redis::cmd("GET")
+            .arg("refused")
+            .query(&mut store.connection())
+            .expect("refused");
+        stale_attempted += refused.unwrap_or(0);
+        runtime.block_on(rival.release()).expect("release");
+    }
+    let lease_lost = returned.iter().filter(|r| r.contains("LeaseLost")).count();
+    record(
+        "fencing_under_pauses",
+        &[
+            ("rounds", rounds.to_string()),
+            ("stale_writes_attempted", stale_attempted.to_string()),
+            ("stale_writes_accepted", stale_accepted.to_string()),
+            ("paused_fn_returned_lease_lost", lease_lost.to_string()),
+        ],
+    );
+    assert_eq!(stale_accepted, 0, "the store accepted a stale write");
+    assert_eq!(
+        lease_lost, rounds,
+        "every paused holder's fn must return LeaseLost: {returned:?}"
+    );
+}
+
+/// 4. Redis (the lock server) is stopped for ~1.5 s mid-run and started again on its port.
+fn redis_restarted_mid_run(size: &Size) {
+    let mut lock = RedisServer::start();
+    let store = RedisServer::start();
+    // Shorter than the outage: a holder cut off by the restart loses its lease before the
+    // restarted (empty) server can grant the lock to anyone else.
+    let lease = Duration::from_millis(500);
+    let workers: Vec<Proc> = (0..8)
+        .map(|id| Proc::spawn("worker", &lock.url(), &store.url(), id, lease))
+        .collect();
+    let before = size.pick(Duration::from_secs(2), Duration::from_secs(20));
+    std::thread::sleep(before);
+    lock.stop();
+    std::thread::sleep(Duration::from_millis(1500));
+    let commits_at_restart = check_log(&store).commits;
+    lock.restart();
+    let restarted = Instant::now();
+    let recovered = loop {
+        if check_log(&store).commits > commits_at_restart {
+            break restarted.elapsed();
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(15),
+            "locks did not work again within 15 s of the restart"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    std::thread::sleep(size.pick(Duration::from_secs(2), Duration::from_secs(20)));
+    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
+    drop(workers);
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
+    let mut errors: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("error "))
+        .map(str::to_owned)
+        .collect();
+    errors.sort();
+    errors.dedup();
+    let check = check_log(&store);
+    record(
+        "redis_restarted_mid_run",
+        &[
+            ("committed_writes", check.commits.to_string()),
+            ("duplicate_reads", check.duplicate_reads.to_string()),
+            ("token_regressions", check.token_regressions.to_string()),
+            ("panics", panics.to_string()),
+            ("error_kinds_seen", format!("{errors:?}")),
+            (
+                "ms_until_locks_work_again",
+                recovered.as_millis().to_string(),
+            ),
+        ],
+    );
+    assert_eq!(panics, 0);
+    assert_eq!(check.duplicate_reads, 0, "a grant without a lock");
+    assert_eq!(check.token_regressions, 0, "tokens went backwards");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.starts_with("Backend") || e == "Timeout"),
+        "unexpected error kinds: {errors:?}"
+    );
+}
+
+static ABORT_STARTED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// Holds a hard 300 ms lease and would work for 5 s: the lease is lost at its deadline.
+#[distributed_lock(key = "abort-latency", lease = "300ms", watchdog = false, wait = "5s")]
+async fn work_past_a_hard_lease() -> Result<(), LockError> {
+    *ABORT_STARTED.lock().unwrap() = Some(Instant::now());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(())
+}
+
+/// 6. Time from the lease's loss (its local deadline: grant + lease − drift) to the cancelled
+/// fn returning `LeaseLost`.
+fn abort_latency(size: &Size, runtime: &tokio::runtime::Runtime) {
+    let lock = RedisServer::start();
+    distlock::init(Config::from_url(&lock.url()).expect("url")).expect("init");
+    let lease = Duration::from_millis(300);
+    let drift = lease / 100 + Duration::from_millis(2);
+    let mut samples = Vec::new();
+    for _ in 0..size.pick(10, 100) {
+        let result = runtime.block_on(work_past_a_hard_lease());
+        let returned = Instant::now();
+        assert!(
+            matches!(result, Err(LockError::LeaseLost { .. })),
+            "{result:?}"
+        );
+        let started = ABORT_STARTED.lock().unwrap().take().expect("body ran");
+        let lost_at = started + lease - drift;
+        samples.push(returned.saturating_duration_since(lost_at));
+    }
+    let worst = *samples.iter().max().expect("samples");
+    record(
+        "abort_latency",
+        &[("loss_to_fn_return", percentiles(&mut samples))],
+    );
+    assert!(worst < Duration::from_millis(200), "abort took {worst:?}");
+}
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE_ENV) {
+        child(&role);
+        return;
+    }
+    let size = Size {
+        full: std::env::args().any(|a| a == "--full"),
+    };
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let scenarios: Vec<(&str, Box<dyn Fn()>)> = vec![
+        (
+            "mutual_exclusion_with_crashes",
+            Box::new(|| mutual_exclusion_with_crashes(&size)),
+        ),
+        (
+            "liveness_after_a_crash",
+            Box::new(|| liveness_after_a_crash(&size, &runtime)),
+        ),
+        (
+            "fencing_under_pauses",
+            Box::new(|| fencing_under_pauses(&size, &runtime)),
+        ),
+        (
+            "redis_restarted_mid_run",
+            Box::new(|| redis_restarted_mid_run(&size)),
+        ),
+        ("abort_latency", Box::new(|| abort_latency(&size, &runtime))),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, scenario) in &scenarios {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        println!("test {name} ...");
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(scenario)) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out\n"
+    );
+    if failed > 0 {
+        std::process::exit(101);
+    }
+}
