@@ -73,7 +73,7 @@ pub use lock_runtime::{
     current, init, lock, BackendError, BackendErrorKind, Client, Config, FencingToken, LockError,
     LockGuard, LockInfo, LockRequest, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_REDIS_URL,
-    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_KEY_LEN,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE,
 };
 
 #[doc(hidden)]

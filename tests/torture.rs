@@ -339,7 +339,7 @@ fn percentiles(samples: &mut [Duration]) -> String {
     )
 }
 
-/// 1. Eight workers do read-modify-writes under the lock while a chaos loop SIGKILLs one at
+/// Scenario 1: eight workers do read-modify-writes under the lock while a chaos loop SIGKILLs one at
 /// random every ~200 ms and respawns it.
 fn mutual_exclusion_with_crashes(size: &Size) {
     let lock = RedisServer::start();
@@ -394,7 +394,7 @@ fn mutual_exclusion_with_crashes(size: &Size) {
     assert_eq!(panics, 0);
 }
 
-/// 2. Time from the SIGKILL of a holder to the next grant.
+/// Scenario 2: time from the SIGKILL of a holder to the next grant.
 fn liveness_after_a_crash(size: &Size, runtime: &tokio::runtime::Runtime) {
     let lock = RedisServer::start();
     let store = RedisServer::start();
@@ -430,7 +430,7 @@ fn liveness_after_a_crash(size: &Size, runtime: &tokio::runtime::Runtime) {
     );
 }
 
-/// 3. A holder paused (SIGSTOP) for three leases, another process takes the lock and writes;
+/// Scenario 3: a holder paused (SIGSTOP) for three leases, another process takes the lock and writes;
 /// then the holder resumes. The fenced store must refuse every stale write.
 fn fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtime) {
     let lock = RedisServer::start();
@@ -510,7 +510,7 @@ fn fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtime) {
     );
 }
 
-/// 4. Redis (the lock server) is stopped for ~1.5 s mid-run and started again on its port.
+/// Scenario 4: Redis (the lock server) is stopped for ~1.5 s mid-run and started again on its port.
 fn redis_restarted_mid_run(size: &Size) {
     let mut lock = RedisServer::start();
     let store = RedisServer::start();
@@ -584,7 +584,7 @@ async fn work_past_a_hard_lease() -> Result<(), LockError> {
     Ok(())
 }
 
-/// 6. Time from the lease's loss (its local deadline: grant + lease − drift) to the cancelled
+/// Scenario 6: time from the lease's loss (its local deadline: grant + lease − drift) to the cancelled
 /// fn returning `LeaseLost`.
 fn abort_latency(size: &Size, runtime: &tokio::runtime::Runtime) {
     let lock = RedisServer::start();
@@ -611,6 +611,9 @@ fn abort_latency(size: &Size, runtime: &tokio::runtime::Runtime) {
     assert!(worst < Duration::from_millis(200), "abort took {worst:?}");
 }
 
+/// A scenario to run, by name.
+type Scenario<'a> = Box<dyn Fn() + 'a>;
+
 fn main() {
     if let Ok(role) = std::env::var(ROLE_ENV) {
         child(&role);
@@ -621,7 +624,7 @@ fn main() {
     };
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let scenarios: Vec<(&str, Box<dyn Fn()>)> = vec![
+    let scenarios: Vec<(&str, Scenario)> = vec![
         (
             "mutual_exclusion_with_crashes",
             Box::new(|| mutual_exclusion_with_crashes(&size)),

@@ -121,10 +121,15 @@ fn placeholder(lit: &LitStr, inner: &str) -> syn::Result<Placeholder> {
 
 /// `name` as an identifier spanned at the literal, raw when it is a keyword (`type`).
 fn identifier(name: &str, lit: &LitStr) -> Option<Ident> {
-    let valid = syn::parse_str::<Ident>(name).is_ok();
+    // syn skips whitespace and comments around a token: insist that it read exactly `name`.
+    if name.starts_with("r#") {
+        return None; // `r#` was stripped once already
+    }
+    let valid = syn::parse_str::<Ident>(name).is_ok_and(|ident| ident == name);
     let valid_raw = !valid
         && !matches!(name, "self" | "Self" | "super" | "crate" | "_")
-        && syn::parse_str::<Ident>(&format!("r#{name}")).is_ok();
+        && syn::parse_str::<Ident>(&format!("r#{name}"))
+            .is_ok_and(|ident| ident.to_string().strip_prefix("r#") == Some(name));
     if valid {
         Some(Ident::new(name, lit.span()))
     } else if valid_raw {

@@ -11,6 +11,9 @@ mod expand;
 mod key;
 mod validate;
 
+#[cfg(test)]
+mod fuzz;
+
 use proc_macro::TokenStream;
 
 /// Runs an async fn under a distributed lock whose key is built from its arguments.

@@ -14,7 +14,7 @@ use crate::config::{BackendConfig, Config, MAX_LEASE, MIN_LEASE};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::io::IoRuntime;
-use crate::watchdog::{Lease, Watchdog};
+use crate::watchdog::{drift, Lease, Watchdog};
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
 
@@ -198,15 +198,15 @@ impl LockRequest {
         let client = self.client.ok_or(LockError::NotInitialized)?;
         let inner = &client.inner;
         let config = &inner.config;
+        let key = LockKey::new(&config.key_prefix, self.key)?;
         let lease = self.lease.unwrap_or(config.default_lease);
         if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
             return Err(LockError::Config(format!(
                 "the lease of lock `{}` is {lease:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}",
-                self.key
+                key.name
             )));
         }
         let wait = self.wait.unwrap_or(config.default_wait);
-        let key = LockKey::new(&config.key_prefix, self.key)?;
         let owner = uuid::Uuid::new_v4().simple().to_string();
         let started = Instant::now();
         let deadline = started
@@ -224,6 +224,12 @@ impl LockRequest {
             };
             let reply = inner.backend.acquire(&key, &owner, lease).await;
             let remaining = match reply {
+                Ok(AcquireReply::Acquired(_)) if Instant::now() >= sent + lease - drift(lease) => {
+                    // The reply came too late to leave any of the lease: dropping the
+                    // unsettled attempt gives the grant back; try again like a held lock.
+                    drop(attempt);
+                    None
+                }
                 Ok(AcquireReply::Acquired(token)) => {
                     attempt.settle();
                     let lease = Arc::new(Lease::new(key, owner, token, lease, self.watchdog, sent));

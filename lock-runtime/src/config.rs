@@ -97,8 +97,7 @@ impl Config {
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         redis::Client::open(url).map_err(|err| {
             LockError::Config(format!(
-                "`{}` is not a usable Redis URL ({}); expected `redis://[:password@]host[:port][/db]`",
-                redact_url(url),
+                "the Redis URL is not usable ({}); expected `redis://[:password@]host[:port][/db]`",
                 err.category()
             ))
         })?;

@@ -1,1 +1,231 @@
-//! A fault-injecting TCP proxy for tests (placeholder; see tests/stalled_connection.rs).
+//! A fault-injecting TCP proxy between a client under test and a `redis-server` from
+//! [`RedisServer`](super::RedisServer): it listens on a free loopback port, forwards every
+//! connection to the target port on loopback, and lets a test switch at run time between
+//! forwarding ([`Mode::Pass`]), holding every byte while keeping the connections open
+//! ([`Mode::Stall`]), and cutting every connection ([`Mode::Drop`]). It runs on its own thread
+//! with its own small tokio runtime, so a test's runtime (or a blocking call in it) cannot slow
+//! the relay down, and everything it started stops when the [`Proxy`] is dropped.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch};
+
+/// Size of the buffer each direction of a connection reads into. Bytes read but not yet
+/// forwarded when a stall begins wait in it; the rest wait in the kernel's socket buffers.
+const CHUNK: usize = 16 * 1024;
+
+/// What the proxy does with connections and the bytes on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Forward bytes both ways; accept new connections.
+    Pass,
+    /// Keep every connection open (and accept new ones) but forward nothing in either
+    /// direction: a network that has gone silent. Bytes are held, not dropped, and flow again
+    /// in order after a switch back to [`Mode::Pass`].
+    Stall,
+    /// Close every current connection (held bytes are lost) and close new ones as soon as they
+    /// are accepted: a cut cable or a crashed middlebox. Switching back to [`Mode::Pass`]
+    /// serves new connections normally.
+    Drop,
+}
+
+/// A running proxy; see the [module documentation](self). Start it with
+/// [`Proxy::start`]`(server.port())`, give the client under test [`Proxy::url`], and switch
+/// faults on and off with [`Proxy::set_mode`].
+pub struct Proxy {
+    port: u16,
+    mode: watch::Sender<Mode>,
+    accepted: Arc<AtomicU64>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts a proxy on a free `127.0.0.1` port that forwards to `127.0.0.1:target_port`,
+    /// in [`Mode::Pass`].
+    ///
+    /// Panics (with a message) only when the test machine cannot give it a loopback port, a
+    /// runtime or a thread; errors on the relayed connections never panic, they close that
+    /// connection.
+    pub fn start(target_port: u16) -> Self {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .expect("bind a free loopback port for the proxy");
+        let port = listener
+            .local_addr()
+            .expect("the proxy's listening address")
+            .port();
+        listener
+            .set_nonblocking(true)
+            .expect("make the proxy's listener non-blocking");
+        let target = SocketAddr::from((Ipv4Addr::LOCALHOST, target_port));
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("build the proxy's runtime");
+        let (mode, modes) = watch::channel(Mode::Pass);
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = accepted.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("test-proxy-{port}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    tokio::select! {
+                        () = accept(listener, target, modes, counter) => {}
+                        _ = stopped => {}
+                    }
+                });
+                // Dropping the runtime here cancels every relay task, which closes its sockets.
+                drop(runtime);
+            })
+            .expect("spawn the proxy's thread");
+
+        Self {
+            port,
+            mode,
+            accepted,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        }
+    }
+
+    /// The loopback port the proxy listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT` of the proxy, for a client that should go through it.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Switches the proxy to `mode`. Takes effect on every connection at once (the relay
+    /// notices within microseconds; a chunk already being written still completes).
+    pub fn set_mode(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        *self.mode.borrow()
+    }
+
+    /// How many connections the proxy has accepted so far (in any mode): proof that a client
+    /// really goes through it.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Accepts connections until cancelled, relaying each on its own task.
+async fn accept(
+    listener: TcpListener,
+    target: SocketAddr,
+    modes: watch::Receiver<Mode>,
+    accepted: Arc<AtomicU64>,
+) {
+    loop {
+        let client = match listener.accept().await {
+            Ok((client, _)) => client,
+            Err(_) => {
+                // Out of file descriptors and the like: the next accept may work.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        accepted.fetch_add(1, Ordering::Relaxed);
+        if *modes.borrow() == Mode::Drop {
+            drop(client);
+            continue;
+        }
+        tokio::spawn(relay(client, target, modes.clone()));
+    }
+}
+
+/// Connects `client` to the target and pumps both directions until either side closes, an I/O
+/// error happens, or the mode turns to [`Mode::Drop`]; then closes both sockets.
+async fn relay(client: TcpStream, target: SocketAddr, mut modes: watch::Receiver<Mode>) {
+    let server = tokio::select! {
+        biased;
+        () = cut(&mut modes) => return,
+        connected = TcpStream::connect(target) => match connected {
+            Ok(server) => server,
+            Err(_) => return,
+        },
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (from_client, to_client) = client.into_split();
+    let (from_server, to_server) = server.into_split();
+    tokio::select! {
+        () = pump(from_client, to_server, modes.clone()) => {}
+        () = pump(from_server, to_client, modes) => {}
+    }
+}
+
+/// Forwards bytes from `from` to `to` while the mode is [`Mode::Pass`], holds them while it is
+/// [`Mode::Stall`], and returns on [`Mode::Drop`], end of stream or any I/O error.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut modes: watch::Receiver<Mode>) {
+    let mut buffer = vec![0; CHUNK];
+    loop {
+        if !passing(&mut modes).await {
+            return;
+        }
+        let read = tokio::select! {
+            biased;
+            () = cut(&mut modes) => return,
+            read = from.read(&mut buffer) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(read) => read,
+            },
+        };
+        // A stall that began during the read holds this chunk here.
+        if !passing(&mut modes).await {
+            return;
+        }
+        tokio::select! {
+            biased;
+            () = cut(&mut modes) => return,
+            written = to.write_all(&buffer[..read]) => {
+                if written.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Waits while the proxy is stalled: `true` once it passes bytes, `false` if it cuts
+/// connections (or is shutting down).
+async fn passing(modes: &mut watch::Receiver<Mode>) -> bool {
+    match modes.wait_for(|mode| *mode != Mode::Stall).await {
+        Ok(mode) => *mode == Mode::Pass,
+        Err(_) => false,
+    }
+}
+
+/// Completes when the proxy cuts connections (or is shutting down).
+async fn cut(modes: &mut watch::Receiver<Mode>) {
+    let _ = modes.wait_for(|mode| *mode == Mode::Drop).await;
+}

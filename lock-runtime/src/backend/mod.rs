@@ -32,13 +32,20 @@ impl LockKey {
             Some("a lock key must not be empty".to_owned())
         } else if name.len() > MAX_KEY_LEN {
             Some(format!(
-                "a lock key may be at most {MAX_KEY_LEN} bytes; hash long identifiers first"
+                "a lock key may be at most {MAX_KEY_LEN} bytes, this one has {}; hash long identifiers first",
+                name.len()
             ))
         } else {
             None
         };
         if let Some(reason) = reason {
-            return Err(LockError::InvalidKey { key: name, reason });
+            // An oversized key is kept only in part (120 characters with the ellipsis): the
+            // error may well be logged with `{:?}`.
+            let key = match name.char_indices().nth(119) {
+                Some((cut, _)) if name.len() > MAX_KEY_LEN => format!("{}…", &name[..cut]),
+                _ => name,
+            };
+            return Err(LockError::InvalidKey { key, reason });
         }
         let lock = format!("{prefix}{{{name}}}");
         let fence = format!("{lock}:fence");

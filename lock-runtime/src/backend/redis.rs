@@ -57,7 +57,7 @@ impl RedisBackend {
     ) -> Result<Self, LockError> {
         let client = redis::Client::open(url).map_err(|err| {
             LockError::Config(format!(
-                "`{}` is not a usable Redis URL: {}",
+                "{} is not a usable Redis URL: {}",
                 redact_url(url),
                 err.category()
             ))
