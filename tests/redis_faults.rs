@@ -529,3 +529,129 @@ async fn the_clean_up_of_a_timed_out_acquire_outlasts_a_long_stall() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Script calls the server has executed (`EVALSHA` and `EVAL`), from `INFO commandstats`.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis_cmd(server, &["INFO", "commandstats"]);
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_held_leases_are_renewed_in_a_few_batched_requests() {
+    let server = RedisServer::start();
+    let client = client_for(&server);
+    let lease = Duration::from_millis(600);
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(
+            client
+                .lock(format!("batch:{i}"))
+                .lease(lease)
+                .acquire()
+                .await
+                .expect("acquire"),
+        );
+    }
+    let before = script_calls(&server);
+    let held_for = Duration::from_secs(2);
+    tokio::time::sleep(held_for).await;
+    let renewal_requests = script_calls(&server) - before;
+    assert!(guards.iter().all(|g| g.is_held()), "every lease was kept");
+    // One renewal per lock per third of a lease would be 200 * 10 = 2000 requests.
+    let unbatched = 200 * (held_for.as_millis() / (lease / 3).as_millis()) as u64;
+    assert!(
+        renewal_requests * 20 <= unbatched,
+        "{renewal_requests} renewal requests for 200 locks (unbatched: {unbatched})"
+    );
+    for guard in guards {
+        assert!(guard.release().await.expect("release"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
+    let server = RedisServer::start();
+    // A backoff so slow that only the release's announcement can explain a fast handoff.
+    let slow = Config::from_url(&server.url())
+        .expect("url")
+        .backoff(Duration::from_secs(2), Duration::from_secs(2));
+    let holder = client_for(&server);
+    let waiter = Client::new(slow).expect("client");
+    for round in 0..5 {
+        let guard = holder.lock("handoff").acquire().await.expect("acquire");
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let guard = waiter
+                    .lock("handoff")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .expect("waiter acquires");
+                (Instant::now(), guard)
+            }
+        });
+        // Let the waiter try once, subscribe and go to sleep for its 2 s backoff.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(guard.release().await.expect("release"));
+        let released = Instant::now();
+        let (granted, next) = waiting.await.expect("task");
+        let handoff = granted.saturating_duration_since(released);
+        assert!(
+            handoff < Duration::from_millis(500),
+            "round {round}: the waiter took {handoff:?} after the release"
+        );
+        assert!(next.release().await.expect("release"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_waiter_of_a_client_not_all_of_them() {
+    let server = RedisServer::start();
+    let slow = Config::from_url(&server.url())
+        .expect("url")
+        .backoff(Duration::from_secs(3), Duration::from_secs(3));
+    let holder = client_for(&server);
+    let waiters = Client::new(slow).expect("client");
+    let guard = holder.lock("herd").acquire().await.expect("acquire");
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let waiters = waiters.clone();
+            tokio::spawn(async move {
+                let guard = waiters
+                    .lock("herd")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                guard.release().await.expect("release");
+            })
+        })
+        .collect();
+    // All 20 have tried once and sleep on their 3 s backoff.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = script_calls(&server);
+    assert!(guard.release().await.expect("release"));
+    // Each release wakes one waiter, which takes the lock and releases it, waking the next:
+    // 20 handoffs in a chain, far faster than one backoff step.
+    let started = Instant::now();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let took = started.elapsed();
+    let calls = script_calls(&server) - before;
+    assert!(took < Duration::from_secs(2), "20 handoffs took {took:?}");
+    // 20 acquires + 20 releases, plus a few wasted tries; waking all 20 on every release
+    // would be hundreds.
+    assert!(calls < 80, "{calls} script calls for 20 handoffs");
+}

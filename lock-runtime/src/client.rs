@@ -213,6 +213,9 @@ impl LockRequest {
             .checked_add(wait)
             .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
         let mut backoff = Backoff::new(config.backoff_min, config.backoff_max);
+        let waker = inner.backend.waker();
+        // Registered on the first wait, kept for the rest of this request.
+        let mut interest = None;
         loop {
             let sent = Instant::now();
             let attempt = Attempt {
@@ -258,7 +261,14 @@ impl LockRequest {
             if let Some(remaining) = remaining {
                 delay = delay.min(remaining);
             }
-            tokio::time::sleep(delay).await;
+            match waker {
+                // Woken by the holder's release, or after the backoff step at the latest.
+                Some(waker) => {
+                    let interest = interest.get_or_insert_with(|| waker.interest(&key.channel));
+                    waker.wait(interest, delay).await;
+                }
+                None => tokio::time::sleep(delay).await,
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, LockBackend, LockKey};
+use crate::backend::{Backend, LockBackend, LockKey, Renewal};
 use crate::io::IoRuntime;
 use crate::FencingToken;
 
@@ -177,16 +177,27 @@ fn retry_delay(lease: Duration) -> Duration {
     (lease / 10).min(Duration::from_secs(1))
 }
 
+/// Most leases renewed in one request.
+const BATCH: usize = 256;
+
+/// Renewal is due a third of the lease after the last one; when any lease is due, every lease
+/// due within a sixth of its own lease is renewed with it, so leases taken at about the same
+/// time share requests.
+fn renewal_slack(lease: Duration) -> Duration {
+    lease / 6
+}
+
 async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
     loop {
         let now = Instant::now();
         let mut wake_at: Option<Instant> = None;
-        let mut due = Vec::new();
+        let mut soon = Vec::new();
+        let mut any_due = false;
         shared.leases().retain(|_, lease| {
             if lease.has_ended() || lease.is_lost() {
                 return false;
             }
-            let mut times = lease.times();
+            let times = lease.times();
             if now >= times.deadline {
                 drop(times);
                 lease.mark_lost("its lease ran out before a renewal succeeded");
@@ -194,18 +205,25 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
             }
             let mut next = times.deadline;
             if lease.renew && !times.renewing {
-                if now >= times.next_renewal {
-                    times.renewing = true;
-                    due.push(lease.clone());
-                } else {
-                    next = next.min(times.next_renewal);
+                next = next.min(times.next_renewal);
+                if times.next_renewal <= now + renewal_slack(lease.duration) {
+                    any_due |= times.next_renewal <= now;
+                    soon.push(lease.clone());
                 }
             }
             wake_at = Some(wake_at.map_or(next, |w| w.min(next)));
             true
         });
-        for lease in due {
-            tokio::spawn(renew(lease, backend.clone(), shared.clone()));
+        if any_due {
+            for lease in &soon {
+                lease.times().renewing = true;
+            }
+            while !soon.is_empty() {
+                let batch: Vec<_> = soon.drain(..soon.len().min(BATCH)).collect();
+                tokio::spawn(renew(batch, backend.clone(), shared.clone()));
+            }
+            // Their next wake-ups come with the renewals' outcomes.
+            continue;
         }
         match wake_at {
             Some(at) => {
@@ -219,33 +237,55 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
     }
 }
 
-async fn renew(lease: Arc<Lease>, backend: Arc<Backend>, shared: Arc<Shared>) {
-    let gate = lease.gate.lock().await;
-    if lease.has_ended() {
-        return;
-    }
-    let sent = Instant::now();
-    let outcome = backend
-        .extend(&lease.key, &lease.owner, lease.duration)
-        .await;
-    drop(gate);
-    match outcome {
-        Ok(true) => {
-            let mut times = lease.times();
-            times.deadline = times
-                .deadline
-                .max(sent + lease.duration - drift(lease.duration));
-            times.next_renewal = sent + lease.duration / 3;
-            times.renewing = false;
-        }
-        Ok(false) => lease.mark_lost("Redis says it is no longer the owner"),
-        Err(err) => {
-            if !lease.has_ended() {
-                tracing::warn!(key = %lease.key.name, "lease renewal failed, retrying: {err}");
+/// Renews `leases` in one request. A lease whose release is under way (its gate is taken) is
+/// left out: no renewal may follow a release.
+async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Shared>) {
+    let mut gates = Vec::with_capacity(leases.len());
+    let mut live = Vec::with_capacity(leases.len());
+    for lease in &leases {
+        match lease.gate.try_lock() {
+            Ok(gate) if !lease.has_ended() => {
+                gates.push(gate);
+                live.push(lease);
             }
-            let mut times = lease.times();
-            times.next_renewal = Instant::now() + retry_delay(lease.duration);
-            times.renewing = false;
+            _ => lease.times().renewing = false,
+        }
+    }
+    if !live.is_empty() {
+        let renewals: Vec<Renewal<'_>> = live
+            .iter()
+            .map(|lease| Renewal {
+                key: &lease.key,
+                owner: &lease.owner,
+                lease: lease.duration,
+            })
+            .collect();
+        let sent = Instant::now();
+        let outcome = backend.extend_many(&renewals).await;
+        drop(gates);
+        match outcome {
+            Ok(extended) => {
+                for (lease, still_ours) in live.iter().zip(extended) {
+                    if still_ours {
+                        let mut times = lease.times();
+                        times.deadline = times
+                            .deadline
+                            .max(sent + lease.duration - drift(lease.duration));
+                        times.next_renewal = sent + lease.duration / 3;
+                        times.renewing = false;
+                    } else {
+                        lease.mark_lost("Redis says it is no longer the owner");
+                    }
+                }
+            }
+            Err(err) => {
+                tracing::warn!(leases = live.len(), "lease renewal failed, retrying: {err}");
+                for lease in &live {
+                    let mut times = lease.times();
+                    times.next_renewal = Instant::now() + retry_delay(lease.duration);
+                    times.renewing = false;
+                }
+            }
         }
     }
     shared.wake.notify_one();

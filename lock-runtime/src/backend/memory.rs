@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{AcquireReply, LockBackend, LockKey};
+use super::{AcquireReply, LockBackend, LockKey, Renewal};
 use crate::error::LockError;
 use crate::FencingToken;
 
@@ -104,14 +104,19 @@ impl LockBackend for MemoryBackend {
         }))
     }
 
-    async fn extend(&self, key: &LockKey, owner: &str, lease: Duration) -> Result<bool, LockError> {
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
         let now = Instant::now();
-        Ok(self.with_state(|state| match state.holder(&key.lock, now) {
-            Some(holder) if holder.owner == owner => {
-                holder.expires_at = now + lease;
-                true
-            }
-            _ => false,
+        Ok(self.with_state(|state| {
+            leases
+                .iter()
+                .map(|r| match state.holder(&r.key.lock, now) {
+                    Some(holder) if holder.owner == r.owner => {
+                        holder.expires_at = now + r.lease;
+                        true
+                    }
+                    _ => false,
+                })
+                .collect()
         }))
     }
 }

@@ -1,9 +1,10 @@
 //! The storage behind the locks. [`LockBackend`] is the contract every backend keeps (grant with
-//! a fencing token, compare-and-delete, compare-and-extend); [`Backend`] dispatches to the one a
+//! a fencing token, compare-and-delete, compare-and-extend of many leases at once); [`Backend`] dispatches to the one a
 //! [`Config`](crate::Config) chose. The acquire loop and the watchdog only talk to this module.
 
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod wake;
 
 use std::future::Future;
 use std::time::Duration;
@@ -24,6 +25,8 @@ pub(crate) struct LockKey {
     pub(crate) lock: String,
     /// `{prefix}{{name}}:fence`: the fencing counter.
     pub(crate) fence: String,
+    /// `{prefix}{{name}}:released`: the channel a release is announced on.
+    pub(crate) channel: String,
 }
 
 impl LockKey {
@@ -49,7 +52,13 @@ impl LockKey {
         }
         let lock = format!("{prefix}{{{name}}}");
         let fence = format!("{lock}:fence");
-        Ok(Self { name, lock, fence })
+        let channel = format!("{lock}:released");
+        Ok(Self {
+            name,
+            lock,
+            fence,
+            channel,
+        })
     }
 }
 
@@ -80,13 +89,20 @@ pub(crate) trait LockBackend: Send + Sync {
         owner: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
-    /// Sets `key`'s remaining lease to `lease` if `owner` still holds it; `false` otherwise.
-    fn extend(
+    /// Resets the lease of each `(key, owner, lease)` whose key `owner` still holds, in one
+    /// request; element `i` of the answer says whether lock `i` was still ours.
+    fn extend_many(
         &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
-    ) -> impl Future<Output = Result<bool, LockError>> + Send;
+        leases: &[Renewal<'_>],
+    ) -> impl Future<Output = Result<Vec<bool>, LockError>> + Send;
+}
+
+/// One lease to renew: its key, owner token and lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal<'a> {
+    pub(crate) key: &'a LockKey,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
 }
 
 /// The backend a client was configured with.
@@ -115,10 +131,20 @@ impl LockBackend for Backend {
         }
     }
 
-    async fn extend(&self, key: &LockKey, owner: &str, lease: Duration) -> Result<bool, LockError> {
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
         match self {
-            Backend::Redis(b) => b.extend(key, owner, lease).await,
-            Backend::Memory(b) => b.extend(key, owner, lease).await,
+            Backend::Redis(b) => b.extend_many(leases).await,
+            Backend::Memory(b) => b.extend_many(leases).await,
+        }
+    }
+}
+
+impl Backend {
+    /// Wake-ups on release, where the backend has them (Redis).
+    pub(crate) fn waker(&self) -> Option<&wake::Waker> {
+        match self {
+            Backend::Redis(b) => Some(b.waker()),
+            Backend::Memory(_) => None,
         }
     }
 }

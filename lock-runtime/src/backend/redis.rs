@@ -11,7 +11,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
 use tokio::runtime::Handle;
 
-use super::{AcquireReply, LockBackend, LockKey};
+use super::wake::Waker;
+use super::{AcquireReply, LockBackend, LockKey, Renewal};
 use crate::error::{redact_url, BackendError, BackendErrorKind, LockError};
 use crate::FencingToken;
 
@@ -45,7 +46,8 @@ pub(crate) struct RedisBackend {
     connecting: tokio::sync::Mutex<Connecting>,
     acquire_script: Script,
     release_script: Script,
-    extend_script: Script,
+    extend_many_script: Script,
+    waker: Waker,
 }
 
 impl RedisBackend {
@@ -63,6 +65,7 @@ impl RedisBackend {
             ))
         })?;
         Ok(Self {
+            waker: Waker::new(client.clone(), io.clone(), connect_timeout),
             client,
             redacted_url: redact_url(url),
             connection_config: AsyncConnectionConfig::new()
@@ -73,8 +76,12 @@ impl RedisBackend {
             connecting: tokio::sync::Mutex::new(Connecting::default()),
             acquire_script: Script::new(include_str!("../../scripts/acquire.lua")),
             release_script: Script::new(include_str!("../../scripts/release.lua")),
-            extend_script: Script::new(include_str!("../../scripts/extend.lua")),
+            extend_many_script: Script::new(include_str!("../../scripts/extend_many.lua")),
         })
+    }
+
+    pub(crate) fn waker(&self) -> &Waker {
+        &self.waker
     }
 
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -243,15 +250,32 @@ impl LockBackend for RedisBackend {
 
     async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let mut invocation = self.release_script.prepare_invoke();
-        invocation.key(&key.lock).arg(owner);
+        invocation.key(&key.lock).key(&key.channel).arg(owner);
         let deleted: i64 = self.invoke("release", invocation).await?;
         Ok(deleted == 1)
     }
 
-    async fn extend(&self, key: &LockKey, owner: &str, lease: Duration) -> Result<bool, LockError> {
-        let mut invocation = self.extend_script.prepare_invoke();
-        invocation.key(&key.lock).arg(owner).arg(millis(lease));
-        let extended: i64 = self.invoke("renew", invocation).await?;
-        Ok(extended == 1)
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+        let mut invocation = self.extend_many_script.prepare_invoke();
+        for renewal in leases {
+            invocation
+                .key(&renewal.key.lock)
+                .arg(renewal.owner)
+                .arg(millis(renewal.lease));
+        }
+        let extended: Vec<i64> = self.invoke("renew", invocation).await?;
+        if extended.len() != leases.len() {
+            return Err(BackendError::new(
+                "renew",
+                BackendErrorKind::Server,
+                format!(
+                    "asked to renew {} leases, got {} answers",
+                    leases.len(),
+                    extended.len()
+                ),
+            )
+            .into());
+        }
+        Ok(extended.into_iter().map(|e| e == 1).collect())
     }
 }
