@@ -12,8 +12,8 @@
 //!   another worker) p50/p99, requests per grant, lost updates.
 //! - W4: 1,000 locks held for 10 s with a 2 s lease: locks lost, requests sent.
 //!
-//! "Requests" are counted by the server (`INFO stats` total_commands_processed), so every
-//! library is measured the same way. Prints a table; appends JSON lines to
+//! "Requests" are counted by the server (`INFO commandstats`, the commands each library sends
+//! at top level), so every library is measured the same way. Prints a table; appends JSON lines to
 //! `target/bench.jsonl`.
 
 #[path = "../tests/support/mod.rs"]
@@ -125,15 +125,27 @@ impl Lib {
     }
 }
 
-fn commands(server: &RedisServer) -> u64 {
+/// Requests a library sent, counted by the server: the calls of the commands it sends at top
+/// level (`INFO commandstats` also counts the commands scripts run inside, which are not
+/// requests). distlock sends only scripts and pub/sub; raw and rslock also send `SET`.
+fn requests(server: &RedisServer, lib: &Lib) -> u64 {
     let info: String = redis::cmd("INFO")
-        .arg("stats")
+        .arg("commandstats")
         .query(&mut server.connection())
         .expect("INFO");
+    let top_level: &[&str] = match lib {
+        Lib::Distlock(_) => &["evalsha", "eval", "script", "subscribe", "unsubscribe"],
+        _ => &["set", "evalsha", "eval", "script"],
+    };
     info.lines()
-        .find_map(|l| l.strip_prefix("total_commands_processed:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("total_commands_processed")
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split("calls=").nth(1)?.split(',').next()?;
+            top_level
+                .contains(&name)
+                .then(|| calls.parse::<u64>().ok())?
+        })
+        .sum()
 }
 
 fn pct(samples: &mut [Duration], q: f64) -> f64 {
@@ -194,7 +206,7 @@ async fn w3(lib: &Lib, server: &RedisServer, store: &MultiplexedConnection) -> R
     // (worker, released at) of the last release, to measure handoffs.
     let last_release: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
     let handoffs = Arc::new(Mutex::new(Vec::new()));
-    let before = commands(server);
+    let before = requests(server, lib);
     let started = Instant::now();
     let workers: Vec<_> = (0..8)
         .map(|worker| {
@@ -237,8 +249,13 @@ async fn w3(lib: &Lib, server: &RedisServer, store: &MultiplexedConnection) -> R
         worker.await.expect("w3 worker");
     }
     let elapsed = started.elapsed();
-    // GET + SET of the increment are the work, not the lock's requests.
-    let requests = commands(server) - before - 2 * GRANTS;
+    // The increment's SET is the work, not the lock's request.
+    let work = if matches!(lib, Lib::Distlock(_)) {
+        0
+    } else {
+        GRANTS
+    };
+    let requests = requests(server, lib) - before - work;
     let final_value: Option<u64> = redis::cmd("GET")
         .arg(&counter)
         .query(&mut server.connection())
@@ -261,7 +278,7 @@ async fn w4(lib: &Lib, server: &RedisServer) -> Row {
     for i in 0..1000 {
         held.push(lib.acquire(&format!("w4:{tag}:{i}"), lease).await);
     }
-    let before = commands(server);
+    let before = requests(server, lib);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Libraries without a watchdog renew each lock themselves, once per third of the lease:
     // a task per lock owns it while the locks are held and hands it back at the end.
@@ -299,7 +316,7 @@ async fn w4(lib: &Lib, server: &RedisServer) -> Row {
     }
     tokio::time::sleep(hold).await;
     stop.store(true, Ordering::Relaxed);
-    let requests = commands(server) - before;
+    let requests = requests(server, lib) - before;
     for renewer in renewers {
         watched.push(renewer.await.expect("renewer"));
     }

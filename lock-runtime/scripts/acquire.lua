@@ -28,9 +28,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
   if token < clock then
     token = clock
-    redis.call('SET', KEYS[2], string.format('%d', clock))
+    redis.call('SET', KEYS[2], string.format('%d', clock), 'PX', ARGV[3])
+  else
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, token}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then

@@ -138,15 +138,27 @@ impl Lease {
 
 #[derive(Default)]
 struct Shared {
-    leases: Mutex<HashMap<u64, Arc<Lease>>>,
+    registry: Mutex<Registry>,
     wake: Notify,
 }
 
+#[derive(Default)]
+struct Registry {
+    leases: HashMap<u64, Arc<Lease>>,
+    /// When the watchdog will look next (set under this lock as it goes to sleep); `None`
+    /// while it is scanning or about to rescan.
+    planned_wake: Option<Instant>,
+}
+
 impl Shared {
-    fn leases(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
-        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+/// The longest the watchdog sleeps: a new lease due later than the planned wake-up waits for
+/// it instead of waking the watchdog's thread on every acquire.
+const TICK: Duration = Duration::from_millis(250);
 
 /// The client's watchdog: one task on the I/O runtime for every lease of the client.
 pub(crate) struct Watchdog {
@@ -162,13 +174,31 @@ impl Watchdog {
 
     /// Starts watching `lease`: renewing it (if it renews) and declaring it lost when due.
     pub(crate) fn watch(&self, lease: Arc<Lease>) {
-        self.shared.leases().insert(lease.id, lease);
-        self.shared.wake.notify_one();
+        let due = {
+            let times = lease.times();
+            if lease.renew {
+                times.next_renewal.min(times.deadline)
+            } else {
+                times.deadline
+            }
+        };
+        let mut registry = self.shared.registry();
+        registry.leases.insert(lease.id, lease);
+        // A cross-thread wake-up costs more than the rest of an acquire: only when needed.
+        let wake = match registry.planned_wake {
+            Some(planned) => due < planned,
+            None => false,
+        };
+        if wake {
+            registry.planned_wake = None;
+            drop(registry);
+            self.shared.wake.notify_one();
+        }
     }
 
     /// Stops watching the lease `id`.
     pub(crate) fn forget(&self, id: u64) {
-        self.shared.leases().remove(&id);
+        self.shared.registry().leases.remove(&id);
     }
 }
 
@@ -191,29 +221,36 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
     loop {
         let now = Instant::now();
         let mut wake_at: Option<Instant> = None;
+        // (`soon`, `any_due` and `wake_at` are filled from the registry under one lock.)
         let mut soon = Vec::new();
         let mut any_due = false;
-        shared.leases().retain(|_, lease| {
-            if lease.has_ended() || lease.is_lost() {
-                return false;
-            }
-            let times = lease.times();
-            if now >= times.deadline {
-                drop(times);
-                lease.mark_lost("its lease ran out before a renewal succeeded");
-                return false;
-            }
-            let mut next = times.deadline;
-            if lease.renew && !times.renewing {
-                next = next.min(times.next_renewal);
-                if times.next_renewal <= now + renewal_slack(lease.duration) {
-                    any_due |= times.next_renewal <= now;
-                    soon.push(lease.clone());
+        let wake_at = {
+            let mut registry = shared.registry();
+            registry.leases.retain(|_, lease| {
+                if lease.has_ended() || lease.is_lost() {
+                    return false;
                 }
-            }
-            wake_at = Some(wake_at.map_or(next, |w| w.min(next)));
-            true
-        });
+                let times = lease.times();
+                if now >= times.deadline {
+                    drop(times);
+                    lease.mark_lost("its lease ran out before a renewal succeeded");
+                    return false;
+                }
+                let mut next = times.deadline;
+                if lease.renew && !times.renewing {
+                    next = next.min(times.next_renewal);
+                    if times.next_renewal <= now + renewal_slack(lease.duration) {
+                        any_due |= times.next_renewal <= now;
+                        soon.push(lease.clone());
+                    }
+                }
+                wake_at = Some(wake_at.map_or(next, |w| w.min(next)));
+                true
+            });
+            let wake_at = wake_at.map_or(now + TICK, |at| at.min(now + TICK));
+            registry.planned_wake = (!any_due).then_some(wake_at);
+            wake_at
+        };
         if any_due {
             for lease in &soon {
                 lease.times().renewing = true;
@@ -225,14 +262,9 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
             // Their next wake-ups come with the renewals' outcomes.
             continue;
         }
-        match wake_at {
-            Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = shared.wake.notified() => {}
-                }
-            }
-            None => shared.wake.notified().await,
+        tokio::select! {
+            () = tokio::time::sleep_until(wake_at) => {}
+            () = shared.wake.notified() => {}
         }
     }
 }
@@ -288,5 +320,6 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
             }
         }
     }
+    shared.registry().planned_wake = None;
     shared.wake.notify_one();
 }
