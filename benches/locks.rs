@@ -3,6 +3,7 @@
 //!
 //!     cargo bench --bench locks                 # 3 alternating runs; medians reported
 //!     BENCH_RUNS=5 cargo bench --bench locks
+//!     BENCH_LIBS=raw,distlock BENCH_WORKLOADS=W2 cargo bench --bench locks   # a subset
 //!
 //! Workloads (issue 5):
 //! - W1: one task, 5,000 acquire+release cycles on fresh keys: cycle latency p50/p99.
@@ -155,9 +156,21 @@ fn pct(samples: &mut [Duration], q: f64) -> f64 {
 
 type Row = BTreeMap<&'static str, f64>;
 
+/// CPU time this process has used (user + system), from `/proc/self/stat`.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let field = |i: usize| -> u64 { fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0) };
+    let ticks = field(11) + field(12);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
 async fn w1(lib: &Lib) -> Row {
     let tag = lib.name();
     let mut samples = Vec::with_capacity(5000);
+    let cpu = process_cpu();
     let started = Instant::now();
     for i in 0..5000 {
         let key = format!("w1:{tag}:{i}:{}", fastrand::u64(..));
@@ -171,10 +184,15 @@ async fn w1(lib: &Lib) -> Row {
         ("p50_ms", pct(&mut samples, 0.5)),
         ("p99_ms", pct(&mut samples, 0.99)),
         ("cycles_per_s", cycles_per_s),
+        (
+            "client_cpu_us_per_cycle",
+            (process_cpu() - cpu).as_secs_f64() * 1e6 / 5000.0,
+        ),
     ])
 }
 
 async fn w2(lib: &Lib) -> Row {
+    let cpu = process_cpu();
     let started = Instant::now();
     let tasks: Vec<_> = (0..64)
         .map(|t| {
@@ -192,10 +210,16 @@ async fn w2(lib: &Lib) -> Row {
     for task in tasks {
         task.await.expect("w2 task");
     }
-    Row::from([(
-        "cycles_per_s",
-        64.0 * 500.0 / started.elapsed().as_secs_f64(),
-    )])
+    Row::from([
+        (
+            "cycles_per_s",
+            64.0 * 500.0 / started.elapsed().as_secs_f64(),
+        ),
+        (
+            "client_cpu_us_per_cycle",
+            (process_cpu() - cpu).as_secs_f64() * 1e6 / (64.0 * 500.0),
+        ),
+    ])
 }
 
 async fn w3(lib: &Lib, server: &RedisServer, store: &MultiplexedConnection) -> Row {
@@ -414,12 +438,18 @@ fn main() {
             let held = lib.acquire("warm-up", LEASE).await;
             lib.release(held).await;
         }
+        let only = |var: &str, name: &str| {
+            std::env::var(var).map_or(true, |list| list.split(',').any(|item| item == name))
+        };
         for run in 0..runs {
             // Alternate the order between runs so no library always goes first.
             let mut order: Vec<&Lib> = libs.iter().collect();
             order.rotate_left(run % libs.len());
             for workload in ["W1", "W2", "W3", "W4"] {
-                for lib in &order {
+                if !only("BENCH_WORKLOADS", workload) {
+                    continue;
+                }
+                for lib in order.iter().filter(|lib| only("BENCH_LIBS", &lib.name())) {
                     let row = match workload {
                         "W1" if lib.name() != "rslock-5ms" => w1(lib).await,
                         "W2" if lib.name() != "rslock-5ms" => w2(lib).await,
@@ -436,6 +466,17 @@ fn main() {
             }
         }
     });
+
+    // The server's side of the cost: time per call of each command (scripts include the
+    // commands they run).
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .expect("INFO");
+    eprintln!("\nserver time per call:");
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        eprintln!("  {line}");
+    }
 
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.jsonl");
     let mut jsonl = std::fs::OpenOptions::new()
