@@ -272,34 +272,33 @@ async fn redis_stopped_and_restarted_gives_clear_errors_then_locks_work_again() 
     assert!(guard.release().await.expect("release"));
 }
 
-#[tokio::test]
-async fn a_timed_out_acquire_is_cleaned_up_with_a_compare_and_delete() {
+/// Freezes the server while `key` is being acquired (the acquire times out, its grant
+/// pending), keeps it frozen for `stall`, thaws it, and checks that the grant the server then
+/// makes (the fencing counter proves it) is deleted by the clean-up.
+async fn a_timed_out_acquire_is_cleaned_up_after(key: &str, stall: Duration) {
     let server = RedisServer::start();
     let client = client_for(&server);
     // Warm the connection so the acquire below is sent on it.
-    client
-        .lock("warm")
-        .acquire()
-        .await
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
+    let warm = client.lock("warm").acquire().await.expect("acquire");
+    assert!(warm.release().await.expect("release"));
     server.signal("STOP");
-    let result = client.lock("ambiguous").acquire().await;
+    let result = client.lock(key).acquire().await;
     assert!(
         matches!(&result, Err(LockError::Backend(e)) if e.kind() == BackendErrorKind::Timeout),
         "{result:?}"
     );
+    tokio::time::sleep(stall).await;
     server.signal("CONT");
-    // The frozen server ran the acquire when it woke up (the counter proves the grant)…
+    let (fence_key, lock_key) = (
+        format!("distlock:{{{key}}}:fence"),
+        format!("distlock:{{{key}}}"),
+    );
     let started = Instant::now();
     loop {
-        let fence: i64 = redis_cmd(&server, &["EXISTS", "distlock:{ambiguous}:fence"]);
-        let lock: i64 = redis_cmd(&server, &["EXISTS", "distlock:{ambiguous}"]);
-        // …and the clean-up deleted that grant nobody knew about.
+        let fence: i64 = redis_cmd(&server, &["EXISTS", &fence_key]);
+        let lock: i64 = redis_cmd(&server, &["EXISTS", &lock_key]);
         if fence == 1 && lock == 0 {
-            break;
+            return;
         }
         assert!(
             started.elapsed() < Duration::from_secs(5),
@@ -307,6 +306,17 @@ async fn a_timed_out_acquire_is_cleaned_up_with_a_compare_and_delete() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_timed_out_acquire_is_cleaned_up_with_a_compare_and_delete() {
+    a_timed_out_acquire_is_cleaned_up_after("ambiguous", Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn the_clean_up_of_a_timed_out_acquire_outlasts_a_long_stall() {
+    // Stalled well past the connect and response timeouts (300 ms each).
+    a_timed_out_acquire_is_cleaned_up_after("stalled", Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
@@ -495,39 +505,6 @@ async fn fencing_tokens_keep_increasing_when_the_counter_comes_back_stale() {
         "{} after {before}",
         second.fencing_token()
     );
-}
-
-#[tokio::test]
-async fn the_clean_up_of_a_timed_out_acquire_outlasts_a_long_stall() {
-    let server = RedisServer::start();
-    let client = client_for(&server);
-    client
-        .lock("warm")
-        .acquire()
-        .await
-        .expect("acquire")
-        .release()
-        .await
-        .expect("release");
-    server.signal("STOP");
-    let result = client.lock("stalled").acquire().await;
-    assert!(matches!(result, Err(LockError::Backend(_))), "{result:?}");
-    // Stalled well past the connect and response timeouts (300 ms each).
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    server.signal("CONT");
-    let started = Instant::now();
-    loop {
-        let fence: i64 = redis_cmd(&server, &["EXISTS", "distlock:{stalled}:fence"]);
-        let lock: i64 = redis_cmd(&server, &["EXISTS", "distlock:{stalled}"]);
-        if fence == 1 && lock == 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "fence exists: {fence}, orphaned lock exists: {lock}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Script calls the server has executed (`EVALSHA` and `EVAL`), from `INFO commandstats`.
