@@ -632,3 +632,90 @@ async fn one_release_wakes_one_waiter_of_a_client_not_all_of_them() {
     // would be hundreds.
     assert!(calls < 80, "{calls} script calls for 20 handoffs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_permissions_still_releases_and_waits() {
+    let server = RedisServer::start();
+    // Redis 7 gives new ACL users no channel permissions: PUBLISH and SUBSCRIBE are refused.
+    let () = redis_cmd(
+        &server,
+        &["ACL", "SETUSER", "locker", "on", ">pw", "~*", "+@all"],
+    );
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let config = Config::from_url(&url)
+        .expect("url")
+        .backoff(Duration::from_millis(5), Duration::from_millis(50));
+    let holder = Client::new(config.clone()).expect("client");
+    let waiter = Client::new(config).expect("client");
+    for _ in 0..20 {
+        let guard = holder.lock("acl").acquire().await.expect("acquire");
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                waiter
+                    .lock("acl")
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(guard.release().await.expect("the release itself succeeds"));
+        let next = waiting
+            .await
+            .expect("task")
+            .expect("the waiter gets it by backoff");
+        assert!(next.release().await.expect("release"));
+    }
+    // Refused subscriptions must not leave pub/sub connections behind.
+    let clients: String = redis_cmd(&server, &["CLIENT", "LIST"]);
+    let connections = clients.lines().count();
+    assert!(connections <= 6, "{connections} connections:\n{clients}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_waits_on_many_keys_leave_no_subscription_behind() {
+    let server = RedisServer::start();
+    let holder = client_for(&server);
+    let waiter = client_for(&server);
+    // Warm the waiter's pub/sub connection, so SUBSCRIBEs really go out below.
+    let warm = holder.lock("brief:warm").acquire().await.expect("acquire");
+    let result = waiter
+        .lock("brief:warm")
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await;
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+    assert!(warm.release().await.expect("release"));
+    for i in 0..1000 {
+        let key = format!("brief:{i}");
+        let guard = holder.lock(key.as_str()).acquire().await.expect("acquire");
+        // A wait so short that it usually ends while the subscription is under way.
+        let result = waiter
+            .lock(key.as_str())
+            .wait(Duration::from_millis(1))
+            .acquire()
+            .await;
+        assert!(
+            matches!(result, Err(LockError::Timeout { .. })),
+            "{result:?}"
+        );
+        assert!(guard.release().await.expect("release"));
+    }
+    let started = Instant::now();
+    loop {
+        let channels: Vec<String> = redis_cmd(&server, &["PUBSUB", "CHANNELS"]);
+        if channels.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{} channels still subscribed: {channels:?}",
+            channels.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -8,7 +8,8 @@
 
 local extended = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[2 * i - 1] then
+  -- pcall: a key of the wrong type (not ours) must not fail the whole batch.
+  if redis.pcall('GET', key) == ARGV[2 * i - 1] then
     extended[i] = redis.call('PEXPIRE', key, ARGV[2 * i])
   else
     extended[i] = 0

@@ -9,7 +9,8 @@
 
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], '')
+  -- Wake waiters; a user without channel permissions (Redis 7 ACLs) only loses the wake-up.
+  redis.pcall('PUBLISH', KEYS[2], '')
   return 1
 end
 return 0

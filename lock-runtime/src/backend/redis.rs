@@ -65,7 +65,12 @@ impl RedisBackend {
             ))
         })?;
         Ok(Self {
-            waker: Waker::new(client.clone(), io.clone(), connect_timeout),
+            waker: Waker::new(
+                client.clone(),
+                io.clone(),
+                connect_timeout,
+                response_timeout,
+            ),
             client,
             redacted_url: redact_url(url),
             connection_config: AsyncConnectionConfig::new()

@@ -13,6 +13,8 @@ use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
 
 /// One channel's waiters in this client.
 struct Channel {
@@ -36,24 +38,41 @@ impl State {
 #[derive(Default)]
 struct Subscriptions {
     sink: Option<PubSubSink>,
+    /// The task reading the connection: dropping the sink alone would leave it open.
+    reader: Option<AbortHandle>,
     subscribed: HashSet<String>,
-    /// Bumped when a connection dies, so its reader does not clear a newer one.
+    /// Bumped when a connection is dropped, so its reader does not clear a newer one.
     generation: u64,
+    /// The server refused a SUBSCRIBE (e.g. an ACL user without channel permissions): no new
+    /// tries before then; waiters use their backoff.
+    refused_until: Option<Instant>,
 }
 
 impl Subscriptions {
+    /// Drops the pub/sub connection (aborting its reader closes it).
     fn reset(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            reader.abort();
+        }
         self.sink = None;
         self.subscribed.clear();
         self.generation += 1;
     }
 }
 
+/// How long a refused SUBSCRIBE keeps this client from trying again.
+const REFUSED_PAUSE: Duration = Duration::from_secs(30);
+
 /// The client's waiters on released locks.
 pub(crate) struct Waker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     client: redis::Client,
     io: Handle,
     connect_timeout: Duration,
+    response_timeout: Duration,
     state: Arc<State>,
 }
 
@@ -61,26 +80,36 @@ pub(crate) struct Waker {
 pub(crate) struct Interest {
     state: Arc<State>,
     io: Handle,
+    response_timeout: Duration,
     name: String,
     notify: Arc<Notify>,
 }
 
 impl Waker {
-    pub(crate) fn new(client: redis::Client, io: Handle, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        client: redis::Client,
+        io: Handle,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
         Self {
-            client,
-            io,
-            connect_timeout,
-            state: Arc::new(State {
-                channels: Mutex::new(HashMap::new()),
-                subscriptions: tokio::sync::Mutex::new(Subscriptions::default()),
+            inner: Arc::new(Inner {
+                client,
+                io,
+                connect_timeout,
+                response_timeout,
+                state: Arc::new(State {
+                    channels: Mutex::new(HashMap::new()),
+                    subscriptions: tokio::sync::Mutex::new(Subscriptions::default()),
+                }),
             }),
         }
     }
 
     /// Registers a waiter on `channel`.
     pub(crate) fn interest(&self, channel: &str) -> Interest {
-        let mut channels = self.state.channels();
+        let inner = &self.inner;
+        let mut channels = inner.state.channels();
         let entry = channels
             .entry(channel.to_owned())
             .or_insert_with(|| Channel {
@@ -89,72 +118,103 @@ impl Waker {
             });
         entry.interested += 1;
         Interest {
-            state: self.state.clone(),
-            io: self.io.clone(),
+            state: inner.state.clone(),
+            io: inner.io.clone(),
+            response_timeout: inner.response_timeout,
             name: channel.to_owned(),
             notify: entry.notify.clone(),
         }
     }
 
-    /// Waits until a release of `interest`'s lock is announced, or `delay` has passed. The
-    /// subscription is confirmed before the wait, so no release after that point is missed
-    /// while the pub/sub connection holds.
+    /// Waits until a release of `interest`'s lock is announced, or `delay` has passed, never
+    /// longer. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
+    /// first cannot cut it short and leave a subscription nobody tracks.
     pub(crate) async fn wait(&self, interest: &Interest, delay: Duration) {
+        let until = Instant::now() + delay;
         let notified = interest.notify.notified();
         tokio::pin!(notified);
         // Register for a wake-up before subscribing: a release announced meanwhile counts.
         notified.as_mut().enable();
-        let subscribed = tokio::time::timeout(delay, self.subscribe(&interest.name)).await;
-        if let Ok(Err(err)) = subscribed {
-            tracing::debug!("no wake-up on release for this wait (backoff instead): {err}");
-        }
+        let subscribing = self.subscribe(&interest.name);
         tokio::select! {
-            () = notified => {}
-            () = tokio::time::sleep(delay) => {}
+            () = &mut notified => {}
+            () = async {
+                if let Some(subscribing) = subscribing {
+                    let _ = tokio::time::timeout_at(until, subscribing).await;
+                }
+                tokio::time::sleep_until(until).await;
+            } => {}
         }
     }
 
-    async fn subscribe(&self, channel: &str) -> Result<(), String> {
+    /// Starts subscribing to `channel` unless it is known to be subscribed already.
+    fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
+        if let Ok(subscriptions) = self.inner.state.subscriptions.try_lock() {
+            if subscriptions.subscribed.contains(channel) {
+                return None;
+            }
+        }
+        let inner = self.inner.clone();
+        let channel = channel.to_owned();
+        Some(
+            self.inner
+                .io
+                .spawn(async move { inner.subscribe(&channel).await }),
+        )
+    }
+}
+
+impl Inner {
+    async fn subscribe(&self, channel: &str) {
         let mut subscriptions = self.state.subscriptions.lock().await;
-        if subscriptions.subscribed.contains(channel) {
-            return Ok(());
+        let wanted = self.state.channels().contains_key(channel);
+        let refused = subscriptions
+            .refused_until
+            .is_some_and(|until| Instant::now() < until);
+        if !wanted || refused || subscriptions.subscribed.contains(channel) {
+            return;
         }
         if subscriptions.sink.is_none() {
-            let sink = self.connect(subscriptions.generation).await?;
-            subscriptions.sink = Some(sink);
+            match self.connect(subscriptions.generation).await {
+                Ok((sink, reader)) => {
+                    subscriptions.sink = Some(sink);
+                    subscriptions.reader = Some(reader);
+                }
+                Err(err) => {
+                    tracing::debug!("no wake-up on release (backoff instead): {err}");
+                    return;
+                }
+            }
         }
         let Some(sink) = subscriptions.sink.as_mut() else {
-            return Err("no pub/sub connection".to_owned());
+            return;
         };
-        match sink.subscribe(channel).await {
-            Ok(()) => {
+        match tokio::time::timeout(self.response_timeout, sink.subscribe(channel)).await {
+            Ok(Ok(())) => {
                 subscriptions.subscribed.insert(channel.to_owned());
-                Ok(())
             }
-            Err(err) => {
-                subscriptions.reset();
-                Err(err.to_string())
+            Ok(Err(err)) if matches!(err.kind(), redis::ErrorKind::Server(_)) => {
+                tracing::warn!(
+                    "Redis refused SUBSCRIBE ({err}); waiters fall back to backoff. \
+                     Grant the user the lock channels (e.g. `&distlock:*`) for wake-ups on release"
+                );
+                subscriptions.refused_until = Some(Instant::now() + REFUSED_PAUSE);
             }
+            // Broken or half-open connection: drop it; the next wait connects again.
+            Ok(Err(_)) | Err(_) => subscriptions.reset(),
         }
     }
 
-    /// Connects on the I/O runtime and starts the reader that wakes waiters.
-    async fn connect(&self, generation: u64) -> Result<PubSubSink, String> {
-        let client = self.client.clone();
-        let timeout = self.connect_timeout;
-        let connected = self
-            .io
-            .spawn(async move { tokio::time::timeout(timeout, client.get_async_pubsub()).await })
-            .await;
-        let pubsub = match connected {
-            Ok(Ok(Ok(pubsub))) => pubsub,
-            Ok(Ok(Err(err))) => return Err(err.to_string()),
-            Ok(Err(_)) => return Err("timed out connecting for pub/sub".to_owned()),
-            Err(_) => return Err("the client's I/O runtime has shut down".to_owned()),
-        };
+    /// Connects (this runs on the I/O runtime, so the connection's driver lives there too) and
+    /// starts the reader that wakes waiters.
+    async fn connect(&self, generation: u64) -> Result<(PubSubSink, AbortHandle), String> {
+        let pubsub = tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| "timed out connecting for pub/sub".to_owned())?
+            .map_err(|err| err.to_string())?;
         let (sink, mut stream) = pubsub.split();
         let state = self.state.clone();
-        self.io.spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Some(message) = stream.next().await {
                 let notify = state
                     .channels()
@@ -168,10 +228,11 @@ impl Waker {
             // The connection is gone: the next wait connects and subscribes again.
             let mut subscriptions = state.subscriptions.lock().await;
             if subscriptions.generation == generation {
+                subscriptions.reader = None; // this task, ending anyway
                 subscriptions.reset();
             }
         });
-        Ok(sink)
+        Ok((sink, reader.abort_handle()))
     }
 }
 
@@ -189,6 +250,7 @@ impl Drop for Interest {
         drop(channels);
         let state = self.state.clone();
         let name = std::mem::take(&mut self.name);
+        let timeout = self.response_timeout;
         self.io.spawn(async move {
             let mut subscriptions = state.subscriptions.lock().await;
             // A new waiter may have come meanwhile: it keeps the subscription.
@@ -196,7 +258,8 @@ impl Drop for Interest {
                 return;
             }
             if let Some(sink) = subscriptions.sink.as_mut() {
-                if sink.unsubscribe(&name).await.is_err() {
+                let unsubscribed = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
+                if !matches!(unsubscribed, Ok(Ok(()))) {
                     subscriptions.reset();
                 }
             }
