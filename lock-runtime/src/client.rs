@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, LockBackend, LockKey};
-use crate::config::{BackendConfig, Config, MAX_LEASE, MIN_LEASE};
+use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::io::IoRuntime;
@@ -100,12 +100,12 @@ impl Client {
         config.validate()?;
         let io = IoRuntime::start()?;
         let backend = Arc::new(match &config.backend {
-            BackendConfig::Redis { url } => Backend::Redis(Box::new(RedisBackend::new(
-                url,
+            BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(
+                (**client).clone(),
                 config.response_timeout,
                 config.connect_timeout,
                 io.handle(),
-            )?)),
+            ))),
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
         });
         let watchdog = Watchdog::start(&io, backend.clone());
@@ -200,9 +200,9 @@ impl LockRequest {
         let config = &inner.config;
         let key = LockKey::new(&config.key_prefix, self.key)?;
         let lease = self.lease.unwrap_or(config.default_lease);
-        if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
+        if let Some(why) = lease_out_of_bounds(lease) {
             return Err(LockError::Config(format!(
-                "the lease of lock `{}` is {lease:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}",
+                "the lease of lock `{}` is {why}",
                 key.name
             )));
         }

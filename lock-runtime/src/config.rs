@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::memory::MemoryStore;
-use crate::error::{redact_url, LockError};
+use crate::error::{server_address, LockError};
 
 /// URL used by [`Config::from_env`] when `REDIS_URL` is not set.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -34,8 +34,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where the locks are kept.
 #[derive(Clone)]
 pub(crate) enum BackendConfig {
-    /// One Redis server, by URL (the URL is validated when the config is made).
-    Redis { url: String },
+    /// One Redis server, its URL parsed when the config is made.
+    Redis(Box<redis::Client>),
     /// In this process; clients made from clones of one config share the store.
     InMemory(Arc<MemoryStore>),
 }
@@ -95,15 +95,13 @@ impl Config {
     /// # Ok::<(), distlock::LockError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        redis::Client::open(url).map_err(|err| {
+        let client = redis::Client::open(url).map_err(|err| {
             LockError::Config(format!(
                 "the Redis URL is not usable ({}); expected `redis://[:password@]host[:port][/db]`",
                 err.category()
             ))
         })?;
-        Ok(Self::with_backend(BackendConfig::Redis {
-            url: url.to_owned(),
-        }))
+        Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
     }
 
     /// The Redis server named by the `REDIS_URL` environment variable, or
@@ -198,11 +196,8 @@ impl Config {
                 )));
             }
         }
-        if !(MIN_LEASE..=MAX_LEASE).contains(&self.default_lease) {
-            return Err(LockError::Config(format!(
-                "`default_lease` is {:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}",
-                self.default_lease
-            )));
+        if let Some(why) = lease_out_of_bounds(self.default_lease) {
+            return Err(LockError::Config(format!("`default_lease` is {why}")));
         }
         if self.backoff_min > self.backoff_max {
             return Err(LockError::Config(format!(
@@ -214,10 +209,16 @@ impl Config {
     }
 }
 
+/// Why `lease` cannot be a lease, if it cannot: "{lease}; it must be between … and …".
+pub(crate) fn lease_out_of_bounds(lease: Duration) -> Option<String> {
+    (!(MIN_LEASE..=MAX_LEASE).contains(&lease))
+        .then(|| format!("{lease:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}"))
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backend = match &self.backend {
-            BackendConfig::Redis { url } => format!("Redis({})", redact_url(url)),
+            BackendConfig::Redis(client) => format!("Redis({})", server_address(client)),
             BackendConfig::InMemory(_) => "InMemory".to_owned(),
         };
         f.debug_struct("Config")

@@ -13,7 +13,7 @@ use tokio::runtime::Handle;
 
 use super::wake::Waker;
 use super::{AcquireReply, LockBackend, LockKey, Renewal};
-use crate::error::{redact_url, BackendError, BackendErrorKind, LockError};
+use crate::error::{server_address, BackendError, BackendErrorKind, LockError};
 use crate::FencingToken;
 
 /// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
@@ -38,7 +38,8 @@ struct Connecting {
 
 pub(crate) struct RedisBackend {
     client: redis::Client,
-    redacted_url: String,
+    /// Address and db for logs (never the credentials).
+    server: String,
     connection_config: AsyncConnectionConfig,
     io: Handle,
     current: Mutex<Option<Current>>,
@@ -52,19 +53,13 @@ pub(crate) struct RedisBackend {
 
 impl RedisBackend {
     pub(crate) fn new(
-        url: &str,
+        client: redis::Client,
         response_timeout: Duration,
         connect_timeout: Duration,
         io: Handle,
-    ) -> Result<Self, LockError> {
-        let client = redis::Client::open(url).map_err(|err| {
-            LockError::Config(format!(
-                "{} is not a usable Redis URL: {}",
-                redact_url(url),
-                err.category()
-            ))
-        })?;
-        Ok(Self {
+    ) -> Self {
+        Self {
+            server: server_address(&client),
             waker: Waker::new(
                 client.clone(),
                 io.clone(),
@@ -72,7 +67,6 @@ impl RedisBackend {
                 response_timeout,
             ),
             client,
-            redacted_url: redact_url(url),
             connection_config: AsyncConnectionConfig::new()
                 .set_response_timeout(Some(response_timeout))
                 .set_connection_timeout(Some(connect_timeout)),
@@ -82,7 +76,7 @@ impl RedisBackend {
             acquire_script: Script::new(include_str!("../../scripts/acquire.lua")),
             release_script: Script::new(include_str!("../../scripts/release.lua")),
             extend_many_script: Script::new(include_str!("../../scripts/extend_many.lua")),
-        })
+        }
     }
 
     pub(crate) fn waker(&self) -> &Waker {
@@ -143,7 +137,7 @@ impl RedisBackend {
         state.last_failure = None;
         state.last_generation += 1;
         let generation = state.last_generation;
-        tracing::debug!(url = %self.redacted_url, generation, "connected to Redis");
+        tracing::debug!(server = %self.server, generation, "connected to Redis");
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
             generation,
             connection: connection.clone(),
@@ -155,7 +149,7 @@ impl RedisBackend {
     fn discard(&self, generation: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| c.generation == generation) {
-            tracing::debug!(url = %self.redacted_url, generation, "discarding broken Redis connection");
+            tracing::debug!(server = %self.server, generation, "discarding broken Redis connection");
             *current = None;
         }
     }
@@ -185,7 +179,7 @@ impl RedisBackend {
                 self.discard(generation);
             }
             if kind == BackendErrorKind::Connection && !fresh && !retried {
-                tracing::debug!(url = %self.redacted_url, "retrying {operation} on a new connection: {err}");
+                tracing::debug!(server = %self.server, "retrying {operation} on a new connection: {err}");
                 retried = true;
                 continue;
             }
