@@ -78,9 +78,7 @@ struct Inner {
 
 /// A waiter's registration on a channel; the channel is unsubscribed when the last one goes.
 pub(crate) struct Interest {
-    state: Arc<State>,
-    io: Handle,
-    response_timeout: Duration,
+    inner: Arc<Inner>,
     name: String,
     notify: Arc<Notify>,
 }
@@ -118,9 +116,7 @@ impl Waker {
             });
         entry.interested += 1;
         Interest {
-            state: inner.state.clone(),
-            io: inner.io.clone(),
-            response_timeout: inner.response_timeout,
+            inner: inner.clone(),
             name: channel.to_owned(),
             notify: entry.notify.clone(),
         }
@@ -238,7 +234,7 @@ impl Inner {
 
 impl Drop for Interest {
     fn drop(&mut self) {
-        let mut channels = self.state.channels();
+        let mut channels = self.inner.state.channels();
         let Some(entry) = channels.get_mut(&self.name) else {
             return;
         };
@@ -248,10 +244,10 @@ impl Drop for Interest {
         }
         channels.remove(&self.name);
         drop(channels);
-        let state = self.state.clone();
+        let inner = self.inner.clone();
         let name = std::mem::take(&mut self.name);
-        let timeout = self.response_timeout;
-        self.io.spawn(async move {
+        self.inner.io.spawn(async move {
+            let (state, timeout) = (&inner.state, inner.response_timeout);
             let mut subscriptions = state.subscriptions.lock().await;
             // A new waiter may have come meanwhile: it keeps the subscription.
             if state.channels().contains_key(&name) || !subscriptions.subscribed.remove(&name) {
