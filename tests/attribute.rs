@@ -543,3 +543,82 @@ async fn a_re_entrant_call_on_a_lost_grant_fails_instead_of_running_unprotected(
     init_once();
     assert!(join_lost_outer().await.unwrap());
 }
+
+// ---- a joined call lives and dies with the grant it joined --------------------------------
+
+type Escaped = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Option<distlock::LockInfo>, AppError>> + Send>,
+>;
+
+#[distributed_lock(key = "escape", wait = "0s")]
+async fn escaping_inner(
+    go: Arc<tokio::sync::Notify>,
+) -> Result<Option<distlock::LockInfo>, AppError> {
+    go.notified().await;
+    Ok(distlock::current())
+}
+
+#[distributed_lock(key = "escape", wait = "0s")]
+async fn lets_a_joined_call_escape(go: Arc<tokio::sync::Notify>) -> Result<Escaped, AppError> {
+    let mut joined: Escaped = Box::pin(escaping_inner(go));
+    // Polled once under the grant, so it joins it; then handed out unfinished.
+    tokio::select! {
+        biased;
+        _ = &mut joined => panic!("the joined call waits for `go`"),
+        () = std::future::ready(()) => {}
+    }
+    Ok(joined)
+}
+
+#[tokio::test]
+async fn a_joined_call_polled_after_its_outer_call_released_ends_with_lease_lost() {
+    init_once();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let escaped = lets_a_joined_call_escape(go.clone()).await.unwrap();
+    // The outer call has released the lock: another owner takes it.
+    let other = distlock::lock("escape")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free once the outer call returned");
+    go.notify_one();
+    let result = escaped.await;
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::LeaseLost { .. }))),
+        "a joined call must not run on after its grant ended: {result:?}"
+    );
+    assert!(other.release().await.unwrap());
+}
+
+#[distributed_lock(key = "siblings", wait = "0s")]
+async fn sibling_reads(counter: &AtomicU64) -> Result<u64, AppError> {
+    Ok(counter.load(Ordering::SeqCst))
+}
+
+/// A read-modify-write with suspensions in the middle, and a nested call on the same key.
+#[distributed_lock(key = "siblings", wait = "0s")]
+async fn sibling_increments(counter: &AtomicU64) -> Result<(), AppError> {
+    let read = sibling_reads(counter).await?;
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    counter.store(read + 1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(key = "siblings", wait = "0s")]
+async fn two_joined_calls_side_by_side(counter: &AtomicU64) -> Result<(), AppError> {
+    let (a, b) = tokio::join!(sibling_increments(counter), sibling_increments(counter));
+    a.and(b)
+}
+
+#[tokio::test]
+async fn joined_calls_driven_side_by_side_in_one_task_take_turns() {
+    init_once();
+    let counter = AtomicU64::new(0);
+    two_joined_calls_side_by_side(&counter).await.unwrap();
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        2,
+        "two joined calls overlapped and one update was lost"
+    );
+}

@@ -14,7 +14,8 @@ use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::io::IoRuntime;
-use crate::watchdog::{drift, Lease, Watchdog};
+use crate::lease::{drift, Lease};
+use crate::watchdog::Watchdog;
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
 
@@ -207,11 +208,7 @@ impl LockRequest {
             )));
         }
         let wait = self.wait.unwrap_or(config.default_wait);
-        // A v4 UUID from the thread-local generator: unique, and no system call per acquire.
-        let owner = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
-            .into_uuid()
-            .simple()
-            .to_string();
+        // The wait runs on the caller's clock; leases run on the real one (see `lease`).
         let started = Instant::now();
         let deadline = started
             .checked_add(wait)
@@ -221,24 +218,29 @@ impl LockRequest {
         // Registered on the first wait, kept for the rest of this request.
         let mut interest = None;
         loop {
-            let sent = Instant::now();
+            // Every try has an owner token of its own, so a try can never be mistaken for an
+            // earlier one whose grant is being given back: a late grant's clean-up and the
+            // next try may reach Redis in either order.
+            let sent = std::time::Instant::now();
             let attempt = Attempt {
                 client: inner,
                 key: &key,
-                owner: &owner,
+                owner: new_owner(),
                 expires: sent + lease,
                 settled: false,
             };
-            let reply = inner.backend.acquire(&key, &owner, lease).await;
+            let reply = inner.backend.acquire(&key, &attempt.owner, lease).await;
             let remaining = match reply {
-                Ok(AcquireReply::Acquired(_)) if Instant::now() >= sent + lease - drift(lease) => {
+                Ok(AcquireReply::Acquired(_))
+                    if std::time::Instant::now() >= sent + lease - drift(lease) =>
+                {
                     // The reply came too late to leave any of the lease: dropping the
                     // unsettled attempt gives the grant back; try again like a held lock.
                     drop(attempt);
                     None
                 }
                 Ok(AcquireReply::Acquired(token)) => {
-                    attempt.settle();
+                    let owner = attempt.settle();
                     let lease = Arc::new(Lease::new(key, owner, token, lease, self.watchdog, sent));
                     inner.watchdog.watch(lease.clone());
                     return Ok(LockGuard::new(lease, inner.clone()));
@@ -277,21 +279,32 @@ impl LockRequest {
     }
 }
 
+/// A random owner token: a v4 UUID from the thread-local generator (unique, and no system
+/// call per try).
+fn new_owner() -> String {
+    uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
+        .into_uuid()
+        .simple()
+        .to_string()
+}
+
 /// A try that may have taken the lock until its reply says otherwise. Dropped unsettled
-/// (an ambiguous error, or the acquire future cancelled mid-request), it deletes the possible
-/// grant in the background, retrying until that grant would have expired anyway.
+/// (an ambiguous error, a grant that came too late, or the acquire future cancelled
+/// mid-request), it deletes the possible grant in the background.
 struct Attempt<'a> {
     client: &'a Arc<ClientInner>,
     key: &'a LockKey,
-    owner: &'a str,
-    /// When a grant made by this try expires at the latest.
-    expires: Instant,
+    owner: String,
+    /// When a grant made by this try before its clean-up runs expires at the latest.
+    expires: std::time::Instant,
     settled: bool,
 }
 
 impl Attempt<'_> {
-    fn settle(mut self) {
+    /// The try's outcome is known: nothing to clean up. Returns its owner token.
+    fn settle(mut self) -> String {
         self.settled = true;
+        std::mem::take(&mut self.owner)
     }
 }
 
@@ -302,7 +315,7 @@ impl Drop for Attempt<'_> {
         }
         let client = self.client.clone();
         let key = self.key.clone();
-        let owner = self.owner.to_owned();
+        let owner = std::mem::take(&mut self.owner);
         let expires = self.expires;
         self.client.io.spawn(async move {
             let mut delay = Duration::from_millis(50);
@@ -314,7 +327,7 @@ impl Drop for Attempt<'_> {
                         }
                         return;
                     }
-                    Err(err) if Instant::now() + delay < expires => {
+                    Err(err) if std::time::Instant::now() + delay < expires => {
                         tracing::debug!(key = %key.name, "clean-up of an interrupted acquire failed, retrying: {err}");
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_secs(1));

@@ -4,12 +4,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use crate::backend::LockBackend;
 use crate::client::ClientInner;
 use crate::error::LockError;
-use crate::watchdog::Lease;
+use crate::lease::Lease;
 use crate::FencingToken;
 
 /// A held lock. Dropping it releases the lock in the background; prefer
@@ -74,7 +72,7 @@ impl LockGuard {
     /// Whether the lease is still ours as far as this process can tell: not lost, and its
     /// local deadline not passed.
     pub fn is_held(&self) -> bool {
-        !self.lease.is_lost() && Instant::now() < self.lease.deadline()
+        self.lease.is_held()
     }
 
     /// Completes when the lease is lost: Redis no longer has us as the owner, or the local

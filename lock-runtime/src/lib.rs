@@ -11,6 +11,7 @@ mod config;
 mod error;
 mod guard;
 mod io;
+mod lease;
 mod scope;
 mod watchdog;
 

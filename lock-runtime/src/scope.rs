@@ -2,13 +2,23 @@
 //! client (or joins a grant the task already holds on the same key), runs the body inside a
 //! task-local scope that [`current`] reads, cancels the body when the lease is lost (unless
 //! told to continue), and releases the lock before returning.
+//!
+//! Re-entrancy nests: a call that joins a grant waits for its turn among the other calls that
+//! joined the same grant (two joined calls driven side by side in one task, as by
+//! `tokio::join!`, do not overlap), and calls nested inside it join it in turn. A joined call
+//! ends with `LeaseLost` when the grant it joined ends — lost, or released by the outer call
+//! while a joined future escaped it — so no joined body runs without the lock.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
 use crate::error::LockError;
-use crate::watchdog::Lease;
+use crate::guard::LockGuard;
+use crate::lease::Lease;
 use crate::FencingToken;
 
 tokio::task_local! {
@@ -17,11 +27,23 @@ tokio::task_local! {
     static HELD: Vec<Held>;
 }
 
-/// A grant on the task's stack: what `current()` shows, and the lease to watch.
+/// A grant on the task's stack: what `current()` shows, the lease to watch, and the turn
+/// that calls joining it at this level take one at a time.
 #[derive(Clone)]
 struct Held {
     info: LockInfo,
     lease: Arc<Lease>,
+    turn: Arc<Mutex<()>>,
+}
+
+impl Held {
+    fn new(info: LockInfo, lease: Arc<Lease>) -> Self {
+        Self {
+            info,
+            lease,
+            turn: Arc::new(Mutex::new(())),
+        }
+    }
 }
 
 /// The lock the current task holds through `#[distributed_lock]`: its key and fencing token.
@@ -70,7 +92,7 @@ fn held_by_this_task(key: &str) -> Option<Held> {
 }
 
 /// Runs `body` with `held` pushed on the task's stack; `None` if it was cancelled because the
-/// lease was lost (with `OnLost::Abort`).
+/// lease was lost or the grant ended (with `OnLost::Abort`).
 async fn run_scoped<F: Future>(held: Held, on_lost: OnLost, body: F) -> Option<F::Output> {
     let lease = held.lease.clone();
     let mut stack = HELD.try_with(Clone::clone).unwrap_or_default();
@@ -80,7 +102,7 @@ async fn run_scoped<F: Future>(held: Held, on_lost: OnLost, body: F) -> Option<F
             OnLost::Abort => {
                 tokio::select! {
                     biased;
-                    () = lease.lost() => None,
+                    () = lease.over() => None,
                     result = body => Some(result),
                 }
             }
@@ -136,53 +158,107 @@ pub fn assert_lock_result<R: LockResult>() {}
 #[doc(hidden)]
 pub fn assert_lock_result_of<R: LockResult>(_: &R) {}
 
+/// How a call holds its lock while its body runs.
+enum Grant {
+    /// Its own, taken for this call and released after it.
+    Own(LockGuard),
+    /// A grant of the task it joined; the turn keeps the other calls joining it waiting.
+    Joined { _turn: OwnedMutexGuard<()> },
+}
+
 /// Runs `body` under the lock `key` of the global client, as `spec` says.
+///
+/// The body is boxed at once: a future that moves it through the acquire, the scope and the
+/// select keeps a slot for it at every step, and nested annotated calls multiply that — debug
+/// builds of a few nested calls in `tokio::join!` overflowed a test thread's stack.
 #[doc(hidden)]
-pub async fn run_locked<R, F>(key: String, spec: LockSpec, body: F) -> R
+pub fn run_locked<R, F>(key: String, spec: LockSpec, body: F) -> impl Future<Output = R>
 where
     R: LockResult,
     F: Future<Output = R>,
 {
-    if let Some(outer) = held_by_this_task(&key) {
-        // Re-entrant call in the same task: join the outer grant (its lease and watchdog
-        // apply; this call's own `lease`, `wait` and `watchdog` do not).
-        if outer.lease.is_lost() {
-            return R::from_lock_error(LockError::LeaseLost { key });
+    locked(key, spec, Box::pin(body))
+}
+
+async fn locked<R, F>(key: String, spec: LockSpec, body: Pin<Box<F>>) -> R
+where
+    R: LockResult,
+    F: Future<Output = R>,
+{
+    let taken = match held_by_this_task(&key) {
+        Some(outer) => join(outer).await,
+        None => acquire(&key, spec).await,
+    };
+    let (held, grant) = match taken {
+        Ok(taken) => taken,
+        Err(err) => return R::from_lock_error(err.for_key(&key)),
+    };
+    let outcome = run_scoped(held, spec.on_lost, body).await;
+    if let Grant::Own(guard) = grant {
+        if outcome.is_some() && !guard.is_held() {
+            tracing::warn!(%key, "the lease was lost while the body ran (on_lost = \"continue\")");
         }
-        return match run_scoped(outer, spec.on_lost, body).await {
-            Some(result) => result,
-            None => R::from_lock_error(LockError::LeaseLost { key }),
-        };
+        match guard.release().await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(%key, "the lock had already expired when released"),
+            Err(err) => tracing::warn!(%key, "release failed; the lease will expire: {err}"),
+        }
     }
-    let mut request = crate::lock(key.clone()).watchdog(spec.watchdog);
+    match outcome {
+        Some(result) => result,
+        None => R::from_lock_error(LockError::LeaseLost { key }),
+    }
+}
+
+/// Why a call could not start its body.
+enum NotTaken {
+    /// The grant it would join ended first.
+    GrantEnded,
+    Failed(LockError),
+}
+
+impl NotTaken {
+    fn for_key(self, key: &str) -> LockError {
+        match self {
+            NotTaken::GrantEnded => LockError::LeaseLost {
+                key: key.to_owned(),
+            },
+            NotTaken::Failed(err) => err,
+        }
+    }
+}
+
+/// Takes the lock `key` through the global client.
+async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
+    let mut request = crate::lock(key.to_owned()).watchdog(spec.watchdog);
     if let Some(lease) = spec.lease {
         request = request.lease(lease);
     }
     if let Some(wait) = spec.wait {
         request = request.wait(wait);
     }
-    let guard = match request.acquire().await {
-        Ok(guard) => guard,
-        Err(err) => return R::from_lock_error(err),
+    let guard = request.acquire().await.map_err(NotTaken::Failed)?;
+    let info = LockInfo {
+        key: key.to_owned(),
+        fencing_token: guard.fencing_token(),
     };
-    let held = Held {
-        info: LockInfo {
-            key: key.clone(),
-            fencing_token: guard.fencing_token(),
-        },
-        lease: guard.lease().clone(),
+    Ok((Held::new(info, guard.lease().clone()), Grant::Own(guard)))
+}
+
+/// A re-entrant call in the same task: joins the grant `outer` (its lease and watchdog apply;
+/// this call's own `lease`, `wait` and `watchdog` do not) once the calls that joined it before
+/// are done, unless the grant ends first.
+async fn join(outer: Held) -> Result<(Held, Grant), NotTaken> {
+    let turn = tokio::select! {
+        biased;
+        () = outer.lease.over() => return Err(NotTaken::GrantEnded),
+        turn = outer.turn.clone().lock_owned() => turn,
     };
-    let outcome = run_scoped(held, spec.on_lost, body).await;
-    if outcome.is_some() && !guard.is_held() {
-        tracing::warn!(%key, "the lease was lost while the body ran (on_lost = \"continue\")");
+    if !outer.lease.is_held() {
+        return Err(NotTaken::GrantEnded);
     }
-    match guard.release().await {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(%key, "the lock had already expired when released"),
-        Err(err) => tracing::warn!(%key, "release failed; the lease will expire: {err}"),
-    }
-    match outcome {
-        Some(result) => result,
-        None => R::from_lock_error(LockError::LeaseLost { key }),
-    }
+    Ok((
+        Held::new(outer.info, outer.lease),
+        Grant::Joined { _turn: turn },
+    ))
 }

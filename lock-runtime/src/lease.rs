@@ -1,0 +1,160 @@
+//! A [`Lease`]: the shared state of one grant — owner, fencing token, local deadline, and
+//! whether it is still held, was lost, or has ended (released or dropped). The guard and the
+//! attribute's scopes hold it; the [watchdog](crate::watchdog) renews it and declares it lost.
+//!
+//! All lease bookkeeping runs on one clock, the real one (`std::time::Instant`): Redis expires
+//! keys in real time, and so does the in-process store, so a caller that pauses tokio's clock
+//! in its tests (`start_paused = true`) must not move a lease's deadline. Waiting for the
+//! deadline therefore never uses the caller's timers: the watchdog, on the client's own
+//! runtime, marks the lease lost when its deadline passes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::backend::LockKey;
+use crate::FencingToken;
+
+static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Margin taken off every lease for clock drift between this process and Redis, as Redlock
+/// does: 1% of the lease plus 2 ms.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
+}
+
+/// Where a grant stands. It only ever moves away from `Held`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseState {
+    /// Ours, as far as this process can tell (the deadline may still have passed unnoticed:
+    /// [`Lease::is_held`] checks it too).
+    Held,
+    /// Redis said it is no longer ours, or its deadline passed before a renewal succeeded.
+    Lost,
+    /// Released or dropped by its guard: nothing more is sent for it but its release.
+    Ended,
+}
+
+/// The times of a lease, on the real clock.
+pub(crate) struct Times {
+    /// When the lease ends for sure unless renewed: send time of the last successful
+    /// acquire or renewal, plus the lease, minus drift.
+    pub(crate) deadline: Instant,
+    /// When the next renewal is due.
+    pub(crate) next_renewal: Instant,
+}
+
+/// One grant's shared state.
+pub(crate) struct Lease {
+    pub(crate) id: u64,
+    pub(crate) key: LockKey,
+    pub(crate) owner: String,
+    pub(crate) token: FencingToken,
+    pub(crate) duration: Duration,
+    /// Whether the watchdog renews it (else it is a hard time limit).
+    pub(crate) renew: bool,
+    times: Mutex<Times>,
+    state: watch::Sender<LeaseState>,
+    /// Serialises a renewal with the release, so no renewal is sent after the release.
+    pub(crate) gate: tokio::sync::Mutex<()>,
+}
+
+impl Lease {
+    /// A lease granted by a request sent at `sent`.
+    pub(crate) fn new(
+        key: LockKey,
+        owner: String,
+        token: FencingToken,
+        duration: Duration,
+        renew: bool,
+        sent: Instant,
+    ) -> Self {
+        Self {
+            id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
+            key,
+            owner,
+            token,
+            duration,
+            renew,
+            times: Mutex::new(Times {
+                deadline: sent + duration - drift(duration),
+                next_renewal: sent + duration / 3,
+            }),
+            state: watch::Sender::new(LeaseState::Held),
+            gate: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn times(&self) -> MutexGuard<'_, Times> {
+        self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.times().deadline
+    }
+
+    pub(crate) fn state(&self) -> LeaseState {
+        *self.state.borrow()
+    }
+
+    /// Not lost, not ended, and its deadline not passed.
+    pub(crate) fn is_held(&self) -> bool {
+        self.state() == LeaseState::Held && Instant::now() < self.deadline()
+    }
+
+    /// Records that the guard let go of the lease (released or dropped).
+    pub(crate) fn end(&self) {
+        self.state.send_if_modified(|state| {
+            std::mem::replace(state, LeaseState::Ended) == LeaseState::Held
+        });
+    }
+
+    /// Records that the lease is lost, unless it already ended or was lost.
+    pub(crate) fn mark_lost(&self, why: &str) {
+        let marked = self.state.send_if_modified(|state| {
+            *state == LeaseState::Held && {
+                *state = LeaseState::Lost;
+                true
+            }
+        });
+        if marked {
+            tracing::warn!(key = %self.key.name, token = %self.token, "lease lost: {why}");
+        }
+    }
+
+    /// Completes when the lease is lost (never, if it never is). Checks the deadline itself,
+    /// so a task woken after a long pause sees the loss at once; otherwise it relies on the
+    /// watchdog, which marks the lease lost when its deadline passes.
+    pub(crate) async fn lost(&self) {
+        self.left(false).await;
+    }
+
+    /// Completes when the lease is no longer held: lost, or ended by its guard. A call that
+    /// joined the grant runs only while this has not completed.
+    pub(crate) async fn over(&self) {
+        self.left(true).await;
+    }
+
+    async fn left(&self, or_ended: bool) {
+        let mut state = self.state.subscribe();
+        loop {
+            let current = *state.borrow_and_update();
+            match current {
+                LeaseState::Lost => return,
+                LeaseState::Ended if or_ended => return,
+                LeaseState::Ended => return std::future::pending().await,
+                LeaseState::Held => {}
+            }
+            if Instant::now() >= self.deadline() {
+                self.mark_lost("its lease ran out before a renewal succeeded");
+                return;
+            }
+            if state.changed().await.is_err() {
+                // Unreachable while `self` lives (it owns the sender).
+                return std::future::pending().await;
+            }
+        }
+    }
+}
