@@ -4,13 +4,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{BackendErrorKind, Client, Config, LockError};
+use support::monitor::Monitor;
 use support::RedisServer;
 use tokio::time::Instant;
 
@@ -109,64 +106,6 @@ async fn deleting_the_key_behind_the_holders_back_fires_lost_within_about_a_thir
         !guard.release().await.expect("release"),
         "the key was not ours any more"
     );
-}
-
-/// Records every command the server executes, from a MONITOR connection.
-struct Monitor {
-    lines: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Monitor {
-    fn start(server: &RedisServer) -> Self {
-        let mut stream = TcpStream::connect(("127.0.0.1", server.port())).expect("connect");
-        stream.write_all(b"MONITOR\r\n").expect("send MONITOR");
-        stream
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("timeout");
-        let mut reader = BufReader::new(stream);
-        let mut ok = String::new();
-        reader.read_line(&mut ok).expect("MONITOR reply");
-        assert_eq!(ok.trim(), "+OK");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (sink, stopped) = (lines.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while !stopped.load(Ordering::Relaxed) {
-                line.clear();
-                if reader.read_line(&mut line).is_ok() && !line.is_empty() {
-                    sink.lock().unwrap().push(line.trim().to_owned());
-                }
-            }
-        });
-        Self { lines, stop }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
-    }
-
-    /// Waits (bounded) until a line containing `needle` has been seen; returns its index.
-    async fn wait_for(&self, needle: &str) -> usize {
-        let started = Instant::now();
-        loop {
-            if let Some(at) = self.lines().iter().position(|l| l.contains(needle)) {
-                return at;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "never saw {needle}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Holds `key` for a few renewal periods, ends the guard with `end`, and checks on the wire that
@@ -718,4 +657,41 @@ async fn short_waits_on_many_keys_leave_no_subscription_behind() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
+    // The same try sent twice (its first reply lost, the request repeated on a new
+    // connection): the second run must not hand out what is left of the first grant.
+    let server = RedisServer::start();
+    let script = redis::Script::new(include_str!("../lock-runtime/scripts/acquire.lua"));
+    let mut redis = server.connection();
+    let mut run = || -> (i64, i64) {
+        script
+            .key("distlock:{replay}")
+            .key("distlock:{replay}:fence")
+            .arg("the-same-owner")
+            .arg(1_000)
+            .arg(604_800_000)
+            .invoke(&mut redis)
+            .expect("acquire script")
+    };
+    let (granted, first_token) = run();
+    assert_eq!(granted, 1);
+    // Let a good part of the lease pass before the replay arrives.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (granted, second_token) = run();
+    assert_eq!(
+        granted, 1,
+        "the replay is granted: the owner already holds the lock"
+    );
+    assert!(
+        second_token > first_token,
+        "a replay hands out a fresh token ({second_token} after {first_token})"
+    );
+    let pttl: i64 = redis_cmd(&server, &["PTTL", "distlock:{replay}"]);
+    assert!(
+        pttl > 900,
+        "the replay restarts the lease; {pttl} ms were left"
+    );
 }

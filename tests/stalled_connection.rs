@@ -599,3 +599,62 @@ async fn a_grant_whose_reply_arrives_after_its_lease_is_not_handed_out() {
         "a grant with no lease left must not become a guard: {result:?}"
     );
 }
+
+#[tokio::test]
+async fn the_grant_taken_after_a_late_reply_is_a_fresh_one_not_the_late_one() {
+    // A grant whose reply came after its lease is given back in the background while the
+    // acquire loop tries again. Were the next try to carry the late try's owner token, it could
+    // be granted the late grant just before the give-back deletes it: a guard would then say
+    // "held" for a key another client can take.
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = Client::new(
+        Config::from_url(&proxy.url())
+            .expect("url")
+            .response_timeout(Duration::from_secs(5))
+            .backoff(Duration::from_millis(1), Duration::from_millis(5)),
+    )
+    .expect("client");
+    let warm = client.lock("warm").acquire().await.expect("warm up");
+    assert!(warm.release().await.expect("release"));
+    let monitor = support::monitor::Monitor::start(&server);
+
+    proxy.set_mode(Mode::Stall);
+    let late = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("late-then-fresh")
+                .lease(Duration::from_millis(200))
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        }
+    });
+    // The first try waits in the proxy far longer than the 200 ms lease it asks for.
+    sleep(Duration::from_millis(500)).await;
+    proxy.set_mode(Mode::Pass);
+    let guard = late
+        .await
+        .expect("task")
+        .expect("a later try takes the lock");
+
+    let tries: Vec<Vec<String>> = monitor
+        .lines()
+        .iter()
+        .map(|line| support::monitor::arguments(line))
+        .filter(|args| args.iter().any(|a| a == "distlock:{late-then-fresh}:fence"))
+        .collect();
+    let owner_of = |args: &Vec<String>| args[5].clone();
+    let late_owner = owner_of(tries.first().expect("the late try ran on the server"));
+    let holder: String = redis::cmd("GET")
+        .arg("distlock:{late-then-fresh}")
+        .query(&mut server.connection())
+        .expect("GET");
+    assert_ne!(
+        holder, late_owner,
+        "the guard holds the late grant, which its give-back deletes"
+    );
+    assert!(guard.is_held());
+    assert!(guard.release().await.expect("release"));
+}

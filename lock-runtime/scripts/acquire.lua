@@ -6,35 +6,39 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  time to live of the fencing counter in milliseconds
 --
--- Returns {1, token} when granted (also when ARGV[1] already holds it: a retry after a lost
--- reply), {0, pttl} when held by another owner (pttl: the holder's remaining lease in ms, -1
--- when the key has no expiry, -2 when it vanished meanwhile). An unusable counter is an error
--- reply, and then no grant is left behind.
+-- Returns {1, token} when granted, {0, pttl} when held by another owner (pttl: the holder's
+-- remaining lease in ms, -1 when the key has no expiry, -2 when it vanished meanwhile). An
+-- unusable counter is an error reply, and then no grant is left behind.
+--
+-- A call whose owner already holds the lock is the same try sent again after its reply was
+-- lost (every try has an owner token of its own): it is granted as if new — the lease starts
+-- again from now and a fresh token is handed out — so no grant is ever handed out with less
+-- lease than it asked for.
 --
 -- A token is never below the server clock in microseconds, so tokens keep increasing when the
 -- counter is lost (a restart without persistence, an expired counter) or goes back (a stale
 -- snapshot, a failover to a lagging replica). This assumes the servers' clocks do not step
 -- back, and that a key sees fewer grants than microseconds pass.
 
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = redis.pcall('INCR', KEYS[2])
-  if type(token) == 'table' then
-    -- Scripts are not rolled back: undo the grant before reporting the error.
-    redis.call('DEL', KEYS[1])
-    return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(token.err))
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return {0, redis.call('PTTL', KEYS[1])}
   end
-  -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
-  local now = redis.call('TIME')
-  local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  if token < clock then
-    token = clock
-    redis.call('SET', KEYS[2], string.format('%d', clock), 'PX', ARGV[3])
-  else
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  end
-  return {1, token}
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+local token = redis.pcall('INCR', KEYS[2])
+if type(token) == 'table' then
+  -- Scripts are not rolled back: undo the grant before reporting the error.
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(token.err))
 end
-return {0, redis.call('PTTL', KEYS[1])}
+-- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
+local now = redis.call('TIME')
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if token < clock then
+  token = clock
+  redis.call('SET', KEYS[2], string.format('%d', clock), 'PX', ARGV[3])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
+return {1, token}

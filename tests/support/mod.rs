@@ -5,6 +5,7 @@
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
+pub mod monitor;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader, Write};
@@ -20,11 +21,12 @@ const INSTALL_HINT: &str = "redis-server was not found on PATH. The tests start 
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The shell watcher: starts redis-server, reports its pid, kills it when stdin closes or a
-/// line arrives, and reports its exit.
+/// line arrives, and reports its exit. With `DISTLOCK_SERVER_CPUS` set (e.g. `0`), the server
+/// runs pinned to those CPUs (`taskset`), so a benchmark can keep it off the client's CPU.
 /// (A background job's stdin is /dev/null in a non-interactive shell, hence fd 3.)
 const WATCHER: &str = r#"
 exec 3<&0
-redis-server "$@" &
+${DISTLOCK_SERVER_CPUS:+taskset -c "$DISTLOCK_SERVER_CPUS"} redis-server "$@" &
 pid=$!
 echo "support: pid $pid"
 ( read -r _ <&3 ; kill -9 "$pid" 2>/dev/null ) &
