@@ -94,6 +94,9 @@ pub enum LockError {
 pub struct BackendError {
     operation: &'static str,
     kind: BackendErrorKind,
+    /// The request may have taken effect on the server although it failed (it was sent, and
+    /// no answer says otherwise): a grant nobody knows about may exist.
+    maybe_applied: bool,
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
@@ -107,6 +110,10 @@ pub enum BackendErrorKind {
     Timeout,
     /// The server answered with an error (authentication, script error, wrong type, …).
     Server,
+    /// The server answered but cannot serve locks now: it is a read-only replica (say, a
+    /// primary demoted by a failover), has lost its primary, or is still loading its data.
+    /// The connection is dropped, so the next request reconnects.
+    Unavailable,
 }
 
 impl BackendError {
@@ -118,8 +125,20 @@ impl BackendError {
         Self {
             operation,
             kind,
+            maybe_applied: false,
             source: source.into(),
         }
+    }
+
+    /// Marks the failed request as one that may nevertheless have taken effect.
+    pub(crate) fn maybe_applied(mut self, maybe: bool) -> Self {
+        self.maybe_applied = maybe;
+        self
+    }
+
+    /// Whether the request may have taken effect although it failed.
+    pub(crate) fn may_have_applied(&self) -> bool {
+        self.maybe_applied
     }
 
     /// What sort of failure this is.
@@ -144,6 +163,10 @@ impl fmt::Display for BackendError {
                  or raise the response timeout"
             }
             BackendErrorKind::Server => "Redis rejected the request; check its log and ACLs",
+            BackendErrorKind::Unavailable => {
+                "the server cannot take writes now (a replica, after a failover, or still \
+                 loading); the next request reconnects — point the URL at the primary"
+            }
         };
         write!(
             f,

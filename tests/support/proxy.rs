@@ -2,12 +2,15 @@
 //! [`RedisServer`](super::RedisServer): it listens on a free loopback port, forwards every
 //! connection to the target port on loopback, and lets a test switch at run time between
 //! forwarding ([`Mode::Pass`]), holding every byte while keeping the connections open
-//! ([`Mode::Stall`]), and cutting every connection ([`Mode::Drop`]). It runs on its own thread
+//! ([`Mode::Stall`]), cutting every connection ([`Mode::Drop`]), and letting requests through
+//! while losing their replies ([`Mode::DropReplies`]). Apart from the mode, it can hold just
+//! the connections open now ([`Proxy::hold_current_connections`]) while new ones pass, and send
+//! new connections to another server ([`Proxy::retarget`]). It runs on its own thread
 //! with its own small tokio runtime, so a test's runtime (or a blocking call in it) cannot slow
 //! the relay down, and everything it started stops when the [`Proxy`] is dropped.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -33,7 +36,28 @@ pub enum Mode {
     /// are accepted: a cut cable or a crashed middlebox. Switching back to [`Mode::Pass`]
     /// serves new connections normally.
     Drop,
+    /// Forward requests to the server, but close a connection as soon as the server answers
+    /// on it, losing the answer: the request ran, the client never learns it.
+    DropReplies,
 }
+
+/// Which way bytes flow through a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    ToServer,
+    ToClient,
+}
+
+/// Where a pump is: about to read a chunk, or about to write the chunk it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Read,
+    Write,
+}
+
+/// Per-connection faults beside the mode: connections numbered up to `held_through` (they
+/// are numbered from 1 as accepted) forward nothing until it drops back to 0.
+type Hold = watch::Receiver<u64>;
 
 /// A running proxy; see the [module documentation](self). Start it with
 /// [`Proxy::start`]`(server.port())`, give the client under test [`Proxy::url`], and switch
@@ -41,6 +65,8 @@ pub enum Mode {
 pub struct Proxy {
     port: u16,
     mode: watch::Sender<Mode>,
+    held_through: watch::Sender<u64>,
+    target: Arc<AtomicU16>,
     accepted: Arc<AtomicU64>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -63,13 +89,15 @@ impl Proxy {
         listener
             .set_nonblocking(true)
             .expect("make the proxy's listener non-blocking");
-        let target = SocketAddr::from((Ipv4Addr::LOCALHOST, target_port));
+        let target = Arc::new(AtomicU16::new(target_port));
+        let targets = target.clone();
 
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("build the proxy's runtime");
         let (mode, modes) = watch::channel(Mode::Pass);
+        let (held_through, holds) = watch::channel(0);
         let (shutdown, stopped) = oneshot::channel::<()>();
         let accepted = Arc::new(AtomicU64::new(0));
         let counter = accepted.clone();
@@ -81,7 +109,7 @@ impl Proxy {
                         return;
                     };
                     tokio::select! {
-                        () = accept(listener, target, modes, counter) => {}
+                        () = accept(listener, targets, modes, holds, counter) => {}
                         _ = stopped => {}
                     }
                 });
@@ -93,6 +121,8 @@ impl Proxy {
         Self {
             port,
             mode,
+            held_through,
+            target,
             accepted,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -120,6 +150,25 @@ impl Proxy {
         *self.mode.borrow()
     }
 
+    /// Holds every byte on the connections open now, both ways, while new connections pass
+    /// (subject to the mode): a request stuck in the network on a connection the client is
+    /// about to give up on. [`Proxy::release_held`] lets the held bytes flow again, in order.
+    pub fn hold_current_connections(&self) {
+        self.held_through
+            .send_replace(self.accepted.load(Ordering::SeqCst));
+    }
+
+    /// Lets the connections held by [`Proxy::hold_current_connections`] forward again.
+    pub fn release_held(&self) {
+        self.held_through.send_replace(0);
+    }
+
+    /// Sends connections accepted from now on to `127.0.0.1:port` instead; open ones stay
+    /// where they are. A failover behind a stable endpoint (a DNS name or a load balancer).
+    pub fn retarget(&self, port: u16) {
+        self.target.store(port, Ordering::SeqCst);
+    }
+
     /// How many connections the proxy has accepted so far (in any mode): proof that a client
     /// really goes through it.
     pub fn accepted(&self) -> u64 {
@@ -141,8 +190,9 @@ impl Drop for Proxy {
 /// Accepts connections until cancelled, relaying each on its own task.
 async fn accept(
     listener: TcpListener,
-    target: SocketAddr,
+    target: Arc<AtomicU16>,
     modes: watch::Receiver<Mode>,
+    holds: Hold,
     accepted: Arc<AtomicU64>,
 ) {
     loop {
@@ -154,21 +204,35 @@ async fn accept(
                 continue;
             }
         };
-        accepted.fetch_add(1, Ordering::Relaxed);
+        let id = accepted.fetch_add(1, Ordering::SeqCst) + 1;
         if *modes.borrow() == Mode::Drop {
             drop(client);
             continue;
         }
-        tokio::spawn(relay(client, target, modes.clone()));
+        let target = SocketAddr::from((Ipv4Addr::LOCALHOST, target.load(Ordering::SeqCst)));
+        let faults = Faults {
+            modes: modes.clone(),
+            holds: holds.clone(),
+            id,
+        };
+        tokio::spawn(relay(client, target, faults));
     }
+}
+
+/// What one relayed connection watches: the proxy's mode and its hold, and its own number.
+#[derive(Clone)]
+struct Faults {
+    modes: watch::Receiver<Mode>,
+    holds: Hold,
+    id: u64,
 }
 
 /// Connects `client` to the target and pumps both directions until either side closes, an I/O
 /// error happens, or the mode turns to [`Mode::Drop`]; then closes both sockets.
-async fn relay(client: TcpStream, target: SocketAddr, mut modes: watch::Receiver<Mode>) {
+async fn relay(client: TcpStream, target: SocketAddr, mut faults: Faults) {
     let server = tokio::select! {
         biased;
-        () = cut(&mut modes) => return,
+        () = cut(&mut faults.modes) => return,
         connected = TcpStream::connect(target) => match connected {
             Ok(server) => server,
             Err(_) => return,
@@ -179,34 +243,40 @@ async fn relay(client: TcpStream, target: SocketAddr, mut modes: watch::Receiver
     let (from_client, to_client) = client.into_split();
     let (from_server, to_server) = server.into_split();
     tokio::select! {
-        () = pump(from_client, to_server, modes.clone()) => {}
-        () = pump(from_server, to_client, modes) => {}
+        () = pump(from_client, to_server, Direction::ToServer, faults.clone()) => {}
+        () = pump(from_server, to_client, Direction::ToClient, faults) => {}
     }
 }
 
 /// Forwards bytes from `from` to `to` while the mode is [`Mode::Pass`], holds them while it is
-/// [`Mode::Stall`], and returns on [`Mode::Drop`], end of stream or any I/O error.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut modes: watch::Receiver<Mode>) {
+/// [`Mode::Stall`] or the connection is held, and returns on [`Mode::Drop`], on a reply under
+/// [`Mode::DropReplies`], end of stream or any I/O error.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    direction: Direction,
+    mut faults: Faults,
+) {
     let mut buffer = vec![0; CHUNK];
     loop {
-        if !passing(&mut modes).await {
+        if !passing(&mut faults, direction, Step::Read).await {
             return;
         }
         let read = tokio::select! {
             biased;
-            () = cut(&mut modes) => return,
+            () = cut(&mut faults.modes) => return,
             read = from.read(&mut buffer) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(read) => read,
             },
         };
         // A stall that began during the read holds this chunk here.
-        if !passing(&mut modes).await {
+        if !passing(&mut faults, direction, Step::Write).await {
             return;
         }
         tokio::select! {
             biased;
-            () = cut(&mut modes) => return,
+            () = cut(&mut faults.modes) => return,
             written = to.write_all(&buffer[..read]) => {
                 if written.is_err() {
                     return;
@@ -216,11 +286,25 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut modes: watch:
     }
 }
 
-/// Waits while the proxy is stalled: `true` once it passes bytes, `false` if it cuts
-/// connections (or is shutting down).
-async fn passing(modes: &mut watch::Receiver<Mode>) -> bool {
-    match modes.wait_for(|mode| *mode != Mode::Stall).await {
-        Ok(mode) => *mode == Mode::Pass,
+/// Waits while the proxy is stalled or this connection is held: `true` once bytes may pass
+/// this way, `false` if the connection is to be cut (or the proxy is shutting down).
+async fn passing(faults: &mut Faults, direction: Direction, step: Step) -> bool {
+    let id = faults.id;
+    if faults
+        .holds
+        .wait_for(|held_through| id > *held_through)
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    match faults.modes.wait_for(|mode| *mode != Mode::Stall).await {
+        Ok(mode) => match *mode {
+            Mode::Pass => true,
+            // A reply is read (so that the request it answers has surely run), then lost.
+            Mode::DropReplies => direction == Direction::ToServer || step == Step::Read,
+            Mode::Stall | Mode::Drop => false,
+        },
         Err(_) => false,
     }
 }

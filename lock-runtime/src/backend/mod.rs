@@ -149,12 +149,11 @@ impl Backend {
     }
 }
 
-/// Whether a failed request may nevertheless have taken effect on the server (timed out, or
-/// the connection broke after sending), so that a grant may exist that nobody knows about.
-/// A failed connect sent nothing; an error reply comes from a script that undid its grant.
+/// Whether a failed request may nevertheless have taken effect on the server (it was sent and
+/// timed out, or the connection broke after sending — also when a retry then failed to
+/// connect), so that a grant may exist that nobody knows about.
 pub(crate) fn is_ambiguous(err: &LockError) -> bool {
-    use crate::error::BackendErrorKind;
-    matches!(err, LockError::Backend(e) if e.kind() != BackendErrorKind::Server && e.operation() != "connect")
+    matches!(err, LockError::Backend(e) if e.may_have_applied())
 }
 
 #[cfg(test)]

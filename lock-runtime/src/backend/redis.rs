@@ -3,12 +3,17 @@
 //!
 //! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
 //! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
+//!
+//! A connection that failed is replaced, and the replacement first has the server close the
+//! old one (`CLIENT KILL`) before anything is sent on it: a request still under way on the old
+//! connection (held up in the network, say) can then no longer run after the requests that
+//! follow, such as the compare-and-delete that gives back a grant whose reply never came.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, ServerErrorKind};
 use tokio::runtime::Handle;
 
 use super::wake::Waker;
@@ -25,6 +30,30 @@ const FENCE_COUNTER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 struct Current {
     generation: u64,
     connection: MultiplexedConnection,
+    /// How the server knows it (`None` when it would not say).
+    server_side: Option<ServerSideClient>,
+}
+
+/// One of our connections as the server knows it: enough to close it from another one. The
+/// address guards the id, which a restarted server hands out again.
+#[derive(Debug, Clone)]
+struct ServerSideClient {
+    id: u64,
+    addr: String,
+}
+
+impl ServerSideClient {
+    /// Reads `id=… addr=…` from a `CLIENT INFO` reply.
+    fn parse(info: &str) -> Option<Self> {
+        let field = |name: &str| {
+            info.split_whitespace()
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+        };
+        Some(Self {
+            id: field("id")?.parse().ok()?,
+            addr: field("addr")?.to_owned(),
+        })
+    }
 }
 
 /// Reconnect bookkeeping, behind the `connecting` lock.
@@ -43,6 +72,9 @@ pub(crate) struct RedisBackend {
     connection_config: AsyncConnectionConfig,
     io: Handle,
     current: Mutex<Option<Current>>,
+    /// Connections given up on that the server may still run requests from: the next
+    /// connection closes them on the server before it is used.
+    replaced: Mutex<Vec<ServerSideClient>>,
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
     connecting: tokio::sync::Mutex<Connecting>,
     acquire_script: Script,
@@ -72,6 +104,7 @@ impl RedisBackend {
                 .set_connection_timeout(Some(connect_timeout)),
             io,
             current: Mutex::new(None),
+            replaced: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(Connecting::default()),
             acquire_script: Script::new(include_str!("../../scripts/acquire.lua")),
             release_script: Script::new(include_str!("../../scripts/release.lua")),
@@ -93,7 +126,7 @@ impl RedisBackend {
     /// The connection in use, connecting (on the I/O runtime) when there is none. The flag
     /// says whether the connection is new (`false`: it was in use before and may have broken
     /// since).
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection, bool), LockError> {
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection, bool), BackendError> {
         if let Some((generation, connection)) = self.cached() {
             return Ok((generation, connection, false));
         }
@@ -104,7 +137,7 @@ impl RedisBackend {
         }
         if let Some((failed_at, err)) = &state.last_failure {
             if *failed_at >= asked_at {
-                return Err(self.error("connect", err.clone()));
+                return Err(connect_error(err.clone()));
             }
         }
         let client = self.client.clone();
@@ -119,19 +152,25 @@ impl RedisBackend {
                     .await
             })
             .await;
-        let connection = match connected {
+        let mut connection = match connected {
             Ok(Ok(connection)) => connection,
             Ok(Err(err)) => {
                 state.last_failure = Some((Instant::now(), err.clone()));
-                return Err(self.error("connect", err));
+                return Err(connect_error(err));
             }
             Err(_) => {
                 return Err(BackendError::new(
                     "connect",
                     BackendErrorKind::Connection,
                     "the client's I/O runtime has shut down",
-                )
-                .into())
+                ))
+            }
+        };
+        let server_side = match self.close_replaced(&mut connection).await {
+            Ok(server_side) => server_side,
+            Err(err) => {
+                state.last_failure = Some((Instant::now(), err.clone()));
+                return Err(connect_error(err));
             }
         };
         state.last_failure = None;
@@ -141,66 +180,163 @@ impl RedisBackend {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
             generation,
             connection: connection.clone(),
+            server_side,
         });
         Ok((generation, connection, true))
     }
 
-    /// Forgets a connection that failed, so the next request makes a new one.
+    /// On a new connection, before it is used: has the server close the connections it
+    /// replaces, then asks how the server knows this one. An error means the new connection
+    /// failed too (the replaced ones stay listed); a refusal (an ACL without `CLIENT`, a server
+    /// before 6.2) is logged, and a request held up on a replaced connection may then still run
+    /// later — its grant then lasts until its lease runs out.
+    async fn close_replaced(
+        &self,
+        connection: &mut MultiplexedConnection,
+    ) -> Result<Option<ServerSideClient>, RedisError> {
+        let replaced =
+            std::mem::take(&mut *self.replaced.lock().unwrap_or_else(PoisonError::into_inner));
+        if !replaced.is_empty() {
+            let mut kills = redis::pipe();
+            for old in &replaced {
+                kills
+                    .cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(old.id)
+                    .arg("ADDR")
+                    .arg(&old.addr)
+                    .arg("SKIPME")
+                    .arg("yes")
+                    .ignore();
+            }
+            match kills.exec_async(connection).await {
+                Ok(()) => {}
+                Err(err) if is_refusal(&err) => tracing::warn!(
+                    server = %self.server,
+                    "could not close replaced connections on the server ({err}); a request held \
+                     up on one may still take a lock after its clean-up, which then lasts until \
+                     its lease runs out. Allow the user `CLIENT KILL` to close this gap"
+                ),
+                Err(err) => {
+                    self.replaced
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .extend(replaced);
+                    return Err(err);
+                }
+            }
+        }
+        match redis::cmd("CLIENT")
+            .arg("INFO")
+            .query_async::<String>(connection)
+            .await
+        {
+            Ok(info) => Ok(ServerSideClient::parse(&info)),
+            Err(err) if is_refusal(&err) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Forgets a connection that failed, so the next request makes a new one (which closes
+    /// this one on the server first).
     fn discard(&self, generation: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| c.generation == generation) {
             tracing::debug!(server = %self.server, generation, "discarding broken Redis connection");
-            *current = None;
+            if let Some(old) = current.take().and_then(|c| c.server_side) {
+                self.replaced
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(old);
+            }
         }
-    }
-
-    fn error(&self, operation: &'static str, err: RedisError) -> LockError {
-        let kind = classify(&err);
-        BackendError::new(operation, kind, err).into()
     }
 
     /// Runs a script. A request on a connection that was in use before and turns out broken
     /// (closed by the server while idle, say) is sent once more on a new connection: all three
-    /// scripts are safe to repeat for the same owner.
+    /// scripts are safe to repeat for the same owner. The error of a request that may have
+    /// run says so, also when its repetition then failed to connect.
     async fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
         let mut retried = false;
+        let mut maybe_applied = false;
         loop {
-            let (generation, mut connection, fresh) = self.connection().await?;
+            let (generation, mut connection, fresh) = self
+                .connection()
+                .await
+                .map_err(|err| err.maybe_applied(maybe_applied))?;
             let err = match invocation.invoke_async(&mut connection).await {
                 Ok(value) => return Ok(value),
                 Err(err) => err,
             };
-            let kind = classify(&err);
-            if kind != BackendErrorKind::Server {
+            let failure = Failure::of(&err);
+            maybe_applied |= failure.maybe_applied;
+            if failure.reconnect {
                 self.discard(generation);
+                // A timeout is not retried: it has spent the response budget already, and a
+                // slow server is not helped by a second copy of the request.
+                if !fresh && !retried && failure.kind != BackendErrorKind::Timeout {
+                    tracing::debug!(server = %self.server, "retrying {operation} on a new connection: {err}");
+                    retried = true;
+                    continue;
+                }
             }
-            if kind == BackendErrorKind::Connection && !fresh && !retried {
-                tracing::debug!(server = %self.server, "retrying {operation} on a new connection: {err}");
-                retried = true;
-                continue;
-            }
-            return Err(self.error(operation, err));
+            return Err(BackendError::new(operation, failure.kind, err)
+                .maybe_applied(maybe_applied)
+                .into());
         }
     }
 }
 
-fn classify(err: &RedisError) -> BackendErrorKind {
-    if err.is_timeout() {
-        BackendErrorKind::Timeout
-    } else {
-        match err.kind() {
-            ErrorKind::Server(_)
-            | ErrorKind::AuthenticationFailed
-            | ErrorKind::UnexpectedReturnType
-            | ErrorKind::InvalidClientConfig
-            | ErrorKind::Parse
-            | ErrorKind::Extension
-            | ErrorKind::RESP3NotSupported => BackendErrorKind::Server,
-            _ => BackendErrorKind::Connection,
+fn connect_error(err: RedisError) -> BackendError {
+    BackendError::new("connect", Failure::of(&err).kind, err)
+}
+
+/// The server refused a command (permissions, unknown command): not a broken connection.
+fn is_refusal(err: &RedisError) -> bool {
+    matches!(err.kind(), ErrorKind::Server(_)) && Failure::of(err).kind == BackendErrorKind::Server
+}
+
+/// What a failed request means for the request and its connection.
+struct Failure {
+    kind: BackendErrorKind,
+    /// The connection cannot serve locks: use a new one.
+    reconnect: bool,
+    /// The request may have run although it failed.
+    maybe_applied: bool,
+}
+
+impl Failure {
+    fn of(err: &RedisError) -> Self {
+        let (kind, reconnect, maybe_applied) = if err.is_timeout() {
+            (BackendErrorKind::Timeout, true, true)
+        } else {
+            match err.kind() {
+                // The server (a replica now, or not ready) refused before running anything.
+                ErrorKind::Server(
+                    ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading,
+                ) => (BackendErrorKind::Unavailable, true, false),
+                // An error reply: a script that fails undoes its grant first.
+                ErrorKind::Server(_)
+                | ErrorKind::AuthenticationFailed
+                | ErrorKind::UnexpectedReturnType
+                | ErrorKind::InvalidClientConfig
+                | ErrorKind::Parse
+                | ErrorKind::Extension
+                | ErrorKind::RESP3NotSupported => (BackendErrorKind::Server, false, false),
+                _ => (BackendErrorKind::Connection, true, true),
+            }
+        };
+        Self {
+            kind,
+            reconnect,
+            maybe_applied,
         }
     }
 }
