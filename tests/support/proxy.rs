@@ -4,14 +4,15 @@
 //! forwarding ([`Mode::Pass`]), holding every byte while keeping the connections open
 //! ([`Mode::Stall`]), cutting every connection ([`Mode::Drop`]), and letting requests through
 //! while losing their replies ([`Mode::DropReplies`]). Apart from the mode, it can hold just
-//! the connections open now ([`Proxy::hold_current_connections`]) while new ones pass, and send
-//! new connections to another server ([`Proxy::retarget`]). It runs on its own thread
+//! the connections open now ([`Proxy::hold_current_connections`]) while new ones pass, send
+//! new connections to another server ([`Proxy::retarget`]), and cut any connection that sends
+//! a given command ([`Proxy::cut_connections_sending`]). It runs on its own thread
 //! with its own small tokio runtime, so a test's runtime (or a blocking call in it) cannot slow
 //! the relay down, and everything it started stops when the [`Proxy`] is dropped.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,6 +60,9 @@ enum Step {
 /// are numbered from 1 as accepted) forward nothing until it drops back to 0.
 type Hold = watch::Receiver<u64>;
 
+/// Bytes that, seen in a request, make the proxy cut that connection instead of forwarding it.
+type CutOn = Arc<Mutex<Option<Vec<u8>>>>;
+
 /// A running proxy; see the [module documentation](self). Start it with
 /// [`Proxy::start`]`(server.port())`, give the client under test [`Proxy::url`], and switch
 /// faults on and off with [`Proxy::set_mode`].
@@ -67,6 +71,7 @@ pub struct Proxy {
     mode: watch::Sender<Mode>,
     held_through: watch::Sender<u64>,
     target: Arc<AtomicU16>,
+    cut_on: CutOn,
     accepted: Arc<AtomicU64>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -91,6 +96,8 @@ impl Proxy {
             .expect("make the proxy's listener non-blocking");
         let target = Arc::new(AtomicU16::new(target_port));
         let targets = target.clone();
+        let cut_on = CutOn::default();
+        let cuts = cut_on.clone();
 
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -109,7 +116,7 @@ impl Proxy {
                         return;
                     };
                     tokio::select! {
-                        () = accept(listener, targets, modes, holds, counter) => {}
+                        () = accept(listener, targets, modes, holds, cuts, counter) => {}
                         _ = stopped => {}
                     }
                 });
@@ -123,6 +130,7 @@ impl Proxy {
             mode,
             held_through,
             target,
+            cut_on,
             accepted,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -169,6 +177,13 @@ impl Proxy {
         self.target.store(port, Ordering::SeqCst);
     }
 
+    /// Cuts every connection, old or new, on which the client sends a chunk containing
+    /// `request` (say `b"SUBSCRIBE"`), instead of forwarding it: a middlebox or server that
+    /// drops one kind of request with its connection. Other connections pass as the mode says.
+    pub fn cut_connections_sending(&self, request: &[u8]) {
+        *self.cut_on.lock().unwrap_or_else(PoisonError::into_inner) = Some(request.to_vec());
+    }
+
     /// How many connections the proxy has accepted so far (in any mode): proof that a client
     /// really goes through it.
     pub fn accepted(&self) -> u64 {
@@ -193,6 +208,7 @@ async fn accept(
     target: Arc<AtomicU16>,
     modes: watch::Receiver<Mode>,
     holds: Hold,
+    cut_on: CutOn,
     accepted: Arc<AtomicU64>,
 ) {
     loop {
@@ -213,6 +229,7 @@ async fn accept(
         let faults = Faults {
             modes: modes.clone(),
             holds: holds.clone(),
+            cut_on: cut_on.clone(),
             id,
         };
         tokio::spawn(relay(client, target, faults));
@@ -224,7 +241,18 @@ async fn accept(
 struct Faults {
     modes: watch::Receiver<Mode>,
     holds: Hold,
+    cut_on: CutOn,
     id: u64,
+}
+
+impl Faults {
+    /// Whether `chunk` sent by the client is one the proxy cuts the connection on.
+    fn cuts(&self, chunk: &[u8]) -> bool {
+        let cut_on = self.cut_on.lock().unwrap_or_else(PoisonError::into_inner);
+        cut_on.as_deref().is_some_and(|request| {
+            !request.is_empty() && chunk.windows(request.len()).any(|w| w == request)
+        })
+    }
 }
 
 /// Connects `client` to the target and pumps both directions until either side closes, an I/O
@@ -270,6 +298,9 @@ async fn pump(
                 Ok(read) => read,
             },
         };
+        if direction == Direction::ToServer && faults.cuts(&buffer[..read]) {
+            return;
+        }
         // A stall that began during the read holds this chunk here.
         if !passing(&mut faults, direction, Step::Write).await {
             return;

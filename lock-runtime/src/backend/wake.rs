@@ -3,7 +3,10 @@
 //! over one pub/sub connection, made on the client's I/O runtime, and a reader task wakes **one**
 //! waiter of this client per release, so a handoff costs about one round trip and many waiters
 //! do not all retry at once. Anything lost here (a message, the connection) only costs the
-//! waiter one backoff step: the acquire loop's backoff stays the fallback.
+//! waiter one backoff step: the acquire loop's backoff stays the fallback. So when pub/sub
+//! fails (no connection, SUBSCRIBE refused or answered by a closed connection), this client
+//! pauses it, for longer after each failure in a row ([`Pause`]), instead of reconnecting on
+//! every wait.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,13 +46,12 @@ struct Subscriptions {
     subscribed: HashSet<String>,
     /// Bumped when a connection is dropped, so its reader does not clear a newer one.
     generation: u64,
-    /// The server refused a SUBSCRIBE (e.g. an ACL user without channel permissions): no new
-    /// tries before then; waiters use their backoff.
-    refused_until: Option<Instant>,
+    /// No new tries before this after failures; waiters use their backoff meanwhile.
+    pause: Pause,
 }
 
 impl Subscriptions {
-    /// Drops the pub/sub connection (aborting its reader closes it).
+    /// Drops the pub/sub connection (aborting its reader closes it) after it failed.
     fn reset(&mut self) {
         if let Some(reader) = self.reader.take() {
             reader.abort();
@@ -57,11 +59,52 @@ impl Subscriptions {
         self.sink = None;
         self.subscribed.clear();
         self.generation += 1;
+        self.pause.failed();
     }
 }
 
 /// How long a refused SUBSCRIBE keeps this client from trying again.
 const REFUSED_PAUSE: Duration = Duration::from_secs(30);
+/// The pause after the first connection-level failure in a row; it doubles with each further
+/// one, up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// When pub/sub may be tried again: after each failure in a row a pause twice as long as the
+/// last (jittered between half and all of it, so clients that failed together do not come back
+/// together), and none once a SUBSCRIBE succeeds.
+#[derive(Default)]
+struct Pause {
+    until: Option<Instant>,
+    failures: u32,
+}
+
+impl Pause {
+    fn active(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// A connection-level failure: no connection, or it broke.
+    fn failed(&mut self) {
+        let ceiling = FIRST_PAUSE
+            .saturating_mul(1 << self.failures.min(16))
+            .min(MAX_PAUSE);
+        self.failures = self.failures.saturating_add(1);
+        let ceiling_nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+        let pause = Duration::from_nanos(fastrand::u64(ceiling_nanos / 2..=ceiling_nanos));
+        self.until = Some(Instant::now() + pause);
+    }
+
+    /// The server refused SUBSCRIBE: permissions do not change in a hurry.
+    fn refused(&mut self) {
+        self.until = Some(Instant::now() + REFUSED_PAUSE);
+    }
+
+    fn succeeded(&mut self) {
+        self.failures = 0;
+        self.until = None;
+    }
+}
 
 /// The client's waiters on released locks.
 pub(crate) struct Waker {
@@ -146,7 +189,7 @@ impl Waker {
     /// Starts subscribing to `channel` unless it is known to be subscribed already.
     fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
         if let Ok(subscriptions) = self.inner.state.subscriptions.try_lock() {
-            if subscriptions.subscribed.contains(channel) {
+            if subscriptions.subscribed.contains(channel) || subscriptions.pause.active() {
                 return None;
             }
         }
@@ -164,10 +207,7 @@ impl Inner {
     async fn subscribe(&self, channel: &str) {
         let mut subscriptions = self.state.subscriptions.lock().await;
         let wanted = self.state.channels().contains_key(channel);
-        let refused = subscriptions
-            .refused_until
-            .is_some_and(|until| Instant::now() < until);
-        if !wanted || refused || subscriptions.subscribed.contains(channel) {
+        if !wanted || subscriptions.pause.active() || subscriptions.subscribed.contains(channel) {
             return;
         }
         if subscriptions.sink.is_none() {
@@ -178,6 +218,7 @@ impl Inner {
                 }
                 Err(err) => {
                     tracing::debug!("no wake-up on release (backoff instead): {err}");
+                    subscriptions.pause.failed();
                     return;
                 }
             }
@@ -188,13 +229,14 @@ impl Inner {
         match tokio::time::timeout(self.response_timeout, sink.subscribe(channel)).await {
             Ok(Ok(())) => {
                 subscriptions.subscribed.insert(channel.to_owned());
+                subscriptions.pause.succeeded();
             }
             Ok(Err(err)) if matches!(err.kind(), redis::ErrorKind::Server(_)) => {
                 tracing::warn!(
                     "Redis refused SUBSCRIBE ({err}); waiters fall back to backoff. \
                      Grant the user the lock channels (e.g. `&distlock:*`) for wake-ups on release"
                 );
-                subscriptions.refused_until = Some(Instant::now() + REFUSED_PAUSE);
+                subscriptions.pause.refused();
             }
             // Broken or half-open connection: drop it; the next wait connects again.
             Ok(Err(_)) | Err(_) => subscriptions.reset(),
@@ -260,5 +302,47 @@ impl Drop for Interest {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remaining(pause: &Pause) -> Duration {
+        pause
+            .until
+            .map_or(Duration::ZERO, |until| until - Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pauses_double_after_each_failure_up_to_the_maximum_and_end_on_success() {
+        let mut pause = Pause::default();
+        assert!(!pause.active());
+        let mut ceiling = FIRST_PAUSE;
+        for _ in 0..10 {
+            pause.failed();
+            let left = remaining(&pause);
+            assert!(
+                left >= ceiling / 2 && left <= ceiling,
+                "{left:?} not within half of {ceiling:?}"
+            );
+            assert!(pause.active());
+            ceiling = (ceiling * 2).min(MAX_PAUSE);
+        }
+        assert_eq!(ceiling, MAX_PAUSE);
+        pause.succeeded();
+        assert!(!pause.active());
+        pause.failed();
+        assert!(remaining(&pause) <= FIRST_PAUSE, "a success starts over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_subscribe_pauses_for_the_refusal_pause() {
+        let mut pause = Pause::default();
+        pause.refused();
+        assert_eq!(remaining(&pause), REFUSED_PAUSE);
+        tokio::time::advance(REFUSED_PAUSE).await;
+        assert!(!pause.active());
     }
 }
