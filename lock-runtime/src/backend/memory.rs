@@ -1,6 +1,11 @@
 //! In-process backend: the same contract as Redis (leases expire, fencing tokens increase,
 //! compare-and-delete), kept in a map behind a mutex. Chosen only by
-//! [`Config::in_memory`](crate::Config::in_memory).
+//! [`Config::in_memory`](crate::Config::in_memory). As on Redis, entries expire: a lock with
+//! its lease, a fencing counter two leases (at least a second) after its last grant, and new
+//! counters start from the clock, so tokens keep increasing after a counter was forgotten.
+//! Expired entries are swept after as many grants as the store had entries at the last sweep
+//! (at least [`MIN_SWEEP_AFTER`]): amortised O(1) per grant, and the store's size follows the
+//! locks in use, not every key ever locked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -10,20 +15,42 @@ use super::{AcquireReply, LockBackend, LockKey, Renewal};
 use crate::error::LockError;
 use crate::FencingToken;
 
+/// How long a fencing counter outlives its last grant, at least; else two leases.
+const MIN_COUNTER_KEEP: Duration = Duration::from_secs(1);
+/// Grants between two sweeps, at least.
+const MIN_SWEEP_AFTER: usize = 1024;
+
 /// Locks held in this process. Shared by every client made from clones of one config.
 #[derive(Default)]
 pub(crate) struct MemoryStore {
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
     held: HashMap<String, Held>,
-    fences: HashMap<String, u64>,
+    fences: HashMap<String, Fence>,
+    /// Grants left before the next sweep.
+    grants_to_sweep: usize,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            held: HashMap::new(),
+            fences: HashMap::new(),
+            grants_to_sweep: MIN_SWEEP_AFTER,
+        }
+    }
 }
 
 struct Held {
     owner: String,
+    expires_at: Instant,
+}
+
+/// A key's fencing counter: the last token handed out, kept until `expires_at`.
+struct Fence {
+    last: u64,
     expires_at: Instant,
 }
 
@@ -34,6 +61,51 @@ impl State {
             self.held.remove(key);
         }
         self.held.get_mut(key)
+    }
+
+    /// The next fencing token of `key`: above its live counter, and never below the clock in
+    /// microseconds, so that a counter forgotten after it expired does not restart low.
+    fn next_token(&mut self, key: &str, lease: Duration, now: Instant) -> u64 {
+        let expires_at = counter_expiry(lease, now);
+        let live = self
+            .fences
+            .get(key)
+            .filter(|fence| fence.expires_at > now)
+            .map_or(0, |fence| fence.last);
+        let token = live.saturating_add(1).max(clock_micros());
+        self.fences.insert(
+            key.to_owned(),
+            Fence {
+                last: token,
+                expires_at,
+            },
+        );
+        token
+    }
+
+    /// Keeps `key`'s counter while its lock is renewed, so it outlives the lock.
+    fn keep_counter(&mut self, key: &str, lease: Duration, now: Instant) {
+        if let Some(fence) = self.fences.get_mut(key) {
+            fence.expires_at = fence.expires_at.max(counter_expiry(lease, now));
+        }
+    }
+
+    fn entries(&self) -> usize {
+        self.held.len() + self.fences.len()
+    }
+
+    /// Counts a grant, and once enough have passed drops expired locks and counters. A sweep
+    /// costs the store's size and runs after that many grants, so it is O(1) per grant
+    /// amortised, with no background task; the store holds at most its live entries plus the
+    /// grants since the last sweep, twice its live size at most.
+    fn count_grant_and_sweep(&mut self, now: Instant) {
+        self.grants_to_sweep = self.grants_to_sweep.saturating_sub(1);
+        if self.grants_to_sweep > 0 {
+            return;
+        }
+        self.held.retain(|_, held| held.expires_at > now);
+        self.fences.retain(|_, fence| fence.expires_at > now);
+        self.grants_to_sweep = self.entries().max(MIN_SWEEP_AFTER);
     }
 }
 
@@ -55,8 +127,14 @@ impl MemoryBackend {
     }
 }
 
-/// Microseconds since the Unix epoch: the seed of a new fencing counter, as on Redis.
-fn clock_seed() -> u64 {
+/// When a counter last used at `now` for a lock of `lease` may be forgotten.
+fn counter_expiry(lease: Duration, now: Instant) -> Instant {
+    let keep = lease.saturating_mul(2).max(MIN_COUNTER_KEEP);
+    now.checked_add(keep).unwrap_or(now + MIN_COUNTER_KEEP)
+}
+
+/// Microseconds since the Unix epoch: the floor of every fencing token, as on Redis.
+fn clock_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
@@ -75,6 +153,7 @@ impl LockBackend for MemoryBackend {
             if let Some(holder) = state.holder(&key.lock, now) {
                 return AcquireReply::Held(Some(holder.expires_at - now));
             }
+            state.count_grant_and_sweep(now);
             state.held.insert(
                 key.lock.clone(),
                 Held {
@@ -82,12 +161,7 @@ impl LockBackend for MemoryBackend {
                     expires_at: now + lease,
                 },
             );
-            let fence = state
-                .fences
-                .entry(key.fence.clone())
-                .or_insert_with(clock_seed);
-            *fence += 1;
-            AcquireReply::Acquired(FencingToken(*fence))
+            AcquireReply::Acquired(FencingToken(state.next_token(&key.fence, lease, now)))
         }))
     }
 
@@ -112,11 +186,141 @@ impl LockBackend for MemoryBackend {
                 .map(|r| match state.holder(&r.key.lock, now) {
                     Some(holder) if holder.owner == r.owner => {
                         holder.expires_at = now + r.lease;
+                        state.keep_counter(&r.key.fence, r.lease, now);
                         true
                     }
                     _ => false,
                 })
                 .collect()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend() -> MemoryBackend {
+        MemoryBackend::new(Arc::new(MemoryStore::default()))
+    }
+
+    fn key(name: impl Into<String>) -> LockKey {
+        LockKey::new("test:", name.into()).expect("valid key")
+    }
+
+    impl MemoryBackend {
+        fn entries(&self) -> usize {
+            self.with_state(|state| state.entries())
+        }
+    }
+
+    async fn grant(backend: &MemoryBackend, key: &LockKey, lease: Duration) -> u64 {
+        match backend.acquire(key, "owner", lease).await.expect("acquire") {
+            AcquireReply::Acquired(FencingToken(token)) => token,
+            AcquireReply::Held(_) => panic!("{} is held", key.name),
+        }
+    }
+
+    /// Grant-and-release cycles on one key: enough of them for every sweep to come due.
+    async fn churn_one_key(backend: &MemoryBackend, cycles: usize) {
+        let key = key("busy");
+        for _ in 0..cycles {
+            grant(backend, &key, Duration::from_millis(100)).await;
+            assert!(backend.release(&key, "owner").await.expect("release"));
+        }
+    }
+
+    #[tokio::test]
+    async fn the_store_follows_the_locks_in_use_not_every_key_ever_locked() {
+        let backend = backend();
+        for i in 0..200_000 {
+            let key = key(format!("k{i}"));
+            grant(&backend, &key, Duration::from_millis(100)).await;
+            assert!(backend.release(&key, "owner").await.expect("release"));
+        }
+        // Expiry is a matter of time here, not an event: let every counter (kept a second
+        // after its grant, two 100 ms leases being less) expire.
+        std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(100));
+        churn_one_key(&backend, 2 * 200_000).await;
+        let entries = backend.entries();
+        assert!(
+            entries <= 2,
+            "{entries} entries left after 200,000 keys were locked, released and expired"
+        );
+    }
+
+    #[tokio::test]
+    async fn locks_whose_lease_ran_out_unreleased_are_forgotten() {
+        let backend = backend();
+        for i in 0..50_000 {
+            grant(
+                &backend,
+                &key(format!("abandoned-{i}")),
+                Duration::from_millis(10),
+            )
+            .await;
+        }
+        std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(100));
+        churn_one_key(&backend, 2 * 100_000).await;
+        let entries = backend.entries();
+        assert!(
+            entries <= 2,
+            "{entries} entries left of 50,000 abandoned locks"
+        );
+    }
+
+    #[tokio::test]
+    async fn tokens_keep_increasing_after_a_counter_expired() {
+        let backend = backend();
+        let key = key("k");
+        let lease = Duration::from_millis(10);
+        // Many grants in a row push the counter ahead of the clock for a while.
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let token = grant(&backend, &key, lease).await;
+            assert!(token > last, "{token} after {last}");
+            last = token;
+            assert!(backend.release(&key, "owner").await.expect("release"));
+        }
+        std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(50));
+        // Force a sweep so the counter is really forgotten, not just stale.
+        backend.with_state(|state| state.grants_to_sweep = 1);
+        let after = grant(&backend, &key, lease).await;
+        assert!(
+            backend.with_state(|state| state.fences.len()) == 1,
+            "the old counter was swept and a new one made"
+        );
+        assert!(after > last, "{after} after an expired counter's {last}");
+    }
+
+    #[tokio::test]
+    async fn a_renewed_lock_keeps_its_counter_past_two_leases() {
+        let backend = backend();
+        let key = key("renewed");
+        let lease = Duration::from_millis(400);
+        let first = grant(&backend, &key, lease).await;
+        // Renew for longer than the counter would be kept without renewals.
+        for _ in 0..6 {
+            std::thread::sleep(Duration::from_millis(200));
+            let renewal = Renewal {
+                key: &key,
+                owner: "owner",
+                lease,
+            };
+            assert_eq!(
+                backend.extend_many(&[renewal]).await.expect("extend"),
+                [true]
+            );
+        }
+        let kept = backend.with_state(|state| {
+            state
+                .fences
+                .get(&key.fence)
+                .is_some_and(|fence| fence.expires_at > Instant::now() && fence.last == first)
+        });
+        assert!(
+            kept,
+            "the counter of a held lock expired while it was renewed"
+        );
     }
 }
