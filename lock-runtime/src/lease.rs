@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -124,9 +125,9 @@ impl Lease {
         }
     }
 
-    /// Completes when the lease is lost (never, if it never is). Checks the deadline itself,
-    /// so a task woken after a long pause sees the loss at once; otherwise it relies on the
-    /// watchdog, which marks the lease lost when its deadline passes.
+    /// Completes when the lease is lost (never, if it never is). Checks the deadline itself on
+    /// every poll, so a task woken after a long pause sees the loss at once; it is woken by
+    /// the watchdog, which marks the lease lost when its deadline passes.
     pub(crate) async fn lost(&self) {
         self.left(false).await;
     }
@@ -147,13 +148,30 @@ impl Lease {
                 LeaseState::Ended => return std::future::pending().await,
                 LeaseState::Held => {}
             }
-            if Instant::now() >= self.deadline() {
-                self.mark_lost("its lease ran out before a renewal succeeded");
-                return;
-            }
-            if state.changed().await.is_err() {
-                // Unreachable while `self` lives (it owns the sender).
-                return std::future::pending().await;
+            // Looked at on every poll, not only when the state changes: a task woken after a
+            // long pause (SIGSTOP, a blocked thread) by its body's own timer must see the loss
+            // before its body runs again, although the watchdog thread may not have run yet.
+            let past_deadline = std::future::poll_fn(|_| {
+                if Instant::now() >= self.deadline() {
+                    Poll::Ready(())
+                } else {
+                    // No waker of its own: the watchdog changes the state at the deadline,
+                    // which wakes this task through the other branch.
+                    Poll::Pending
+                }
+            });
+            tokio::select! {
+                biased;
+                () = past_deadline => {
+                    self.mark_lost("its lease ran out before a renewal succeeded");
+                    return;
+                }
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        // Unreachable while `self` lives (it owns the sender).
+                        return std::future::pending().await;
+                    }
+                }
             }
         }
     }
