@@ -1,6 +1,7 @@
-//! Code generation. Parses the attribute and the fn, checks them (`validate`), and rewrites the
-//! body; on any error the fn is emitted unchanged beside the `compile_error!`s, so the rest of
-//! the crate (and rust-analyzer) keeps working.
+//! Code generation. Parses the attribute and the fn, works out the fn's [`Shape`] once, checks
+//! them (`validate`), and rewrites the body. On any error the fn is emitted unchanged beside
+//! the `compile_error!`s, so the rest of the crate (and rust-analyzer) keeps working, and the
+//! crate does not build: there is no path that emits the fn unlocked without an error.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -13,7 +14,7 @@ use crate::key;
 use crate::validate::{self, Checked};
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    let function: ItemFn = match syn::parse2(item.clone()) {
+    let mut function: ItemFn = match syn::parse2(item.clone()) {
         Ok(function) => function,
         Err(err) => {
             let err = syn::Error::new(
@@ -27,26 +28,81 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         Ok(args) => args,
         Err(err) => return with_error(item, err),
     };
-    let async_trait =
-        boxed_async_block(&function.block).filter(|_| function.sig.asyncness.is_none());
-    let is_async = function.sig.asyncness.is_some() || async_trait.is_some();
-    let ret_index = async_trait.and_then(ret_statement);
-    let names = match (async_trait, ret_index) {
-        (Some(block), Some(index)) => rebound_names(&function.sig, &block.stmts[..index]),
-        _ => key::parameter_names(&function.sig),
+    let sig = &function.sig;
+    let shape = Shape::of(sig, &mut function.block);
+    let names = match &shape {
+        Shape::AsyncTrait {
+            future,
+            ret: Some(ret),
+        } => rebound_names(sig, &future.stmts[..ret.index]),
+        _ => key::parameter_names(sig),
     };
-    let checked = validate::check(args, &function.sig, is_async, &names);
-    let checked = match (async_trait, ret_index, checked) {
-        (Some(_), None, Ok(_)) => Err(syn::Error::new(
-            function.sig.ident.span(),
-            "`#[distributed_lock]` needs the fn to return `Result<T, E>` where `E: From<distlock::LockError>`",
-        )),
-        (_, _, checked) => checked,
-    };
-    match (checked, ret_index) {
-        (Ok(checked), Some(index)) => expand_async_trait(function, &checked, index),
-        (Ok(checked), None) => expand_async_fn(function, &checked),
+    let is_async = !matches!(shape, Shape::NotAsync);
+    let checked = validate::check(args, sig, is_async, &names);
+    match (checked, shape) {
         (Err(err), _) => with_error(item, err),
+        (Ok(_), Shape::NotAsync) => with_error(
+            item,
+            syn::Error::new(
+                sig.fn_token.span,
+                "`#[distributed_lock]` can only be applied to an `async fn`",
+            ),
+        ),
+        (Ok(_), Shape::AsyncTrait { ret: None, .. }) => with_error(
+            item,
+            syn::Error::new(
+                sig.ident.span(),
+                "`#[distributed_lock]` needs the fn to return `Result<T, E>` where `E: From<distlock::LockError>`",
+            ),
+        ),
+        (Ok(checked), Shape::AsyncTrait {
+            future,
+            ret: Some(ret),
+        }) => {
+            let output = output_type_of(&sig.output);
+            lock_async_trait_future(future, ret, &checked, output);
+            quote!(#function)
+        }
+        (Ok(checked), Shape::AsyncFn) => expand_async_fn(function, &checked),
+    }
+}
+
+/// What sort of fn the attribute sits on, worked out once from the item (as tracing-attributes'
+/// `AsyncInfo` does); every later step matches on it instead of looking again.
+enum Shape<'a> {
+    /// An `async fn`: its body is the user's code.
+    AsyncFn,
+    /// What `#[async_trait]` made of an `async fn` (the attribute placed below it): a plain fn
+    /// whose body ends in `Box::pin(async move { REBINDINGS; let __ret: R = { BODY }; __ret })`.
+    AsyncTrait {
+        /// The `async move` block's body.
+        future: &'a mut Block,
+        /// Its `let __ret` statement; async-trait leaves none out unless the fn returns `()`,
+        /// which cannot carry a lock error.
+        ret: Option<RetStatement>,
+    },
+    /// A plain fn: not something the attribute can lock.
+    NotAsync,
+}
+
+/// Where the user's body sits in an `#[async_trait]` future, and the type it was declared with.
+struct RetStatement {
+    index: usize,
+    ty: Option<Box<Type>>,
+}
+
+impl<'a> Shape<'a> {
+    fn of(sig: &syn::Signature, body: &'a mut Block) -> Self {
+        if sig.asyncness.is_some() {
+            return Shape::AsyncFn;
+        }
+        match boxed_async_block(body) {
+            Some(future) => {
+                let ret = ret_statement(future);
+                Shape::AsyncTrait { future, ret }
+            }
+            None => Shape::NotAsync,
+        }
     }
 }
 
@@ -194,41 +250,40 @@ impl VisitMut for ImplTraitToInfer {
     }
 }
 
-/// In an `#[async_trait]` future (`…; let __ret: R = { BODY }; __ret`), the index of the
-/// `let __ret` statement.
-fn ret_statement(block: &Block) -> Option<usize> {
-    block.stmts.iter().position(|stmt| match stmt {
-        Stmt::Local(local) => match &local.pat {
-            Pat::Type(typed) => matches!(&*typed.pat, Pat::Ident(p) if p.ident == "__ret"),
-            Pat::Ident(p) => p.ident == "__ret",
-            _ => false,
-        },
-        _ => false,
-    })
+/// In an `#[async_trait]` future (`…; let __ret: R = { BODY }; __ret`), the `let __ret`
+/// statement.
+fn ret_statement(block: &Block) -> Option<RetStatement> {
+    block
+        .stmts
+        .iter()
+        .enumerate()
+        .find_map(|(index, stmt)| match stmt {
+            Stmt::Local(local) => match &local.pat {
+                Pat::Type(typed) if matches!(&*typed.pat, Pat::Ident(p) if p.ident == "__ret") => {
+                    Some(RetStatement {
+                        index,
+                        ty: Some(typed.ty.clone()),
+                    })
+                }
+                Pat::Ident(p) if p.ident == "__ret" => Some(RetStatement { index, ty: None }),
+                _ => None,
+            },
+            _ => None,
+        })
 }
 
 /// The `async move` block of a body ending in `Box::pin(async move { … })`, the shape
 /// `#[async_trait]` gives a method.
-fn boxed_async_block(block: &Block) -> Option<&Block> {
-    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last() else {
+fn boxed_async_block(block: &mut Block) -> Option<&mut Block> {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() else {
         return None;
     };
     let Expr::Path(path) = &*call.func else {
         return None;
     };
-    if path.path.segments.last()?.ident != "pin" {
+    if path.path.segments.last()?.ident != "pin" || call.args.len() != 1 {
         return None;
     }
-    match call.args.first()? {
-        Expr::Async(inner) => Some(&inner.block),
-        _ => None,
-    }
-}
-
-fn boxed_async_block_mut(block: &mut Block) -> Option<&mut Block> {
-    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() else {
-        return None;
-    };
     match call.args.first_mut()? {
         Expr::Async(inner) => Some(&mut inner.block),
         _ => None,
@@ -250,13 +305,9 @@ fn boxed_async_block_mut(block: &mut Block) -> Option<&mut Block> {
 //     let __distlock_key = ::distlock::__private::format!("…", &(__self.field), &(id));
 //     let __ret: R = ::distlock::__private::run_locked(#binding, LockSpec { … },
 //         async move { let __ret: R = { BODY }; __ret }).await;
-fn expand_async_trait(mut function: ItemFn, checked: &Checked, index: usize) -> TokenStream {
-    let output_hint = output_type_of(&function.sig.output);
+fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Checked, output: Type) {
     let krate = checked.krate.clone();
-    let Some(inner) = boxed_async_block_mut(&mut function.block) else {
-        return quote!(#function);
-    };
-    let renamed_self = inner.stmts[..index].iter().any(|stmt| {
+    let renamed_self = future.stmts[..ret.index].iter().any(|stmt| {
         matches!(stmt, Stmt::Local(local) if matches!(&local.pat, Pat::Ident(p) if p.ident == "__self"))
     });
     let receiver = if renamed_self {
@@ -265,14 +316,8 @@ fn expand_async_trait(mut function: ItemFn, checked: &Checked, index: usize) -> 
         quote!(self)
     };
     let (key, spec) = key_and_spec(checked, &receiver);
-    let body = inner.stmts[index].clone();
-    let Stmt::Local(local) = &body else {
-        return quote!(#function);
-    };
-    let ty = match &local.pat {
-        Pat::Type(typed) => (*typed.ty).clone(),
-        _ => output_hint,
-    };
+    let body = &future.stmts[ret.index];
+    let ty = ret.ty.map_or(output, |ty| *ty);
     let assert = quote_spanned! {ty.span()=>
         #krate::__private::assert_lock_result::<#ty>();
     };
@@ -287,11 +332,107 @@ fn expand_async_trait(mut function: ItemFn, checked: &Checked, index: usize) -> 
         })
         .await;
     };
-    inner.stmts.splice(index..=index, replacement);
-    quote!(#function)
+    future.stmts.splice(ret.index..=ret.index, replacement);
 }
 
 /// The internal binding of the key; mixed-site, so it cannot clash with the user's names.
 fn key_binding() -> syn::Ident {
     syn::Ident::new("__distlock_key", Span::mixed_site())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every output either locks the body (calls `run_locked`) or carries a compile error:
+    /// the attribute never emits an unlocked fn that builds.
+    fn locks_or_fails(item: TokenStream) {
+        let output = distributed_lock(quote!(key = "k"), item.clone()).to_string();
+        let locks = output.contains("run_locked");
+        let fails = output.contains("compile_error");
+        assert!(
+            locks ^ fails,
+            "neither locked nor an error for `{item}`:\n{output}"
+        );
+    }
+
+    #[test]
+    fn every_fn_shape_is_locked_or_rejected_never_passed_through() {
+        let shapes = [
+            quote!(
+                async fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            quote!(
+                fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            quote!(
+                fn f() -> Result<(), E> {
+                    Box::pin(async move { Ok(()) })
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Box::pin(async move {
+                        let __ret: R = { Ok(()) };
+                        __ret
+                    })
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Box::pin(async move {
+                        let __ret = { Ok(()) };
+                        __ret
+                    })
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Box::pin(async move {
+                        let (__ret, x) = (1, 2);
+                        __ret
+                    })
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Box::pin(async { Ok(()) }, extra)
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Box::pin(ready(Ok(())))
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Other::wrap(async move {
+                        let __ret: R = { Ok(()) };
+                        __ret
+                    })
+                }
+            ),
+            quote!(
+                fn f() -> R {
+                    Box::pin(async move {
+                        let __ret: R = { Ok(()) };
+                        __ret
+                    });
+                }
+            ),
+            quote!(
+                async fn f() {}
+            ),
+            quote!(
+                struct S;
+            ),
+        ];
+        for shape in shapes {
+            locks_or_fails(shape);
+        }
+    }
 }
