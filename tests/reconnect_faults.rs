@@ -161,3 +161,36 @@ async fn a_client_follows_a_failover_behind_a_stable_endpoint() {
     );
     assert!(guard.release().await.expect("release"));
 }
+
+#[tokio::test]
+async fn a_guard_dropped_while_the_connection_is_cut_is_still_released_once_it_is_back() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = client_through(&proxy);
+    let guard = client
+        .lock("dropped-in-outage")
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire");
+
+    // The guard is dropped while the network is cut: its background release fails at first.
+    proxy.set_mode(Mode::Drop);
+    drop(guard);
+    // The outage under test, not a synchronisation: the release keeps failing meanwhile.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        exists(&server, "distlock:{dropped-in-outage}"),
+        "the lock was held through the outage (the scenario under test)"
+    );
+    proxy.set_mode(Mode::Pass);
+    assert!(
+        vanishes(
+            &server,
+            "distlock:{dropped-in-outage}",
+            Duration::from_secs(5)
+        )
+        .await,
+        "the dropped guard's release gave up: the lock stays taken for its whole 10 s lease"
+    );
+}

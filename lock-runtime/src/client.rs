@@ -15,6 +15,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::io::IoRuntime;
 use crate::lease::{drift, Lease};
+use crate::release::Releaser;
 use crate::watchdog::Watchdog;
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
@@ -92,14 +93,15 @@ pub(crate) struct ClientInner {
     pub(crate) config: Config,
     pub(crate) backend: Arc<Backend>,
     pub(crate) watchdog: Watchdog,
-    pub(crate) io: IoRuntime,
+    /// The one way grants are given back; it keeps the I/O runtime alive while guards live.
+    pub(crate) releaser: Arc<Releaser>,
 }
 
 impl Client {
     /// Makes a client from `config`. Does not connect.
     pub fn new(config: Config) -> Result<Self, LockError> {
         config.validate()?;
-        let io = IoRuntime::start()?;
+        let io = Arc::new(IoRuntime::start()?);
         let backend = Arc::new(match &config.backend {
             BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(
                 (**client).clone(),
@@ -110,12 +112,13 @@ impl Client {
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
         });
         let watchdog = Watchdog::start(&io, backend.clone());
+        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io));
         Ok(Self {
             inner: Arc::new(ClientInner {
                 config,
                 backend,
                 watchdog,
-                io,
+                releaser,
             }),
         })
     }
@@ -223,7 +226,7 @@ impl LockRequest {
             // next try may reach Redis in either order.
             let sent = std::time::Instant::now();
             let attempt = Attempt {
-                client: inner,
+                releaser: &inner.releaser,
                 key: &key,
                 owner: new_owner(),
                 expires: sent + lease,
@@ -243,7 +246,7 @@ impl LockRequest {
                     let owner = attempt.settle();
                     let lease = Arc::new(Lease::new(key, owner, token, lease, self.watchdog, sent));
                     inner.watchdog.watch(lease.clone());
-                    return Ok(LockGuard::new(lease, inner.clone()));
+                    return Ok(LockGuard::new(lease, inner.releaser.clone()));
                 }
                 Ok(AcquireReply::Held(remaining)) => {
                     attempt.settle();
@@ -292,7 +295,7 @@ fn new_owner() -> String {
 /// (an ambiguous error, a grant that came too late, or the acquire future cancelled
 /// mid-request), it deletes the possible grant in the background.
 struct Attempt<'a> {
-    client: &'a Arc<ClientInner>,
+    releaser: &'a Arc<Releaser>,
     key: &'a LockKey,
     owner: String,
     /// When a grant made by this try before its clean-up runs expires at the latest.
@@ -310,38 +313,11 @@ impl Attempt<'_> {
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if self.settled {
-            return;
+        if !self.settled {
+            let owner = std::mem::take(&mut self.owner);
+            self.releaser
+                .clean_up(self.key.clone(), owner, self.expires);
         }
-        let client = self.client.clone();
-        let key = self.key.clone();
-        let owner = std::mem::take(&mut self.owner);
-        let expires = self.expires;
-        self.client.io.spawn(async move {
-            let mut delay = Duration::from_millis(50);
-            loop {
-                match client.backend.release(&key, &owner).await {
-                    Ok(deleted) => {
-                        if deleted {
-                            tracing::debug!(key = %key.name, "deleted the grant of an interrupted acquire");
-                        }
-                        return;
-                    }
-                    Err(err) if std::time::Instant::now() + delay < expires => {
-                        tracing::debug!(key = %key.name, "clean-up of an interrupted acquire failed, retrying: {err}");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(1));
-                    }
-                    Err(err) => {
-                        tracing::warn!(
-                            key = %key.name,
-                            "could not clean up an interrupted acquire; its lease will expire: {err}"
-                        );
-                        return;
-                    }
-                }
-            }
-        });
     }
 }
 

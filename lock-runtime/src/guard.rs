@@ -4,10 +4,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::backend::LockBackend;
-use crate::client::ClientInner;
 use crate::error::LockError;
 use crate::lease::Lease;
+use crate::release::Releaser;
 use crate::FencingToken;
 
 /// A held lock. Dropping it releases the lock in the background; prefer
@@ -39,15 +38,15 @@ use crate::FencingToken;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lease: Arc<Lease>,
-    client: Arc<ClientInner>,
+    releaser: Arc<Releaser>,
     released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(lease: Arc<Lease>, client: Arc<ClientInner>) -> Self {
+    pub(crate) fn new(lease: Arc<Lease>, releaser: Arc<Releaser>) -> Self {
         Self {
             lease,
-            client,
+            releaser,
             released: false,
         }
     }
@@ -100,39 +99,17 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, LockError> {
         // `released` is set only once the release has completed: if this future is dropped
         // midway (a `timeout` around it, say), `Drop` still sends the release.
-        let outcome = release(&self.client, &self.lease).await;
+        let outcome = self.releaser.release(&self.lease).await;
         self.released = true;
         outcome
     }
 }
 
-/// Stops the renewals of `lease`, then deletes its key if it is still ours.
-pub(crate) async fn release(client: &ClientInner, lease: &Lease) -> Result<bool, LockError> {
-    lease.end();
-    client.watchdog.forget(lease.id);
-    let _gate = lease.gate.lock().await;
-    client.backend.release(&lease.key, &lease.owner).await
-}
-
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.released {
-            return;
+        if !self.released {
+            self.releaser.release_in_background(self.lease.clone());
         }
-        self.lease.end();
-        self.client.watchdog.forget(self.lease.id);
-        let client = self.client.clone();
-        let lease = self.lease.clone();
-        self.client.io.spawn(async move {
-            match release(&client, &lease).await {
-                Ok(true) => tracing::debug!(key = %lease.key.name, "released a dropped guard"),
-                Ok(false) => tracing::debug!(key = %lease.key.name, "a dropped guard's lock had already expired"),
-                Err(err) => tracing::warn!(
-                    key = %lease.key.name,
-                    "could not release a dropped guard; its lease will expire: {err}"
-                ),
-            }
-        });
     }
 }
 

@@ -12,6 +12,7 @@ mod error;
 mod guard;
 mod io;
 mod lease;
+mod release;
 mod scope;
 mod watchdog;
 

@@ -120,7 +120,9 @@ impl Shared {
 /// The longest the watchdog sleeps.
 const TICK: Duration = Duration::from_millis(250);
 
-/// The client's watchdog: one task on the I/O runtime for every lease of the client.
+/// The client's watchdog: one task on the I/O runtime for every lease of the client. Clones
+/// are handles to the same one.
+#[derive(Clone)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }

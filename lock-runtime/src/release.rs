@@ -1,0 +1,107 @@
+//! Giving a grant back: the one path by which distlock deletes a lock it holds or may hold —
+//! [`LockGuard::release`](crate::LockGuard::release) (awaited), a dropped guard (in the
+//! background), and an acquire whose outcome is unknown (timed out, cancelled mid-request, or
+//! granted too late to use). Each stops the lease's renewals first, then runs the backend's
+//! compare-and-delete, so a late release never deletes someone else's lock. Neighbours:
+//! `guard.rs` and `client.rs` hold a [`Releaser`]; `watchdog.rs` is told to forget the lease;
+//! the backend (`backend/`) runs the script; background work runs on the client's I/O runtime
+//! (`io.rs`), which a `Releaser` keeps alive.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, LockBackend, LockKey};
+use crate::error::LockError;
+use crate::io::IoRuntime;
+use crate::lease::{drift, Lease};
+use crate::watchdog::Watchdog;
+
+/// First pause before a failed background release is tried again; it doubles up to
+/// [`MAX_RETRY_DELAY`].
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(50);
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The narrow handle a guard and the acquire loop give grants back through.
+pub(crate) struct Releaser {
+    backend: Arc<Backend>,
+    watchdog: Watchdog,
+    io: Arc<IoRuntime>,
+}
+
+impl Releaser {
+    pub(crate) fn new(backend: Arc<Backend>, watchdog: Watchdog, io: Arc<IoRuntime>) -> Self {
+        Self {
+            backend,
+            watchdog,
+            io,
+        }
+    }
+
+    /// Stops the renewals of `lease`, lets a renewal in flight finish, then deletes its key if
+    /// it is still ours: `Ok(true)` it was, `Ok(false)` it no longer was.
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+        self.stop_renewing(lease);
+        let _gate = lease.gate.lock().await;
+        self.backend.release(&lease.key, &lease.owner).await
+    }
+
+    /// [`release`](Self::release) in the background, for a guard dropped unreleased. Never
+    /// blocks or panics; a failed try is repeated while the lease could still be in force.
+    pub(crate) fn release_in_background(self: &Arc<Self>, lease: Arc<Lease>) {
+        self.stop_renewing(&lease);
+        let this = self.clone();
+        self.io.spawn(async move {
+            let _gate = lease.gate.lock().await;
+            // Past the deadline (and the drift it allows for) Redis has let the key go.
+            let until = lease.deadline() + drift(lease.duration);
+            this.delete(&lease.key, &lease.owner, until, "a dropped guard's lock")
+                .await;
+        });
+    }
+
+    /// Deletes in the background a grant that a try with `owner` may have made without our
+    /// knowing; `until` is when such a grant would expire at the latest, after which trying
+    /// is pointless.
+    pub(crate) fn clean_up(self: &Arc<Self>, key: LockKey, owner: String, until: Instant) {
+        let this = self.clone();
+        self.io.spawn(async move {
+            this.delete(&key, &owner, until, "the grant of an interrupted acquire")
+                .await;
+        });
+    }
+
+    fn stop_renewing(&self, lease: &Lease) {
+        lease.end();
+        self.watchdog.forget(lease.id);
+    }
+
+    /// The compare-and-delete, tried again with growing pauses while it fails and `until` has
+    /// not passed.
+    async fn delete(&self, key: &LockKey, owner: &str, until: Instant, what: &str) {
+        let mut delay = FIRST_RETRY_DELAY;
+        loop {
+            match self.backend.release(key, owner).await {
+                Ok(true) => {
+                    tracing::debug!(key = %key.name, "released {what}");
+                    return;
+                }
+                Ok(false) => {
+                    tracing::debug!(key = %key.name, "{what} was no longer ours");
+                    return;
+                }
+                Err(err) if Instant::now() + delay < until => {
+                    tracing::debug!(key = %key.name, "could not release {what}, retrying: {err}");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_RETRY_DELAY);
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        key = %key.name,
+                        "could not release {what}; its lease will expire: {err}"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+}
