@@ -355,6 +355,44 @@ async fn a_lost_lease_aborts_the_body_unless_told_to_continue() {
     assert_eq!(hard_lease_continue().await.unwrap(), "finished");
 }
 
+static HUNG_BODY_FINISHED: AtomicU64 = AtomicU64::new(0);
+
+#[distributed_lock(key = "hung-job", lease = "200ms", max_hold = "600ms")]
+async fn hung_job() -> Result<(), AppError> {
+    // A body that hangs: it would hold the lock, renewed, for ten seconds.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    HUNG_BODY_FINISHED.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_body_held_past_max_hold_is_cancelled_with_an_error_that_says_so() {
+    init_once();
+    let started = Instant::now();
+    let result = hung_job().await;
+    let elapsed = started.elapsed();
+    match &result {
+        Err(AppError::Lock(err @ LockError::HeldTooLong { key, max_hold })) => {
+            assert_eq!(key, "hung-job");
+            assert_eq!(*max_hold, Duration::from_millis(600));
+            assert!(err.to_string().contains("max_hold"), "{err}");
+        }
+        other => panic!("expected HeldTooLong, got {other:?}"),
+    }
+    assert!(
+        elapsed >= Duration::from_millis(550) && elapsed < Duration::from_secs(3),
+        "cancelled after {elapsed:?}, max_hold 600ms"
+    );
+    assert_eq!(HUNG_BODY_FINISHED.load(Ordering::SeqCst), 0);
+    // Released on the way out: the lock is free at once.
+    let next = distlock::lock("hung-job")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("released after the cancelled body");
+    next.release().await.expect("release");
+}
+
 // ---- re-entrancy --------------------------------------------------------------------------
 
 #[distributed_lock(key = "account:{id}", wait = "0s")]

@@ -73,6 +73,7 @@ on_every_backend!(
     a_zero_wait_fails_at_once_when_the_lock_is_held,
     a_dropped_guard_releases_the_lock_in_the_background,
     a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out,
+    a_lock_held_for_its_max_hold_is_lost_and_no_longer_renewed,
     bad_requests_are_clear_errors,
 );
 
@@ -308,6 +309,43 @@ async fn a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out(h: Harn
     assert!(!guard.is_held());
 }
 
+async fn a_lock_held_for_its_max_hold_is_lost_and_no_longer_renewed(h: Harness) {
+    let lease = Duration::from_millis(200);
+    let max_hold = Duration::from_millis(600);
+    let holder = h.client();
+    let rival = h.client();
+    let started = Instant::now();
+    let guard = holder
+        .lock("hung")
+        .lease(lease)
+        .max_hold(max_hold)
+        .acquire()
+        .await
+        .expect("acquire");
+    // Renewed past its first lease: max_hold does not cut the lease short.
+    tokio::time::sleep(lease * 2).await;
+    assert!(guard.is_held(), "renewed until max_hold");
+    tokio::time::timeout(max_hold * 3, guard.lost())
+        .await
+        .expect("lost() fires once max_hold has passed");
+    let lost_after = started.elapsed();
+    assert!(
+        lost_after >= max_hold - Duration::from_millis(50),
+        "lost after {lost_after:?}, before max_hold {max_hold:?}"
+    );
+    assert!(!guard.is_held());
+    // No renewal after max_hold: the key expires within a lease, though the guard lives.
+    let next = rival
+        .lock("hung")
+        .wait(lease * 3)
+        .acquire()
+        .await
+        .expect("the lock is free within a lease after max_hold");
+    assert!(next.fencing_token() > guard.fencing_token());
+    next.release().await.expect("release");
+    drop(guard);
+}
+
 async fn bad_requests_are_clear_errors(h: Harness) {
     let client = h.client();
     let empty = client.lock("").acquire().await;
@@ -319,6 +357,16 @@ async fn bad_requests_are_clear_errors(h: Harness) {
     match huge {
         Err(err @ LockError::InvalidKey { .. }) => assert!(err.to_string().len() < 500),
         other => panic!("expected InvalidKey, got {other:?}"),
+    }
+    let short = client
+        .lock("m")
+        .lease(Duration::from_secs(1))
+        .max_hold(Duration::from_millis(500))
+        .acquire()
+        .await;
+    match short {
+        Err(LockError::Config(message)) => assert!(message.contains("max_hold"), "{message}"),
+        other => panic!("expected Config for max_hold < lease, got {other:?}"),
     }
     for lease in [Duration::ZERO, Duration::from_millis(1), Duration::MAX] {
         let bad = client.lock("z").lease(lease).acquire().await;

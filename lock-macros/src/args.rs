@@ -6,7 +6,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
-pub(crate) const NAMES: &str = "`key`, `lease`, `wait`, `watchdog`, `on_lost`, `crate`";
+pub(crate) const NAMES: &str = "`key`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `crate`";
 
 /// The arguments as written; rules across them are checked in `validate`.
 #[derive(Default)]
@@ -14,6 +14,7 @@ pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
     pub(crate) lease: Option<LitStr>,
     pub(crate) wait: Option<LitStr>,
+    pub(crate) max_hold: Option<LitStr>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) on_lost: Option<LitStr>,
     pub(crate) krate: Option<LitStr>,
@@ -71,6 +72,7 @@ impl Args {
             "key" => string(name, value).and_then(|v| set_once(&mut self.key, name, v)),
             "lease" => string(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
             "wait" => string(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
+            "max_hold" => string(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
             "on_lost" => string(name, value).and_then(|v| set_once(&mut self.on_lost, name, v)),
             "crate" => string(name, value).and_then(|v| set_once(&mut self.krate, name, v)),
             "watchdog" => boolean(name, value).and_then(|v| set_once(&mut self.watchdog, name, v)),
@@ -137,6 +139,7 @@ fn example(name: &Ident) -> &'static str {
         "key" => "`key = \"order:{order_id}\"`",
         "lease" => "`lease = \"15s\"`",
         "wait" => "`wait = \"5s\"`",
+        "max_hold" => "`max_hold = \"5m\"`",
         "on_lost" => "`on_lost = \"abort\"`",
         _ => "`crate = \"my_locks\"`",
     }

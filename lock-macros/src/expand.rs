@@ -150,6 +150,7 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
     };
     let lease = millis(checked.lease_ms);
     let wait = millis(checked.wait_ms);
+    let max_hold = millis(checked.max_hold_ms);
     let watchdog = checked.watchdog;
     let on_lost = if checked.abort_on_lost {
         quote!(#krate::__private::OnLost::Abort)
@@ -157,7 +158,7 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
         quote!(#krate::__private::OnLost::Continue)
     };
     let spec = quote! {
-        #krate::__private::LockSpec { lease: #lease, wait: #wait, watchdog: #watchdog, on_lost: #on_lost }
+        #krate::__private::LockSpec { lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost }
     };
     (key, spec)
 }

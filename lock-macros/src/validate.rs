@@ -20,6 +20,7 @@ pub(crate) struct Checked {
     pub(crate) key_roots: Vec<syn::Ident>,
     pub(crate) lease_ms: Option<u64>,
     pub(crate) wait_ms: Option<u64>,
+    pub(crate) max_hold_ms: Option<u64>,
     pub(crate) watchdog: bool,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
@@ -109,6 +110,26 @@ pub(crate) fn check(
         .as_ref()
         .and_then(|lit| errors.check(parse_duration(lit)));
 
+    let max_hold_ms = args
+        .max_hold
+        .as_ref()
+        .and_then(|lit| errors.check(parse_duration(lit)));
+    // Against the config's default lease, which the macro cannot see, the runtime checks.
+    if let (Some(ms), Some(lit), Some(lease), Some(lease_lit)) =
+        (max_hold_ms, &args.max_hold, lease_ms, &args.lease)
+    {
+        if ms < lease {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`max_hold` ({}) is shorter than the lease ({}): the lock would be given up before its first renewal; make `max_hold` at least the lease",
+                    lit.value(),
+                    lease_lit.value()
+                ),
+            ));
+        }
+    }
+
     let abort_on_lost = match &args.on_lost {
         None => true,
         Some(lit) => {
@@ -145,6 +166,7 @@ pub(crate) fn check(
             key_roots,
             lease_ms,
             wait_ms,
+            max_hold_ms,
             watchdog: args.watchdog.is_none_or(|lit| lit.value),
             abort_on_lost,
             krate,

@@ -157,6 +157,7 @@ pub struct LockRequest {
     key: String,
     lease: Option<Duration>,
     wait: Option<Duration>,
+    max_hold: Option<Duration>,
     watchdog: bool,
 }
 
@@ -167,6 +168,7 @@ impl LockRequest {
             key,
             lease: None,
             wait: None,
+            max_hold: None,
             watchdog: true,
         }
     }
@@ -182,6 +184,15 @@ impl LockRequest {
     /// Defaults to the client's [`Config::default_wait`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// The longest the lock is held, renewals included: past it the watchdog stops renewing
+    /// and the guard reports the lease lost ([`LockGuard::lost`] completes; an annotated fn
+    /// with `on_lost = "abort"` returns [`LockError::HeldTooLong`]). A cap on hung work, like
+    /// a maximum number of renewals. At least the lease; none by default.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 
@@ -207,6 +218,13 @@ impl LockRequest {
         if let Some(why) = lease_out_of_bounds(lease) {
             return Err(LockError::Config(format!(
                 "the lease of lock `{}` is {why}",
+                key.name
+            )));
+        }
+        if let Some(max_hold) = self.max_hold.filter(|&max_hold| max_hold < lease) {
+            return Err(LockError::Config(format!(
+                "the max_hold of lock `{}` ({max_hold:?}) is shorter than its lease ({lease:?}): \
+                 it would be given up before its first renewal; make max_hold at least the lease",
                 key.name
             )));
         }
@@ -244,7 +262,15 @@ impl LockRequest {
                 }
                 Ok(AcquireReply::Acquired(token)) => {
                     let owner = attempt.settle();
-                    let lease = Arc::new(Lease::new(key, owner, token, lease, self.watchdog, sent));
+                    let lease = Arc::new(Lease::new(
+                        key,
+                        owner,
+                        token,
+                        lease,
+                        self.watchdog,
+                        self.max_hold,
+                        sent,
+                    ));
                     inner.watchdog.watch(lease.clone());
                     return Ok(LockGuard::new(lease, inner.releaser.clone()));
                 }

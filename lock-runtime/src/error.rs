@@ -55,6 +55,20 @@ pub enum LockError {
         key: String,
     },
 
+    /// The lock was held for its `max_hold` (renewals included): the watchdog stopped renewing
+    /// it and the work under it was cancelled.
+    #[error(
+        "lock `{}` was held for its max_hold of {max_hold:?}: the watchdog stopped renewing it \
+         and the work was cancelled; find out why the work hangs, or raise max_hold",
+        Shortened(key)
+    )]
+    HeldTooLong {
+        /// The key that was held too long.
+        key: String,
+        /// The request's `max_hold`.
+        max_hold: Duration,
+    },
+
     /// The backend could not be reached, timed out, or answered with an error.
     #[error("{0}")]
     Backend(#[from] BackendError),

@@ -56,6 +56,8 @@ pub(crate) struct Lease {
     pub(crate) duration: Duration,
     /// Whether the watchdog renews it (else it is a hard time limit).
     pub(crate) renew: bool,
+    /// The request's `max_hold` and when it runs out: no deadline goes past this.
+    max_hold: Option<(Duration, Instant)>,
     times: Mutex<Times>,
     state: watch::Sender<LeaseState>,
     /// Serialises a renewal with the release, so no renewal is sent after the release.
@@ -70,8 +72,11 @@ impl Lease {
         token: FencingToken,
         duration: Duration,
         renew: bool,
+        max_hold: Option<Duration>,
         sent: Instant,
     ) -> Self {
+        let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
+        let deadline = sent + duration - drift(duration);
         Self {
             id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
             key,
@@ -79,8 +84,9 @@ impl Lease {
             token,
             duration,
             renew,
+            max_hold,
             times: Mutex::new(Times {
-                deadline: sent + duration - drift(duration),
+                deadline: max_hold.map_or(deadline, |(_, until)| deadline.min(until)),
                 next_renewal: sent + duration / 3,
             }),
             state: watch::Sender::new(LeaseState::Held),
@@ -94,6 +100,34 @@ impl Lease {
 
     pub(crate) fn deadline(&self) -> Instant {
         self.times().deadline
+    }
+
+    /// Records a renewal sent at `sent`: the deadline moves on (never back, and never past
+    /// `max_hold`), and the next renewal is due a third of the lease later.
+    pub(crate) fn renewed(&self, sent: Instant) {
+        let mut times = self.times();
+        let renewed = sent + self.duration - drift(self.duration);
+        let capped = self
+            .max_hold
+            .map_or(renewed, |(_, until)| renewed.min(until));
+        times.deadline = times.deadline.max(capped);
+        times.next_renewal = sent + self.duration / 3;
+    }
+
+    /// The request's `max_hold`, if it has one and it has run out.
+    pub(crate) fn max_hold_passed(&self) -> Option<Duration> {
+        self.max_hold
+            .filter(|&(_, until)| Instant::now() >= until)
+            .map(|(max_hold, _)| max_hold)
+    }
+
+    /// Why the deadline passed, for the log.
+    pub(crate) fn deadline_passed_why(&self) -> &'static str {
+        if self.max_hold_passed().is_some() {
+            "it was held for its max_hold; the watchdog stopped renewing it"
+        } else {
+            "its lease ran out before a renewal succeeded"
+        }
     }
 
     pub(crate) fn state(&self) -> LeaseState {
@@ -163,7 +197,7 @@ impl Lease {
             tokio::select! {
                 biased;
                 () = past_deadline => {
-                    self.mark_lost("its lease ran out before a renewal succeeded");
+                    self.mark_lost(self.deadline_passed_why());
                     return;
                 }
                 changed = state.changed() => {

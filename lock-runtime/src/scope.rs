@@ -128,6 +128,7 @@ pub enum OnLost {
 pub struct LockSpec {
     pub lease: Option<Duration>,
     pub wait: Option<Duration>,
+    pub max_hold: Option<Duration>,
     pub watchdog: bool,
     pub on_lost: OnLost,
 }
@@ -193,6 +194,7 @@ where
         Ok(taken) => taken,
         Err(err) => return R::from_lock_error(err.for_key(&key)),
     };
+    let lease = held.lease.clone();
     let outcome = run_scoped(held, spec.on_lost, body).await;
     if let Grant::Own(guard) = grant {
         if outcome.is_some() && !guard.is_held() {
@@ -206,7 +208,10 @@ where
     }
     match outcome {
         Some(result) => result,
-        None => R::from_lock_error(LockError::LeaseLost { key }),
+        None => R::from_lock_error(match lease.max_hold_passed() {
+            Some(max_hold) => LockError::HeldTooLong { key, max_hold },
+            None => LockError::LeaseLost { key },
+        }),
     }
 }
 
@@ -236,6 +241,9 @@ async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
     }
     if let Some(wait) = spec.wait {
         request = request.wait(wait);
+    }
+    if let Some(max_hold) = spec.max_hold {
+        request = request.max_hold(max_hold);
     }
     let guard = request.acquire().await.map_err(NotTaken::Failed)?;
     let info = LockInfo {

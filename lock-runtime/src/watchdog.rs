@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use crate::backend::{Backend, LockBackend, Renewal};
 use crate::io::IoRuntime;
-use crate::lease::{drift, Lease, LeaseState};
+use crate::lease::{Lease, LeaseState};
 
 /// A lease in the registry, with the queue positions it holds.
 struct Watched {
@@ -178,7 +178,7 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
                     continue;
                 }
                 if now >= lease.deadline() {
-                    lease.mark_lost("its lease ran out before a renewal succeeded");
+                    lease.mark_lost(lease.deadline_passed_why());
                     continue;
                 }
                 // Due and not yet renewing (a renewing lease is queued by its deadline).
@@ -249,13 +249,9 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
         Ok(extended) => {
             for (lease, &still_ours) in live.iter().zip(extended) {
                 if still_ours {
-                    let mut times = lease.times();
                     // A renewal that comes back after the deadline does not revive the lease:
                     // the watchdog has declared it lost (or will, on its next look).
-                    times.deadline = times
-                        .deadline
-                        .max(sent + lease.duration - drift(lease.duration));
-                    times.next_renewal = sent + lease.duration / 3;
+                    lease.renewed(sent);
                 } else {
                     lease.mark_lost("Redis says it is no longer the owner");
                 }
