@@ -194,3 +194,47 @@ async fn a_guard_dropped_while_the_connection_is_cut_is_still_released_once_it_i
         "the dropped guard's release gave up: the lock stays taken for its whole 10 s lease"
     );
 }
+
+#[tokio::test]
+async fn a_user_without_permission_for_client_commands_still_locks_across_reconnects() {
+    let server = RedisServer::start();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locks")
+        .arg("on")
+        .arg(">secret")
+        .arg("~distlock:*")
+        .arg("&distlock:*")
+        .arg("+@all")
+        .arg("-client")
+        .query(&mut server.connection())
+        .expect("ACL SETUSER");
+    let proxy = Proxy::start(server.port());
+    let url = format!("redis://locks:secret@127.0.0.1:{}", proxy.port());
+    let client = Client::new(
+        Config::from_url(&url)
+            .expect("url")
+            .response_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(300)),
+    )
+    .expect("client");
+    warm_up(&client).await;
+
+    // A cut connection: the next request reconnects, and the new connection's `CLIENT KILL`
+    // of the old one and its `CLIENT INFO` are refused by the ACL.
+    proxy.set_mode(Mode::Drop);
+    let cut = client.lock("acl").wait(Duration::ZERO).acquire().await;
+    assert!(matches!(&cut, Err(LockError::Backend(_))), "{cut:?}");
+    proxy.set_mode(Mode::Pass);
+    let guard = client
+        .lock("acl")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("a refused CLIENT command does not stop the client from locking");
+    assert!(guard.release().await.expect("release"));
+    assert!(
+        proxy.accepted() >= 2,
+        "the client reconnected (the scenario under test)"
+    );
+}

@@ -233,7 +233,15 @@ impl RedisBackend {
             .await
         {
             Ok(info) => Ok(ServerSideClient::parse(&info)),
-            Err(err) if is_refusal(&err) => Ok(None),
+            Err(err) if is_refusal(&err) => {
+                tracing::warn!(
+                    server = %self.server,
+                    "could not learn this connection's id on the server ({err}), so it cannot be \
+                     closed there if it is replaced: a request held up on it may take a lock \
+                     after its clean-up. Allow the user `CLIENT INFO` and `CLIENT KILL`"
+                );
+                Ok(None)
+            }
             Err(err) => Err(err),
         }
     }
