@@ -254,8 +254,8 @@ async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
 }
 
 /// A re-entrant call in the same task: joins the grant `outer` (its lease and watchdog apply;
-/// this call's own `lease`, `wait`, `max_hold` and `watchdog` do not) once the calls that joined it before
-/// are done, unless the grant ends first.
+/// this call's own `lease`, `wait`, `max_hold` and `watchdog` do not) once the calls that
+/// joined it before are done, unless the grant ends first.
 async fn join(outer: Held) -> Result<(Held, Grant), NotTaken> {
     let turn = tokio::select! {
         biased;
