@@ -34,7 +34,8 @@ struct Registry {
     /// (from when its renewal may join an earlier batch, id), for leases waiting for their
     /// next renewal.
     by_ripe: BTreeSet<(Instant, u64)>,
-    /// When the watchdog will look next; a new lease due earlier wakes it.
+    /// When the watchdog will look next (`None`: not until a lease comes); a new lease due
+    /// earlier wakes it.
     planned_wake: Option<Instant>,
 }
 
@@ -89,6 +90,9 @@ impl Registry {
 struct Shared {
     registry: Mutex<Registry>,
     wake: Notify,
+    /// How many times the watchdog has looked at its queues.
+    #[cfg(test)]
+    looks: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -117,7 +121,7 @@ impl Shared {
     }
 }
 
-/// The longest the watchdog sleeps.
+/// The longest the watchdog sleeps while it watches any lease.
 const TICK: Duration = Duration::from_millis(250);
 
 /// The client's watchdog: one task on the I/O runtime for every lease of the client. Clones
@@ -200,20 +204,26 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
                     registry.insert(lease.clone(), true);
                 }
             }
-            let wake_at = registry
-                .by_due
-                .first()
-                .map_or(now + TICK, |&(due, _)| due.min(now + TICK));
-            registry.planned_wake = Some(wake_at);
+            // With no lease at all, nothing is due until one comes, and `queue` wakes the
+            // watchdog for it (a notification sent before the wait below is kept for it).
+            let wake_at = registry.by_due.first().map(|&(due, _)| due.min(now + TICK));
+            registry.planned_wake = wake_at;
             wake_at
         };
+        #[cfg(test)]
+        shared
+            .looks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         while !batch.is_empty() {
             let chunk: Vec<_> = batch.drain(..batch.len().min(BATCH)).collect();
             tokio::spawn(renew(chunk, backend.clone(), shared.clone()));
         }
-        tokio::select! {
-            () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake_at)) => {}
-            () = shared.wake.notified() => {}
+        match wake_at {
+            Some(wake_at) => tokio::select! {
+                () = tokio::time::sleep_until(tokio::time::Instant::from_std(wake_at)) => {}
+                () = shared.wake.notified() => {}
+            },
+            None => shared.wake.notified().await,
         }
     }
 }
@@ -266,5 +276,55 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
     }
     for lease in leases {
         shared.requeue(lease);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::*;
+    use crate::backend::memory::{MemoryBackend, MemoryStore};
+    use crate::backend::{AcquireReply, LockKey};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_watchdog_sleeps_until_a_lease_comes_then_renews_it() {
+        let io = IoRuntime::start().expect("I/O runtime");
+        let store = Arc::new(MemoryStore::default());
+        let backend = Arc::new(Backend::Memory(MemoryBackend::new(store)));
+        let watchdog = Watchdog::start(&io, backend.clone());
+
+        // The observation window: a watchdog that ticked every 250 ms would look 4 more times.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let idle_looks = watchdog.shared.looks.load(Relaxed);
+        assert!(
+            idle_looks <= 1,
+            "an idle watchdog looked {idle_looks} times"
+        );
+
+        // A lease comes: the watchdog wakes for it and renews it past several leases.
+        let key = LockKey::new("test:", "k".to_owned()).expect("key");
+        let duration = Duration::from_millis(60);
+        let sent = Instant::now();
+        let reply = backend
+            .acquire(&key, "owner", duration)
+            .await
+            .expect("acquire");
+        let AcquireReply::Acquired(token) = reply else {
+            panic!("the lock is free");
+        };
+        let lease = Arc::new(Lease::new(
+            key,
+            "owner".to_owned(),
+            token,
+            duration,
+            true,
+            None,
+            sent,
+        ));
+        watchdog.watch(lease.clone());
+        tokio::time::sleep(duration * 6).await;
+        assert!(lease.is_held(), "renewed for six leases");
+        watchdog.forget(lease.id);
     }
 }
