@@ -476,7 +476,9 @@ fn assert_credentials_error(err: &LockError, client: &Client, secret: &str) {
     assert!(
         matches!(
             backend.kind(),
-            BackendErrorKind::Server | BackendErrorKind::Connection
+            BackendErrorKind::Authentication
+                | BackendErrorKind::Server
+                | BackendErrorKind::Connection
         ),
         "{backend:?}"
     );

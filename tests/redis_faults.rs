@@ -269,7 +269,15 @@ async fn a_wrong_password_is_a_clear_error_that_never_shows_the_secret() {
         .await
         .expect_err("wrong password");
     let shown = format!("{err} / {err:?}");
-    assert!(matches!(err, LockError::Backend(_)), "{shown}");
+    assert!(
+        matches!(&err, LockError::Backend(e) if e.kind() == BackendErrorKind::Authentication),
+        "{shown}"
+    );
+    assert!(
+        err.to_string()
+            .contains("check the user name and password in the URL"),
+        "the advice names the credentials, not the server's log: {shown}"
+    );
     assert!(!shown.contains("wrong-staple-secret"), "{shown}");
     assert!(!format!("{client:?}").contains("wrong-staple-secret"));
 

@@ -124,6 +124,9 @@ pub enum BackendErrorKind {
     Timeout,
     /// The server answered with an error (authentication, script error, wrong type, …).
     Server,
+    /// The server refused the credentials in the URL (wrong password, unknown or disabled
+    /// user, or a password given to a server that has none).
+    Authentication,
     /// The server answered but cannot serve locks now: it is a read-only replica (say, a
     /// primary demoted by a failover), has lost its primary, or is still loading its data.
     /// The connection is dropped, so the next request reconnects.
@@ -177,6 +180,10 @@ impl fmt::Display for BackendError {
                  or raise the response timeout"
             }
             BackendErrorKind::Server => "Redis rejected the request; check its log and ACLs",
+            BackendErrorKind::Authentication => {
+                "Redis refused the credentials; check the user name and password in the URL \
+                 (and that the user is enabled)"
+            }
             BackendErrorKind::Unavailable => {
                 "the server cannot take writes now (a replica, after a failover, or still \
                  loading); the next request reconnects — point the URL at the primary"

@@ -322,6 +322,9 @@ impl Failure {
     fn of(err: &RedisError) -> Self {
         let (kind, reconnect, maybe_applied) = if err.is_timeout() {
             (BackendErrorKind::Timeout, true, true)
+        } else if err.code() == Some("NOAUTH") {
+            // The server wants a password and the URL gives none.
+            (BackendErrorKind::Authentication, false, false)
         } else {
             match err.kind() {
                 // The server (a replica now, or not ready) refused before running anything.
@@ -330,9 +333,10 @@ impl Failure {
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::BusyLoading,
                 ) => (BackendErrorKind::Unavailable, true, false),
+                // Wrong credentials: sent during the handshake, before any request.
+                ErrorKind::AuthenticationFailed => (BackendErrorKind::Authentication, false, false),
                 // An error reply: a script that fails undoes its grant first.
                 ErrorKind::Server(_)
-                | ErrorKind::AuthenticationFailed
                 | ErrorKind::UnexpectedReturnType
                 | ErrorKind::InvalidClientConfig
                 | ErrorKind::Parse
