@@ -274,7 +274,7 @@ mod tests {
         let backend = backend();
         let key = key("k");
         let lease = Duration::from_millis(10);
-        // Many grants in a row push the counter ahead of the clock for a while.
+        // Many grants in a row, then a wait past the counter's keep time.
         let mut last = 0;
         for _ in 0..10_000 {
             let token = grant(&backend, &key, lease).await;
@@ -291,6 +291,47 @@ mod tests {
             "the old counter was swept and a new one made"
         );
         assert!(after > last, "{after} after an expired counter's {last}");
+    }
+
+    #[tokio::test]
+    async fn tokens_strictly_increase_across_rapid_grants_of_one_key() {
+        let backend = backend();
+        let key = key("rapid");
+        let lease = Duration::from_millis(10);
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let token = grant(&backend, &key, lease).await;
+            assert!(token > last, "token {token} after {last}");
+            last = token;
+            assert!(backend.release(&key, "owner").await.expect("release"));
+        }
+        // Grants under one hold of the mutex come several to a microsecond, so many share a
+        // clock reading and only the counter keeps their tokens apart.
+        backend.with_state(|state| {
+            for _ in 0..100_000 {
+                let token = state.next_token(&key.fence, lease, Instant::now());
+                assert!(
+                    token > last,
+                    "token {token} after {last} in the same microsecond"
+                );
+                last = token;
+            }
+        });
+        // Grants that outpace the clock leave a live counter ahead of it: the counter goes on.
+        let ahead = clock_micros() + 60_000_000;
+        backend.with_state(|state| {
+            let fence = Fence {
+                last: ahead,
+                expires_at: counter_expiry(lease, Instant::now()),
+            };
+            state.fences.insert(key.fence.clone(), fence);
+        });
+        let token = grant(&backend, &key, lease).await;
+        assert_eq!(
+            token,
+            ahead + 1,
+            "a live counter ahead of the clock was not followed"
+        );
     }
 
     #[tokio::test]
