@@ -26,6 +26,17 @@ pub(crate) fn drift(lease: Duration) -> Duration {
     (lease / 100 + Duration::from_millis(2)).min(lease / 2)
 }
 
+/// The local deadline that a grant or renewal sent at `sent` gives: the lease less drift, and
+/// never past the request's `max_hold`.
+fn deadline_after(
+    sent: Instant,
+    duration: Duration,
+    max_hold: Option<(Duration, Instant)>,
+) -> Instant {
+    let deadline = sent + duration - drift(duration);
+    max_hold.map_or(deadline, |(_, until)| deadline.min(until))
+}
+
 /// Where a grant stands. It only ever moves away from `Held`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseState {
@@ -76,7 +87,6 @@ impl Lease {
         sent: Instant,
     ) -> Self {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
-        let deadline = sent + duration - drift(duration);
         Self {
             id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
             key,
@@ -86,7 +96,7 @@ impl Lease {
             renew,
             max_hold,
             times: Mutex::new(Times {
-                deadline: max_hold.map_or(deadline, |(_, until)| deadline.min(until)),
+                deadline: deadline_after(sent, duration, max_hold),
                 next_renewal: sent + duration / 3,
             }),
             state: watch::Sender::new(LeaseState::Held),
@@ -106,11 +116,8 @@ impl Lease {
     /// `max_hold`), and the next renewal is due a third of the lease later.
     pub(crate) fn renewed(&self, sent: Instant) {
         let mut times = self.times();
-        let renewed = sent + self.duration - drift(self.duration);
-        let capped = self
-            .max_hold
-            .map_or(renewed, |(_, until)| renewed.min(until));
-        times.deadline = times.deadline.max(capped);
+        let renewed = deadline_after(sent, self.duration, self.max_hold);
+        times.deadline = times.deadline.max(renewed);
         times.next_renewal = sent + self.duration / 3;
     }
 
