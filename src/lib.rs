@@ -70,10 +70,10 @@
 /// ```
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    current, init, lock, BackendError, BackendErrorKind, Client, Config, FencingToken, LockError,
-    LockGuard, LockInfo, LockRequest, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_REDIS_URL,
-    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE,
+    current, init, lock, read_lock, write_lock, BackendError, BackendErrorKind, Client, Config,
+    FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest, DEFAULT_BACKOFF_MAX,
+    DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE,
+    DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_KEY_LEN, MAX_LEASE, MIN_LEASE,
 };
 
 #[doc(hidden)]

@@ -672,15 +672,18 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
     // The same try sent twice (its first reply lost, the request repeated on a new
     // connection): the second run must not hand out what is left of the first grant.
     let server = RedisServer::start();
-    let script = redis::Script::new(include_str!("../lock-runtime/scripts/acquire.lua"));
+    let script = redis::Script::new(include_str!("../lock-runtime/scripts/write/acquire.lua"));
     let mut redis = server.connection();
     let mut run = || -> (i64, i64) {
         script
             .key("distlock:{replay}")
             .key("distlock:{replay}:fence")
+            .key("distlock:{replay}:readers")
+            .key("distlock:{replay}:writer-waiting")
             .arg("the-same-owner")
             .arg(1_000)
             .arg(604_800_000)
+            .arg(500)
             .invoke(&mut redis)
             .expect("acquire script")
     };

@@ -158,7 +158,7 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
         quote!(#krate::__private::OnLost::Continue)
     };
     let spec = quote! {
-        #krate::__private::LockSpec { lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost }
+        #krate::__private::LockSpec { mode: #krate::LockMode::Write, lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost }
     };
     (key, spec)
 }

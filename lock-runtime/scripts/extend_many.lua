@@ -1,18 +1,37 @@
--- Reset the leases of many held locks in one round trip, each only if still held by the caller.
+-- Reset the leases of many held grants in one round trip, each only if still held by the
+-- caller. Grants of every kind can share a call (on Cluster, only keys of one slot can).
 --
--- KEYS[i]      lock key i
--- ARGV[2i-1]   owner token of lock i
--- ARGV[2i]     new lease of lock i, in milliseconds
+-- KEYS[i]      grant i's key: the lock key of a write grant, the readers set of a read grant
+-- ARGV[3i-2]   grant i's kind: 'w' (write) or 'r' (read)
+-- ARGV[3i-1]   owner token of grant i
+-- ARGV[3i]     new lease of grant i, in milliseconds
 --
--- Returns an array: element i is 1 when lock i's lease was reset, 0 when it was no longer ours.
+-- Returns an array: element i is 1 when grant i's lease was reset, 0 when it was no longer ours.
 
 local extended = {}
+local now_ms = nil
 for i, key in ipairs(KEYS) do
-  -- pcall: a key of the wrong type (not ours) must not fail the whole batch.
-  if redis.pcall('GET', key) == ARGV[2 * i - 1] then
-    extended[i] = redis.call('PEXPIRE', key, ARGV[2 * i])
+  local owner = ARGV[3 * i - 1]
+  local lease = tonumber(ARGV[3 * i])
+  extended[i] = 0
+  if ARGV[3 * i - 2] == 'w' then
+    -- pcall: a key of the wrong type (not ours) must not fail the whole batch.
+    if redis.pcall('GET', key) == owner then
+      extended[i] = redis.call('PEXPIRE', key, lease)
+    end
   else
-    extended[i] = 0
+    if not now_ms then
+      local now = redis.call('TIME')
+      now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    end
+    local score = redis.pcall('ZSCORE', key, owner)
+    if type(score) == 'string' and tonumber(score) > now_ms then
+      redis.call('ZADD', key, now_ms + lease, owner)
+      if redis.call('PTTL', key) < lease then
+        redis.call('PEXPIRE', key, lease)
+      end
+      extended[i] = 1
+    end
   end
 end
 return extended

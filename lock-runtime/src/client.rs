@@ -1,5 +1,5 @@
-//! [`Client`], the global client behind [`init`] and [`lock`], and [`LockRequest`] with the
-//! acquire loop: try, and while the lock is held, back off with full jitter — capped by the
+//! [`Client`], the global client behind [`init`], [`lock`], [`read_lock`] and [`write_lock`],
+//! and [`LockRequest`] with the acquire loop, the same for every lock kind: try, and while the lock is held, back off with full jitter — capped by the
 //! holder's remaining lease and never past the wait deadline — and try again.
 
 use std::sync::{Arc, OnceLock};
@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisBackend;
-use crate::backend::{is_ambiguous, AcquireReply, Backend, LockBackend, LockKey};
+use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -19,6 +19,12 @@ use crate::release::Releaser;
 use crate::watchdog::Watchdog;
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
+
+/// Added to twice the longest backoff step for how long a waiting writer's mark keeps new
+/// readers out: the round trip of its next try.
+const WRITER_WAITING_MARGIN: Duration = Duration::from_millis(100);
+/// The longest a waiting writer's mark lives, whatever the backoff.
+const MAX_WRITER_WAITING_MARK: Duration = Duration::from_secs(60);
 
 /// Sets up the global client that [`lock`] (and the attribute) use. Call it once at startup;
 /// it is synchronous and does not connect, so it can run before the async runtime starts.
@@ -61,7 +67,39 @@ pub fn init(config: Config) -> Result<(), LockError> {
 /// # Ok(()) }
 /// ```
 pub fn lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(GLOBAL.get().cloned(), key.into())
+    LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Write)
+}
+
+/// Starts a request for the write side of the read/write lock `key` through the global
+/// client: the same lock as [`lock`] — exclusive against writers and readers.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// let guard = distlock::write_lock("catalog").acquire().await?;
+/// // … no reader and no other writer meanwhile; write with guard.fencing_token() …
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn write_lock(key: impl Into<String>) -> LockRequest {
+    lock(key)
+}
+
+/// Starts a request for the read side of the read/write lock `key` through the global
+/// client: shared with other readers, excluding writers. A waiting writer keeps new readers
+/// out, so readers cannot starve writers.
+///
+/// Every reader has its own lease, renewed by the watchdog; its guard's fencing token is the
+/// latest write token of the key (0 when none is known), not a new one.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// let guard = distlock::read_lock("catalog").acquire().await?;
+/// // … other readers may hold it too; no writer does …
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn read_lock(key: impl Into<String>) -> LockRequest {
+    LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Read)
 }
 
 /// A handle to one lock service: its backend, its watchdog and the defaults of its requests.
@@ -123,9 +161,21 @@ impl Client {
         })
     }
 
-    /// Starts a request for the lock `key` through this client.
+    /// Starts a request for the lock `key` through this client (exclusive: the write side of
+    /// the key's read/write lock).
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(Some(self.clone()), key.into())
+        LockRequest::new(Some(self.clone()), key.into(), Kind::Write)
+    }
+
+    /// Starts a request for the write side of the read/write lock `key`: the same lock as
+    /// [`Client::lock`]. See [`write_lock`].
+    pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {
+        self.lock(key)
+    }
+
+    /// Starts a request for the read side of the read/write lock `key`. See [`read_lock`].
+    pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into(), Kind::Read)
     }
 }
 
@@ -154,6 +204,7 @@ impl std::fmt::Debug for Client {
 #[derive(Debug)]
 pub struct LockRequest {
     client: Option<Client>,
+    kind: Kind,
     key: String,
     lease: Option<Duration>,
     wait: Option<Duration>,
@@ -162,9 +213,10 @@ pub struct LockRequest {
 }
 
 impl LockRequest {
-    fn new(client: Option<Client>, key: String) -> Self {
+    fn new(client: Option<Client>, key: String, kind: Kind) -> Self {
         Self {
             client,
+            kind,
             key,
             lease: None,
             wait: None,
@@ -238,19 +290,32 @@ impl LockRequest {
         let waker = inner.backend.waker();
         // Registered on the first wait, kept for the rest of this request.
         let mut interest = None;
+        let kind = self.kind;
         loop {
             // Every try has an owner token of its own, so a try can never be mistaken for an
             // earlier one whose grant is being given back: a late grant's clean-up and the
             // next try may reach Redis in either order.
             let sent = std::time::Instant::now();
+            let writer_waiting =
+                writer_waiting_mark(config.backoff_max, deadline - Instant::now().min(deadline));
             let attempt = Attempt {
                 releaser: &inner.releaser,
+                kind,
                 key: &key,
                 owner: new_owner(),
                 expires: sent + lease,
                 settled: false,
             };
-            let reply = inner.backend.acquire(&key, &attempt.owner, lease).await;
+            let reply = inner
+                .backend
+                .acquire(&Try {
+                    kind,
+                    key: &key,
+                    owner: &attempt.owner,
+                    lease,
+                    writer_waiting,
+                })
+                .await;
             let remaining = match reply {
                 Ok(AcquireReply::Acquired(_))
                     if std::time::Instant::now() >= sent + lease - drift(lease) =>
@@ -263,6 +328,7 @@ impl LockRequest {
                 Ok(AcquireReply::Acquired(token)) => {
                     let owner = attempt.settle();
                     let lease = Arc::new(Lease::new(
+                        kind,
                         key,
                         owner,
                         token,
@@ -299,13 +365,29 @@ impl LockRequest {
             match waker {
                 // Woken by the holder's release, or after the backoff step at the latest.
                 Some(waker) => {
-                    let interest = interest.get_or_insert_with(|| waker.interest(&key.channel));
+                    let interest =
+                        interest.get_or_insert_with(|| waker.interest(&key.channel, kind));
                     waker.wait(interest, delay).await;
                 }
                 None => tokio::time::sleep(delay).await,
             }
         }
     }
+}
+
+/// How long a writer's try that finds the lock held keeps new readers out: longer than any
+/// pause before its next try (twice the longest backoff step, plus a round trip), but not past
+/// the end of its wait, and nothing on its last try — a writer that will not try again must
+/// not hold readers up.
+fn writer_waiting_mark(backoff_max: Duration, left_to_wait: Duration) -> Duration {
+    if left_to_wait.is_zero() {
+        return Duration::ZERO;
+    }
+    backoff_max
+        .saturating_mul(2)
+        .min(left_to_wait)
+        .saturating_add(WRITER_WAITING_MARGIN)
+        .min(MAX_WRITER_WAITING_MARK)
 }
 
 /// A random owner token: a v4 UUID from the thread-local generator (unique, and no system
@@ -322,6 +404,7 @@ fn new_owner() -> String {
 /// mid-request), it deletes the possible grant in the background.
 struct Attempt<'a> {
     releaser: &'a Arc<Releaser>,
+    kind: Kind,
     key: &'a LockKey,
     owner: String,
     /// When a grant made by this try before its clean-up runs expires at the latest.
@@ -342,7 +425,7 @@ impl Drop for Attempt<'_> {
         if !self.settled {
             let owner = std::mem::take(&mut self.owner);
             self.releaser
-                .clean_up(self.key.clone(), owner, self.expires);
+                .clean_up(self.kind, self.key.clone(), owner, self.expires);
         }
     }
 }
@@ -369,6 +452,24 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_writers_mark_outlives_its_pauses_but_not_its_wait() {
+        let step = Duration::from_millis(200);
+        assert_eq!(writer_waiting_mark(step, Duration::ZERO), Duration::ZERO);
+        assert_eq!(
+            writer_waiting_mark(step, Duration::from_secs(10)),
+            2 * step + WRITER_WAITING_MARGIN
+        );
+        assert_eq!(
+            writer_waiting_mark(step, Duration::from_millis(30)),
+            Duration::from_millis(30) + WRITER_WAITING_MARGIN
+        );
+        assert_eq!(
+            writer_waiting_mark(Duration::MAX, Duration::MAX),
+            MAX_WRITER_WAITING_MARK
+        );
+    }
 
     #[test]
     fn an_unbounded_backoff_maximum_never_overflows() {

@@ -69,6 +69,18 @@ pub enum LockError {
         max_hold: Duration,
     },
 
+    /// A task holding the read lock of a key asked for its write lock (through the attribute):
+    /// an upgrade. It fails at once, because two readers upgrading would wait for each other
+    /// forever.
+    #[error(
+        "this task holds the read lock `{}` and asked for its write lock: a read lock cannot be          upgraded (two readers upgrading would wait for each other forever); take the write lock          in the outer call (a read inside a write joins it), or release the read lock first",
+        Shortened(key)
+    )]
+    UpgradeRefused {
+        /// The key whose read lock the task holds.
+        key: String,
+    },
+
     /// The backend could not be reached, timed out, or answered with an error.
     #[error("{0}")]
     Backend(#[from] BackendError),

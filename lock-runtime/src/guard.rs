@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::error::LockError;
 use crate::lease::Lease;
 use crate::release::Releaser;
-use crate::FencingToken;
+use crate::{FencingToken, LockMode};
 
 /// A held lock. Dropping it releases the lock in the background; prefer
 /// [`release`](LockGuard::release) so the next waiter does not wait on a background task.
@@ -61,11 +61,17 @@ impl LockGuard {
         &self.lease.key.name
     }
 
-    /// The fencing token of this grant: strictly greater than the token of every earlier grant
-    /// of the same key. Give it to the resource you protect and let it refuse writes carrying
+    /// The fencing token of this grant: for a write (exclusive) grant, strictly greater than
+    /// the token of every earlier write grant of the same key; for a read grant, the latest
+    /// write token of the key (0 when none is known), shared with the other readers. Give it to the resource you protect and let it refuse writes carrying
     /// a token lower than one it has already seen.
     pub fn fencing_token(&self) -> FencingToken {
         self.lease.token
+    }
+
+    /// Which side of the key's read/write lock this guard holds.
+    pub fn mode(&self) -> LockMode {
+        self.lease.kind.into()
     }
 
     /// Whether the lease is still ours as far as this process can tell: not lost, and its
@@ -117,6 +123,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key())
+            .field("mode", &self.mode())
             .field("fencing_token", &self.fencing_token())
             .field("lease", &self.lease.duration)
             .field("held", &self.is_held())

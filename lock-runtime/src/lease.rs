@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::backend::LockKey;
+use crate::backend::{Kind, LockKey};
 use crate::FencingToken;
 
 static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
@@ -61,6 +61,7 @@ pub(crate) struct Times {
 /// One grant's shared state.
 pub(crate) struct Lease {
     pub(crate) id: u64,
+    pub(crate) kind: Kind,
     pub(crate) key: LockKey,
     pub(crate) owner: String,
     pub(crate) token: FencingToken,
@@ -77,7 +78,9 @@ pub(crate) struct Lease {
 
 impl Lease {
     /// A lease granted by a request sent at `sent`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        kind: Kind,
         key: LockKey,
         owner: String,
         token: FencingToken,
@@ -89,6 +92,7 @@ impl Lease {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
         Self {
             id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
+            kind,
             key,
             owner,
             token,

@@ -11,6 +11,7 @@ mod config;
 mod error;
 mod guard;
 mod io;
+mod kind;
 mod lease;
 mod release;
 mod scope;
@@ -19,7 +20,7 @@ mod watchdog;
 use std::fmt;
 
 pub use backend::MAX_KEY_LEN;
-pub use client::{init, lock, Client, LockRequest};
+pub use client::{init, lock, read_lock, write_lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_LEASE, MIN_LEASE,
@@ -36,6 +37,21 @@ pub mod __private {
     };
     pub use core::time::Duration;
     pub use std::format;
+}
+
+/// Which side of a key's read/write lock a grant holds.
+///
+/// A key has one lock with two sides: any number of readers at once, or one writer alone.
+/// [`lock`] and [`write_lock`] take the write side (the exclusive lock), [`read_lock`] the
+/// read side; the attribute chooses with `mode = "exclusive" | "write" | "read"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// Exclusive: no other writer and no reader holds the key meanwhile. Every write grant has
+    /// a fencing token of its own, greater than every earlier write token of the key.
+    Write,
+    /// Shared among readers, excluding writers. A read grant carries the latest write token of
+    /// the key (0 if none is known), without taking a new one.
+    Read,
 }
 
 /// A fencing token: a number handed out with every grant of a key, strictly greater than every

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, LockBackend, LockKey};
+use crate::backend::{Backend, Kind, LockBackend, LockKey};
 use crate::error::LockError;
 use crate::io::IoRuntime;
 use crate::lease::{drift, Lease};
@@ -42,7 +42,9 @@ impl Releaser {
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         self.stop_renewing(lease);
         let _gate = lease.gate.lock().await;
-        self.backend.release(&lease.key, &lease.owner).await
+        self.backend
+            .release(lease.kind, &lease.key, &lease.owner)
+            .await
     }
 
     /// [`release`](Self::release) in the background, for a guard dropped unreleased. Never
@@ -54,19 +56,37 @@ impl Releaser {
             let _gate = lease.gate.lock().await;
             // Past the deadline (and the drift it allows for) Redis has let the key go.
             let until = lease.deadline() + drift(lease.duration);
-            this.delete(&lease.key, &lease.owner, until, "a dropped guard's lock")
-                .await;
+            this.delete(
+                lease.kind,
+                &lease.key,
+                &lease.owner,
+                until,
+                "a dropped guard's lock",
+            )
+            .await;
         });
     }
 
     /// Deletes in the background a grant that a try with `owner` may have made without our
     /// knowing; `until` is when such a grant would expire at the latest, after which trying
     /// is pointless.
-    pub(crate) fn clean_up(self: &Arc<Self>, key: LockKey, owner: String, until: Instant) {
+    pub(crate) fn clean_up(
+        self: &Arc<Self>,
+        kind: Kind,
+        key: LockKey,
+        owner: String,
+        until: Instant,
+    ) {
         let this = self.clone();
         self.io.spawn(async move {
-            this.delete(&key, &owner, until, "the grant of an interrupted acquire")
-                .await;
+            this.delete(
+                kind,
+                &key,
+                &owner,
+                until,
+                "the grant of an interrupted acquire",
+            )
+            .await;
         });
     }
 
@@ -77,10 +97,10 @@ impl Releaser {
 
     /// The compare-and-delete, tried again with growing pauses while it fails and `until` has
     /// not passed.
-    async fn delete(&self, key: &LockKey, owner: &str, until: Instant, what: &str) {
+    async fn delete(&self, kind: Kind, key: &LockKey, owner: &str, until: Instant, what: &str) {
         let mut delay = FIRST_RETRY_DELAY;
         loop {
-            match self.backend.release(key, owner).await {
+            match self.backend.release(kind, key, owner).await {
                 Ok(true) => {
                     tracing::debug!(key = %key.name, "released {what}");
                     return;

@@ -3,6 +3,10 @@
 //! task-local scope that [`current`] reads, cancels the body when the lease is lost (unless
 //! told to continue), and releases the lock before returning.
 //!
+//! A call that finds its key held by its own task joins that grant when the grant covers it:
+//! read in read, write in write, read in write (a downgrade: the write grant covers it). Write
+//! in read (an upgrade) is refused at once with [`LockError::UpgradeRefused`].
+//!
 //! Re-entrancy nests: a call that joins a grant waits for its turn among the other calls that
 //! joined the same grant (two joined calls driven side by side in one task, as by
 //! `tokio::join!`, do not overlap), and calls nested inside it join it in turn. A joined call
@@ -19,7 +23,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::FencingToken;
+use crate::{FencingToken, LockMode};
 
 tokio::task_local! {
     /// Locks held by the current task through the attribute, outermost first; a re-entrant
@@ -50,6 +54,7 @@ impl Held {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     key: String,
+    mode: LockMode,
     fencing_token: FencingToken,
 }
 
@@ -59,9 +64,16 @@ impl LockInfo {
         &self.key
     }
 
-    /// The fencing token of the grant; pass it to the resource the lock protects.
+    /// The fencing token of the grant; pass it to the resource the lock protects. For a read
+    /// grant, the latest write token of the key.
     pub fn fencing_token(&self) -> FencingToken {
         self.fencing_token
+    }
+
+    /// Which side of the key's read/write lock is held: [`LockMode::Write`] for an exclusive or
+    /// write grant (also when a `mode = "read"` call joined it), [`LockMode::Read`] for a read.
+    pub fn mode(&self) -> LockMode {
+        self.mode
     }
 }
 
@@ -126,6 +138,7 @@ pub enum OnLost {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct LockSpec {
+    pub mode: crate::LockMode,
     pub lease: Option<Duration>,
     pub wait: Option<Duration>,
     pub max_hold: Option<Duration>,
@@ -187,6 +200,13 @@ where
     F: Future<Output = R>,
 {
     let taken = match held_by_this_task(&key) {
+        // A read cannot become a write: refused at once, never a deadlock.
+        Some(outer) if outer.info.mode == LockMode::Read && spec.mode == LockMode::Write => {
+            Err(NotTaken::Failed(LockError::UpgradeRefused {
+                key: key.clone(),
+            }))
+        }
+        // Read in read, write in write, and read in write (downgrade) join the grant.
         Some(outer) => join(outer).await,
         None => acquire(&key, spec).await,
     };
@@ -235,7 +255,11 @@ impl NotTaken {
 
 /// Takes the lock `key` through the global client.
 async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
-    let mut request = crate::lock(key.to_owned()).watchdog(spec.watchdog);
+    let request = match spec.mode {
+        LockMode::Write => crate::write_lock(key.to_owned()),
+        LockMode::Read => crate::read_lock(key.to_owned()),
+    };
+    let mut request = request.watchdog(spec.watchdog);
     if let Some(lease) = spec.lease {
         request = request.lease(lease);
     }
@@ -248,6 +272,7 @@ async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
     let guard = request.acquire().await.map_err(NotTaken::Failed)?;
     let info = LockInfo {
         key: key.to_owned(),
+        mode: spec.mode,
         fencing_token: guard.fencing_token(),
     };
     Ok((Held::new(info, guard.lease().clone()), Grant::Own(guard)))

@@ -247,6 +247,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
         let renewals: Vec<Renewal<'_>> = live
             .iter()
             .map(|lease| Renewal {
+                kind: lease.kind,
                 key: &lease.key,
                 owner: &lease.owner,
                 lease: lease.duration,
@@ -285,7 +286,7 @@ mod tests {
 
     use super::*;
     use crate::backend::memory::{MemoryBackend, MemoryStore};
-    use crate::backend::{AcquireReply, LockKey};
+    use crate::backend::{AcquireReply, Kind, LockKey, Try};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_watchdog_sleeps_until_a_lease_comes_then_renews_it() {
@@ -306,14 +307,19 @@ mod tests {
         let key = LockKey::new("test:", "k".to_owned()).expect("key");
         let duration = Duration::from_millis(60);
         let sent = Instant::now();
-        let reply = backend
-            .acquire(&key, "owner", duration)
-            .await
-            .expect("acquire");
+        let attempt = Try {
+            kind: Kind::Write,
+            key: &key,
+            owner: "owner",
+            lease: duration,
+            writer_waiting: duration,
+        };
+        let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {
             panic!("the lock is free");
         };
         let lease = Arc::new(Lease::new(
+            Kind::Write,
             key,
             "owner".to_owned(),
             token,

@@ -1,7 +1,7 @@
-//! In-process backend: the same contract as Redis (leases expire, fencing tokens increase,
+//! In-process store: the same contract as Redis (leases expire, fencing tokens increase,
 //! compare-and-delete), kept in a map behind a mutex. Chosen only by
-//! [`Config::in_memory`](crate::Config::in_memory). As on Redis, entries expire: a lock with
-//! its lease, a fencing counter two leases (at least a second) after its last grant, and new
+//! [`Config::in_memory`](crate::Config::in_memory). It runs every kind's in-process twin
+//! (`kind/`) on the key's [`TwinEntry`]. As on Redis, entries expire: holders with their lease, a fencing counter two leases (at least a second) after its last grant, and new
 //! counters start from the clock, so tokens keep increasing after a counter was forgotten.
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
 //! (at least [`MIN_SWEEP_AFTER`]): amortised O(1) per grant, and the store's size follows the
@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{AcquireReply, LockBackend, LockKey, Renewal};
+use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
 use crate::error::LockError;
+use crate::kind::{TwinEntry, TwinReply};
 use crate::FencingToken;
 
 /// How long a fencing counter outlives its last grant, at least; else two leases.
@@ -27,7 +28,8 @@ pub(crate) struct MemoryStore {
 }
 
 struct State {
-    held: HashMap<String, Held>,
+    /// Holders and marks of each key that has any, by lock key.
+    locks: HashMap<String, TwinEntry>,
     fences: HashMap<String, Fence>,
     /// Grants left before the next sweep.
     grants_to_sweep: usize,
@@ -36,16 +38,11 @@ struct State {
 impl Default for State {
     fn default() -> Self {
         Self {
-            held: HashMap::new(),
+            locks: HashMap::new(),
             fences: HashMap::new(),
             grants_to_sweep: MIN_SWEEP_AFTER,
         }
     }
-}
-
-struct Held {
-    owner: String,
-    expires_at: Instant,
 }
 
 /// A key's fencing counter: the last token handed out, kept until `expires_at`.
@@ -55,12 +52,22 @@ struct Fence {
 }
 
 impl State {
-    /// The live holder of `key`, dropping one whose lease has run out.
-    fn holder(&mut self, key: &str, now: Instant) -> Option<&mut Held> {
-        if self.held.get(key).is_some_and(|h| h.expires_at <= now) {
-            self.held.remove(key);
+    /// The latest token of `key`'s live counter (0 if it has none), which read grants carry.
+    fn current_token(&self, key: &str, now: Instant) -> u64 {
+        self.fences
+            .get(key)
+            .filter(|fence| fence.expires_at > now)
+            .map_or(0, |fence| fence.last)
+    }
+
+    /// Runs `f` on `key`'s entry, and forgets the entry if it is left empty.
+    fn with_entry<T>(&mut self, key: &str, f: impl FnOnce(&mut TwinEntry) -> T) -> T {
+        let entry = self.locks.entry(key.to_owned()).or_default();
+        let result = f(entry);
+        if entry.is_empty() {
+            self.locks.remove(key);
         }
-        self.held.get_mut(key)
+        result
     }
 
     /// The next fencing token of `key`: above its live counter, and never below the clock in
@@ -91,7 +98,7 @@ impl State {
     }
 
     fn entries(&self) -> usize {
-        self.held.len() + self.fences.len()
+        self.locks.len() + self.fences.len()
     }
 
     /// Counts a grant, and once enough have passed drops expired locks and counters. A sweep
@@ -103,7 +110,10 @@ impl State {
         if self.grants_to_sweep > 0 {
             return;
         }
-        self.held.retain(|_, held| held.expires_at > now);
+        self.locks.retain(|_, entry| {
+            entry.purge(now);
+            !entry.is_empty()
+        });
         self.fences.retain(|_, fence| fence.expires_at > now);
         self.grants_to_sweep = self.entries().max(MIN_SWEEP_AFTER);
     }
@@ -142,39 +152,31 @@ fn clock_micros() -> u64 {
 }
 
 impl LockBackend for MemoryBackend {
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<AcquireReply, LockError> {
+    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let now = Instant::now();
+        let key = attempt.key;
         Ok(self.with_state(|state| {
-            if let Some(holder) = state.holder(&key.lock, now) {
-                return AcquireReply::Held(Some(holder.expires_at - now));
+            let reply = state.with_entry(&key.lock, |entry| {
+                attempt.kind.acquire_twin(entry, attempt, now)
+            });
+            match reply {
+                TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
+                TwinReply::Granted => {
+                    state.count_grant_and_sweep(now);
+                    let token = match attempt.kind {
+                        Kind::Write => state.next_token(&key.fence, attempt.lease, now),
+                        Kind::Read => state.current_token(&key.fence, now),
+                    };
+                    AcquireReply::Acquired(FencingToken(token))
+                }
             }
-            state.count_grant_and_sweep(now);
-            state.held.insert(
-                key.lock.clone(),
-                Held {
-                    owner: owner.to_owned(),
-                    expires_at: now + lease,
-                },
-            );
-            AcquireReply::Acquired(FencingToken(state.next_token(&key.fence, lease, now)))
         }))
     }
 
-    async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let now = Instant::now();
         Ok(self.with_state(|state| {
-            let ours = state
-                .holder(&key.lock, now)
-                .is_some_and(|h| h.owner == owner);
-            if ours {
-                state.held.remove(&key.lock);
-            }
-            ours
+            state.with_entry(&key.lock, |entry| kind.release_twin(entry, owner, now))
         }))
     }
 
@@ -183,13 +185,14 @@ impl LockBackend for MemoryBackend {
         Ok(self.with_state(|state| {
             leases
                 .iter()
-                .map(|r| match state.holder(&r.key.lock, now) {
-                    Some(holder) if holder.owner == r.owner => {
-                        holder.expires_at = now + r.lease;
+                .map(|r| {
+                    let ours = state.with_entry(&r.key.lock, |entry| {
+                        r.kind.extend_twin(entry, r.owner, r.lease, now)
+                    });
+                    if ours && r.kind == Kind::Write {
                         state.keep_counter(&r.key.fence, r.lease, now);
-                        true
                     }
-                    _ => false,
+                    ours
                 })
                 .collect()
         }))
@@ -215,7 +218,14 @@ mod tests {
     }
 
     async fn grant(backend: &MemoryBackend, key: &LockKey, lease: Duration) -> u64 {
-        match backend.acquire(key, "owner", lease).await.expect("acquire") {
+        let attempt = Try {
+            kind: Kind::Write,
+            key,
+            owner: "owner",
+            lease,
+            writer_waiting: Duration::from_millis(100),
+        };
+        match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(FencingToken(token)) => token,
             AcquireReply::Held(_) => panic!("{} is held", key.name),
         }
@@ -226,7 +236,10 @@ mod tests {
         let key = key("busy");
         for _ in 0..cycles {
             grant(backend, &key, Duration::from_millis(100)).await;
-            assert!(backend.release(&key, "owner").await.expect("release"));
+            assert!(backend
+                .release(Kind::Write, &key, "owner")
+                .await
+                .expect("release"));
         }
     }
 
@@ -236,7 +249,10 @@ mod tests {
         for i in 0..200_000 {
             let key = key(format!("k{i}"));
             grant(&backend, &key, Duration::from_millis(100)).await;
-            assert!(backend.release(&key, "owner").await.expect("release"));
+            assert!(backend
+                .release(Kind::Write, &key, "owner")
+                .await
+                .expect("release"));
         }
         // Expiry is a matter of time here, not an event: let every counter (kept a second
         // after its grant, two 100 ms leases being less) expire.
@@ -280,7 +296,10 @@ mod tests {
             let token = grant(&backend, &key, lease).await;
             assert!(token > last, "{token} after {last}");
             last = token;
-            assert!(backend.release(&key, "owner").await.expect("release"));
+            assert!(backend
+                .release(Kind::Write, &key, "owner")
+                .await
+                .expect("release"));
         }
         std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(50));
         // Force a sweep so the counter is really forgotten, not just stale.
@@ -303,7 +322,10 @@ mod tests {
             let token = grant(&backend, &key, lease).await;
             assert!(token > last, "token {token} after {last}");
             last = token;
-            assert!(backend.release(&key, "owner").await.expect("release"));
+            assert!(backend
+                .release(Kind::Write, &key, "owner")
+                .await
+                .expect("release"));
         }
         // Grants under one hold of the mutex come several to a microsecond, so many share a
         // clock reading and only the counter keeps their tokens apart.
@@ -344,6 +366,7 @@ mod tests {
         for _ in 0..6 {
             std::thread::sleep(Duration::from_millis(200));
             let renewal = Renewal {
+                kind: Kind::Write,
                 key: &key,
                 owner: "owner",
                 lease,

@@ -1,6 +1,9 @@
-//! The storage behind the locks. [`LockBackend`] is the contract every backend keeps (grant with
-//! a fencing token, compare-and-delete, compare-and-extend of many leases at once); [`Backend`] dispatches to the one a
-//! [`Config`](crate::Config) chose. The acquire loop and the watchdog only talk to this module.
+//! The stores behind the locks (a backend is a store): where a kind's operations run and how
+//! waiters are woken. [`LockBackend`] is the contract every store keeps for every
+//! [kind](crate::kind) — try a grant, give it back, renew many grants at once; [`Backend`]
+//! dispatches to the one a [`Config`](crate::Config) chose. A store owns its connections, the
+//! key layout ([`LockKey`]), its wake-ups and how it batches renewals; what a grant means is
+//! the kind's. The acquire loop, the watchdog and the release path only talk to this module.
 
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -10,13 +13,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::LockError;
+pub(crate) use crate::kind::{Kind, Try};
 use crate::FencingToken;
 
 /// Longest lock key accepted, in bytes: Redis would take more, but a key this long is a bug.
 pub const MAX_KEY_LEN: usize = 4096;
 
 /// The Redis keys of one lock. The user's key is wrapped in a hash tag, so the lock key and
-/// its companions (the fencing counter) land in the same Redis Cluster slot.
+/// its companions (fencing counter, readers, writer-waiting mark, release channel) land in the
+/// same Redis Cluster slot.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey {
     /// The key as the user gave it.
@@ -25,6 +30,12 @@ pub(crate) struct LockKey {
     pub(crate) lock: String,
     /// `{prefix}{{name}}:fence`: the fencing counter.
     pub(crate) fence: String,
+    /// `{prefix}{{name}}:readers`: the readers, a sorted set of owner tokens scored by when
+    /// their leases end.
+    pub(crate) readers: String,
+    /// `{prefix}{{name}}:writer-waiting`: set by a writer that found the lock held; while it
+    /// lives no new reader enters.
+    pub(crate) writer_waiting: String,
     /// `{prefix}{{name}}:released`: the channel a release is announced on.
     pub(crate) channel: String,
 }
@@ -51,13 +62,13 @@ impl LockKey {
             return Err(LockError::InvalidKey { key, reason });
         }
         let lock = format!("{prefix}{{{name}}}");
-        let fence = format!("{lock}:fence");
-        let channel = format!("{lock}:released");
         Ok(Self {
             name,
+            fence: format!("{lock}:fence"),
+            readers: format!("{lock}:readers"),
+            writer_waiting: format!("{lock}:writer-waiting"),
+            channel: format!("{lock}:released"),
             lock,
-            fence,
-            channel,
         })
     }
 }
@@ -72,34 +83,36 @@ pub(crate) enum AcquireReply {
     Held(Option<Duration>),
 }
 
-/// One backend's three atomic operations. `owner` is the grant's random owner token.
+/// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
+/// owner token.
 pub(crate) trait LockBackend: Send + Sync {
-    /// Takes `key` for `lease` if it is free, handing out the next fencing token.
+    /// One try: takes the grant the try asks for if the kind allows it now, with its token.
     fn acquire(
         &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
+        attempt: &Try<'_>,
     ) -> impl Future<Output = Result<AcquireReply, LockError>> + Send;
 
-    /// Deletes `key` if `owner` still holds it; `false` when it was no longer ours.
+    /// Gives back `owner`'s grant of `kind` on `key` if it still holds it; `false` when it
+    /// was no longer ours.
     fn release(
         &self,
+        kind: Kind,
         key: &LockKey,
         owner: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
-    /// Resets the lease of each `(key, owner, lease)` whose key `owner` still holds, in one
-    /// request; element `i` of the answer says whether lock `i` was still ours.
+    /// Resets the lease of each grant that its owner still holds, in as few requests as the
+    /// store allows; element `i` of the answer says whether grant `i` was still ours.
     fn extend_many(
         &self,
         leases: &[Renewal<'_>],
     ) -> impl Future<Output = Result<Vec<bool>, LockError>> + Send;
 }
 
-/// One lease to renew: its key, owner token and lease.
+/// One lease to renew: its kind, key, owner token and lease.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Renewal<'a> {
+    pub(crate) kind: Kind,
     pub(crate) key: &'a LockKey,
     pub(crate) owner: &'a str,
     pub(crate) lease: Duration,
@@ -112,22 +125,17 @@ pub(crate) enum Backend {
 }
 
 impl LockBackend for Backend {
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<AcquireReply, LockError> {
+    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         match self {
-            Backend::Redis(b) => b.acquire(key, owner, lease).await,
-            Backend::Memory(b) => b.acquire(key, owner, lease).await,
+            Backend::Redis(b) => b.acquire(attempt).await,
+            Backend::Memory(b) => b.acquire(attempt).await,
         }
     }
 
-    async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         match self {
-            Backend::Redis(b) => b.release(key, owner).await,
-            Backend::Memory(b) => b.release(key, owner).await,
+            Backend::Redis(b) => b.release(kind, key, owner).await,
+            Backend::Memory(b) => b.release(kind, key, owner).await,
         }
     }
 
@@ -165,6 +173,9 @@ mod tests {
         let key = LockKey::new("app:", "order:42".to_owned()).unwrap();
         assert_eq!(key.lock, "app:{order:42}");
         assert_eq!(key.fence, "app:{order:42}:fence");
+        assert_eq!(key.readers, "app:{order:42}:readers");
+        assert_eq!(key.writer_waiting, "app:{order:42}:writer-waiting");
+        assert_eq!(key.channel, "app:{order:42}:released");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Single-node Redis backend: the three Lua scripts over one multiplexed connection, made on the
-//! client's I/O runtime and remade after it breaks.
+//! Single-node Redis store: runs the kinds' Lua scripts (`kind/`) over one multiplexed
+//! connection, made on the client's I/O runtime and remade after it breaks.
 //!
 //! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
 //! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
@@ -13,18 +13,13 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, Script, ServerErrorKind};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
 use super::wake::Waker;
-use super::{AcquireReply, LockBackend, LockKey, Renewal};
+use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
 use crate::error::{server_address, BackendError, BackendErrorKind, LockError};
-use crate::FencingToken;
-
-/// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
-/// let it lapse: tokens never fall below the server clock in microseconds, which has passed any
-/// value the old counter reached.
-const FENCE_COUNTER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+use crate::kind;
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
 struct Current {
@@ -77,9 +72,6 @@ pub(crate) struct RedisBackend {
     replaced: Mutex<Vec<ServerSideClient>>,
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
     connecting: tokio::sync::Mutex<Connecting>,
-    acquire_script: Script,
-    release_script: Script,
-    extend_many_script: Script,
     waker: Waker,
 }
 
@@ -106,9 +98,6 @@ impl RedisBackend {
             current: Mutex::new(None),
             replaced: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(Connecting::default()),
-            acquire_script: Script::new(include_str!("../../scripts/acquire.lua")),
-            release_script: Script::new(include_str!("../../scripts/release.lua")),
-            extend_many_script: Script::new(include_str!("../../scripts/extend_many.lua")),
         }
     }
 
@@ -353,64 +342,22 @@ impl Failure {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
 impl LockBackend for RedisBackend {
-    async fn acquire(
-        &self,
-        key: &LockKey,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<AcquireReply, LockError> {
-        let mut invocation = self.acquire_script.prepare_invoke();
-        invocation
-            .key(&key.lock)
-            .key(&key.fence)
-            .arg(owner)
-            .arg(millis(lease))
-            .arg(millis(FENCE_COUNTER_TTL.max(lease.saturating_mul(2))));
-        let (granted, value): (i64, i64) = self.invoke("acquire", invocation).await?;
-        if granted == 1 {
-            let token = u64::try_from(value).map_err(|_| {
-                BackendError::new(
-                    "acquire",
-                    BackendErrorKind::Server,
-                    format!(
-                        "the fencing counter of `{}` holds a negative value",
-                        key.name
-                    ),
-                )
-            })?;
-            Ok(AcquireReply::Acquired(FencingToken(token)))
-        } else {
-            // PTTL is -1 for a key without expiry and -2 for one that vanished meanwhile.
-            let remaining = match value {
-                -2 => Some(Duration::ZERO),
-                ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
-                _ => None,
-            };
-            Ok(AcquireReply::Held(remaining))
-        }
+    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
+        let call = attempt.kind.acquire_call(attempt);
+        let reply = self.invoke("acquire", call).await?;
+        kind::read_acquire_reply(attempt.key, reply)
     }
 
-    async fn release(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let mut invocation = self.release_script.prepare_invoke();
-        invocation.key(&key.lock).key(&key.channel).arg(owner);
-        let deleted: i64 = self.invoke("release", invocation).await?;
-        Ok(deleted == 1)
+    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let released: i64 = self
+            .invoke("release", kind.release_call(key, owner))
+            .await?;
+        Ok(released == 1)
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
-        let mut invocation = self.extend_many_script.prepare_invoke();
-        for renewal in leases {
-            invocation
-                .key(&renewal.key.lock)
-                .arg(renewal.owner)
-                .arg(millis(renewal.lease));
-        }
-        let extended: Vec<i64> = self.invoke("renew", invocation).await?;
+        let extended: Vec<i64> = self.invoke("renew", kind::extend_many_call(leases)).await?;
         if extended.len() != leases.len() {
             return Err(BackendError::new(
                 "renew",

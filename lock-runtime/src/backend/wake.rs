@@ -1,28 +1,55 @@
-//! Wake-up on release for the Redis backend. The release script publishes on the lock's
-//! `…:released` channel (same hash tag as the lock key); waiters of this client subscribe to it
-//! over one pub/sub connection, made on the client's I/O runtime, and a reader task wakes **one**
-//! waiter of this client per release, so a handoff costs about one round trip and many waiters
-//! do not all retry at once. Anything lost here (a message, the connection) only costs the
+//! Wake-up on release for the Redis store. The release scripts publish on the lock's
+//! `…:released` channel (same hash tag as the lock key) whom the release is for (see
+//! [`Wake`]); waiters of this client subscribe to it over one pub/sub connection, made on the
+//! client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
+//! client or **all** its waiting readers (readers share the lock; writers would only collide),
+//! falling back to the other side when this client has no waiter on the side asked for. So a
+//! handoff costs about one round trip and many writers do not all retry at once. Anything lost here (a message, the connection) only costs the
 //! waiter one backoff step: the acquire loop's backoff stays the fallback. So when pub/sub
 //! fails (no connection, SUBSCRIBE refused or answered by a closed connection), this client
 //! pauses it, for longer after each failure in a row ([`Pause`]), instead of reconnecting on
 //! every wait.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::runtime::Handle;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
+use crate::kind::{Kind, Wake};
+
 /// One channel's waiters in this client.
 struct Channel {
-    notify: Arc<Notify>,
-    interested: usize,
+    /// Wakes one waiting writer; a wake-up with no writer waiting is kept for the next.
+    writers: Arc<Notify>,
+    /// Wakes every waiting reader: each sees the version change once, also when it was busy
+    /// with a try when the release came.
+    readers: watch::Sender<()>,
+    waiting_writers: usize,
+    waiting_readers: usize,
+}
+
+impl Channel {
+    /// Wakes the waiters a release message asks for, or the other side if this client has
+    /// none of those.
+    fn wake(&self, whom: Wake) {
+        let readers = match whom {
+            Wake::Readers => self.waiting_readers > 0,
+            Wake::Writer => self.waiting_writers == 0,
+        };
+        if readers {
+            self.readers.send_replace(());
+        } else {
+            self.writers.notify_one();
+        }
+    }
 }
 
 struct State {
@@ -123,7 +150,13 @@ struct Inner {
 pub(crate) struct Interest {
     inner: Arc<Inner>,
     name: String,
-    notify: Arc<Notify>,
+    side: Side,
+}
+
+/// How a waiter of one side of the lock is woken.
+enum Side {
+    Writer(Arc<Notify>),
+    Reader(watch::Receiver<()>),
 }
 
 impl Waker {
@@ -147,36 +180,60 @@ impl Waker {
         }
     }
 
-    /// Registers a waiter on `channel`.
-    pub(crate) fn interest(&self, channel: &str) -> Interest {
+    /// Registers a waiter for a grant of `kind` on `channel`.
+    pub(crate) fn interest(&self, channel: &str, kind: Kind) -> Interest {
         let inner = &self.inner;
         let mut channels = inner.state.channels();
         let entry = channels
             .entry(channel.to_owned())
             .or_insert_with(|| Channel {
-                notify: Arc::new(Notify::new()),
-                interested: 0,
+                writers: Arc::new(Notify::new()),
+                readers: watch::Sender::new(()),
+                waiting_writers: 0,
+                waiting_readers: 0,
             });
-        entry.interested += 1;
+        let side = match kind {
+            Kind::Write => {
+                entry.waiting_writers += 1;
+                Side::Writer(entry.writers.clone())
+            }
+            Kind::Read => {
+                entry.waiting_readers += 1;
+                Side::Reader(entry.readers.subscribe())
+            }
+        };
         Interest {
             inner: inner.clone(),
             name: channel.to_owned(),
-            notify: entry.notify.clone(),
+            side,
         }
     }
 
     /// Waits until a release of `interest`'s lock is announced, or `delay` has passed, never
     /// longer. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
     /// first cannot cut it short and leave a subscription nobody tracks.
-    pub(crate) async fn wait(&self, interest: &Interest, delay: Duration) {
+    pub(crate) async fn wait(&self, interest: &mut Interest, delay: Duration) {
         let until = Instant::now() + delay;
-        let notified = interest.notify.notified();
-        tokio::pin!(notified);
+        let woken = async {
+            match &mut interest.side {
+                Side::Writer(notify) => notify.notified().await,
+                Side::Reader(release) => {
+                    if release.changed().await.is_err() {
+                        // Unreachable while the interest lives (the channel keeps the sender).
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        };
+        tokio::pin!(woken);
         // Register for a wake-up before subscribing: a release announced meanwhile counts.
-        notified.as_mut().enable();
+        let first = std::future::poll_fn(|cx| Poll::Ready(woken.as_mut().poll(cx))).await;
+        if first.is_ready() {
+            return;
+        }
         let subscribing = self.subscribe(&interest.name);
         tokio::select! {
-            () = &mut notified => {}
+            () = &mut woken => {}
             () = async {
                 if let Some(subscribing) = subscribing {
                     let _ = tokio::time::timeout_at(until, subscribing).await;
@@ -254,13 +311,9 @@ impl Inner {
         let state = self.state.clone();
         let reader = tokio::spawn(async move {
             while let Some(message) = stream.next().await {
-                let notify = state
-                    .channels()
-                    .get(message.get_channel_name())
-                    .map(|c| c.notify.clone());
-                if let Some(notify) = notify {
-                    // One waiter per release per client: no thundering herd.
-                    notify.notify_one();
+                let whom = Wake::from_message(message.get_payload_bytes());
+                if let Some(channel) = state.channels().get(message.get_channel_name()) {
+                    channel.wake(whom);
                 }
             }
             // The connection is gone: the next wait connects and subscribes again.
@@ -280,8 +333,11 @@ impl Drop for Interest {
         let Some(entry) = channels.get_mut(&self.name) else {
             return;
         };
-        entry.interested -= 1;
-        if entry.interested > 0 {
+        match self.side {
+            Side::Writer(_) => entry.waiting_writers -= 1,
+            Side::Reader(_) => entry.waiting_readers -= 1,
+        }
+        if entry.waiting_writers + entry.waiting_readers > 0 {
             return;
         }
         channels.remove(&self.name);

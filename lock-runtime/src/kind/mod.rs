@@ -1,0 +1,232 @@
+//! Lock kinds: what a grant means, written once for every store. A kind is its Lua scripts
+//! (run by every Redis store: single node now; Cluster, Sentinel and Redlock later), how their
+//! replies read, and its in-process twin (run by the in-process store on a [`TwinEntry`]).
+//! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
+//! and [`read`]. Neighbours: the stores in `backend/` run what this module describes; the
+//! acquire loop (`client.rs`), the watchdog and the guard pass a [`Kind`] along and never look
+//! inside it.
+
+pub(crate) mod read;
+pub(crate) mod write;
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::{Script, ScriptInvocation};
+
+use crate::backend::{AcquireReply, LockKey, Renewal};
+use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::{FencingToken, LockMode};
+
+/// What a grant is: which side of the key's read/write lock it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// The exclusive lock: one writer, no reader.
+    Write,
+    /// Shared among readers, excluding writers.
+    Read,
+}
+
+impl From<LockMode> for Kind {
+    fn from(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Write => Kind::Write,
+            LockMode::Read => Kind::Read,
+        }
+    }
+}
+
+impl From<Kind> for LockMode {
+    fn from(kind: Kind) -> Self {
+        match kind {
+            Kind::Write => LockMode::Write,
+            Kind::Read => LockMode::Read,
+        }
+    }
+}
+
+/// One try to take a grant, as the acquire loop sends it to a store.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Try<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) key: &'a LockKey,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    /// How long a writer that finds the lock held keeps new readers out: longer than the pause
+    /// before its next try, so readers cannot slip in between two tries; zero on its last try.
+    pub(crate) writer_waiting: Duration,
+}
+
+/// Who a release message asks to wake, as the release scripts publish it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// One waiting writer (a writer is waiting, or the last reader left).
+    Writer,
+    /// All waiting readers (a writer left and no writer waits).
+    Readers,
+}
+
+impl Wake {
+    /// Reads a release message (`'w'` or `'r'`); anything else wakes a writer, as before
+    /// read/write locks, when releases published an empty message.
+    pub(crate) fn from_message(payload: &[u8]) -> Self {
+        match payload {
+            b"r" => Wake::Readers,
+            _ => Wake::Writer,
+        }
+    }
+}
+
+impl Kind {
+    /// The script call of one try.
+    pub(crate) fn acquire_call(self, attempt: &Try<'_>) -> ScriptInvocation<'static> {
+        match self {
+            Kind::Write => write::acquire_call(attempt),
+            Kind::Read => read::acquire_call(attempt),
+        }
+    }
+
+    /// The script call that gives `owner`'s grant of `key` back.
+    pub(crate) fn release_call(self, key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
+        match self {
+            Kind::Write => write::release_call(key, owner),
+            Kind::Read => read::release_call(key, owner),
+        }
+    }
+
+    /// The key a grant of this kind lives in, which its renewal touches.
+    pub(crate) fn grant_key(self, key: &LockKey) -> &str {
+        match self {
+            Kind::Write => &key.lock,
+            Kind::Read => &key.readers,
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Kind::Write => "w",
+            Kind::Read => "r",
+        }
+    }
+
+    /// Takes a grant in the in-process store.
+    pub(crate) fn acquire_twin(
+        self,
+        entry: &mut TwinEntry,
+        attempt: &Try<'_>,
+        now: Instant,
+    ) -> TwinReply {
+        match self {
+            Kind::Write => write::acquire_twin(entry, attempt, now),
+            Kind::Read => read::acquire_twin(entry, attempt, now),
+        }
+    }
+
+    /// Gives a grant back in the in-process store: whether it was ours.
+    pub(crate) fn release_twin(self, entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
+        match self {
+            Kind::Write => write::release_twin(entry, owner, now),
+            Kind::Read => read::release_twin(entry, owner, now),
+        }
+    }
+
+    /// Renews a grant in the in-process store: whether it was still ours.
+    pub(crate) fn extend_twin(
+        self,
+        entry: &mut TwinEntry,
+        owner: &str,
+        lease: Duration,
+        now: Instant,
+    ) -> bool {
+        match self {
+            Kind::Write => write::extend_twin(entry, owner, lease, now),
+            Kind::Read => read::extend_twin(entry, owner, lease, now),
+        }
+    }
+}
+
+/// The renewal of many grants of any kinds in one script call (one slot's worth on Cluster).
+pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'static> {
+    static SCRIPT: LazyLock<Script> =
+        LazyLock::new(|| Script::new(include_str!("../../scripts/extend_many.lua")));
+    let mut call = SCRIPT.prepare_invoke();
+    for renewal in renewals {
+        call.key(renewal.kind.grant_key(renewal.key))
+            .arg(renewal.kind.tag())
+            .arg(renewal.owner)
+            .arg(millis(renewal.lease));
+    }
+    call
+}
+
+/// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
+/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once).
+pub(crate) fn read_acquire_reply(
+    key: &LockKey,
+    (granted, value): (i64, i64),
+) -> Result<AcquireReply, LockError> {
+    if granted == 1 {
+        let token = u64::try_from(value).map_err(|_| {
+            BackendError::new(
+                "acquire",
+                BackendErrorKind::Server,
+                format!(
+                    "the fencing counter of `{}` holds a negative value",
+                    key.name
+                ),
+            )
+        })?;
+        return Ok(AcquireReply::Acquired(FencingToken(token)));
+    }
+    let remaining = match value {
+        -2 => Some(Duration::ZERO),
+        ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
+        _ => None,
+    };
+    Ok(AcquireReply::Held(remaining))
+}
+
+/// A duration in whole milliseconds for a script, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The in-process state of one key, which every kind's twin reads and changes: the in-process
+/// counterpart of the lock key, the readers set and the writer-waiting mark.
+#[derive(Debug, Default)]
+pub(crate) struct TwinEntry {
+    /// The writer and when its lease ends.
+    pub(crate) writer: Option<(String, Instant)>,
+    /// Every reader and when its lease ends.
+    pub(crate) readers: HashMap<String, Instant>,
+    /// Until when a waiting writer keeps new readers out.
+    pub(crate) writer_waiting: Option<Instant>,
+}
+
+impl TwinEntry {
+    /// Drops every holder and mark whose time has run out.
+    pub(crate) fn purge(&mut self, now: Instant) {
+        if self.writer.as_ref().is_some_and(|&(_, until)| until <= now) {
+            self.writer = None;
+        }
+        self.readers.retain(|_, &mut until| until > now);
+        if self.writer_waiting.is_some_and(|until| until <= now) {
+            self.writer_waiting = None;
+        }
+    }
+
+    /// Nothing left in it: the store may forget the key (its fencing counter is kept apart).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty() && self.writer_waiting.is_none()
+    }
+}
+
+/// What a twin's try found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TwinReply {
+    /// Granted: a write grant takes the next fencing token, a read grant shows the latest.
+    Granted,
+    /// Held, for at most this long.
+    Held(Duration),
+}

@@ -1,0 +1,77 @@
+//! The read side of a key's lock ([`read_lock`](crate::read_lock)): any number of readers at
+//! once, no writer meanwhile. Every reader has its own owner token and lease — a member of the
+//! key's readers set, scored by when its lease ends — so no reader's release, crash or expiry
+//! frees another. A reader does not enter while a writer holds the lock or waits for it
+//! (writer preference), and its grant carries the latest write token without taking a new one.
+//! Scripts: `scripts/read/{acquire,release}.lua`; renewals share `scripts/extend_many.lua`.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::{Script, ScriptInvocation};
+
+use super::{millis, Try, TwinEntry, TwinReply};
+use crate::backend::LockKey;
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/read/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/read/release.lua")));
+
+pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
+    let key = attempt.key;
+    let mut call = ACQUIRE.prepare_invoke();
+    call.key(&key.lock)
+        .key(&key.fence)
+        .key(&key.readers)
+        .key(&key.writer_waiting)
+        .arg(attempt.owner)
+        .arg(millis(attempt.lease));
+    call
+}
+
+pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
+    let mut call = RELEASE.prepare_invoke();
+    call.key(&key.readers)
+        .key(&key.writer_waiting)
+        .key(&key.channel)
+        .arg(owner);
+    call
+}
+
+pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instant) -> TwinReply {
+    entry.purge(now);
+    if let Some((_, until)) = &entry.writer {
+        return TwinReply::Held(*until - now);
+    }
+    if let Some(until) = entry.writer_waiting {
+        if !entry.readers.contains_key(attempt.owner) {
+            return TwinReply::Held(until - now);
+        }
+    }
+    entry
+        .readers
+        .insert(attempt.owner.to_owned(), now + attempt.lease);
+    TwinReply::Granted
+}
+
+pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
+    entry.purge(now);
+    entry.readers.remove(owner).is_some()
+}
+
+pub(super) fn extend_twin(
+    entry: &mut TwinEntry,
+    owner: &str,
+    lease: Duration,
+    now: Instant,
+) -> bool {
+    entry.purge(now);
+    match entry.readers.get_mut(owner) {
+        Some(until) => {
+            *until = now + lease;
+            true
+        }
+        None => false,
+    }
+}

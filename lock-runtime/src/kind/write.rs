@@ -1,0 +1,91 @@
+//! The write side of a key's lock, which is also the exclusive lock ([`lock`](crate::lock) and
+//! [`write_lock`](crate::write_lock) take it): one owner at a time and no reader meanwhile.
+//! A writer that finds the lock held sets the writer-waiting mark, which keeps new readers out
+//! (writer preference). Every grant takes the next fencing token. Scripts:
+//! `scripts/write/{acquire,release}.lua`; renewals share `scripts/extend_many.lua`.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::{Script, ScriptInvocation};
+
+use super::{millis, Try, TwinEntry, TwinReply};
+use crate::backend::LockKey;
+
+/// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
+/// let it lapse: tokens never fall below the server clock in microseconds, which has passed any
+/// value the old counter reached.
+const FENCE_COUNTER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/write/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
+
+pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
+    let key = attempt.key;
+    let mut call = ACQUIRE.prepare_invoke();
+    call.key(&key.lock)
+        .key(&key.fence)
+        .key(&key.readers)
+        .key(&key.writer_waiting)
+        .arg(attempt.owner)
+        .arg(millis(attempt.lease))
+        .arg(millis(
+            FENCE_COUNTER_TTL.max(attempt.lease.saturating_mul(2)),
+        ))
+        // Zero (no mark) on a writer's last try.
+        .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX));
+    call
+}
+
+pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
+    let mut call = RELEASE.prepare_invoke();
+    call.key(&key.lock)
+        .key(&key.channel)
+        .key(&key.writer_waiting)
+        .arg(owner);
+    call
+}
+
+pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instant) -> TwinReply {
+    entry.purge(now);
+    let blocked_until = match &entry.writer {
+        Some((owner, until)) if owner != attempt.owner => Some(*until),
+        _ => entry.readers.values().max().copied(),
+    };
+    if let Some(until) = blocked_until {
+        if !attempt.writer_waiting.is_zero() {
+            entry.writer_waiting = Some(now + attempt.writer_waiting);
+        }
+        return TwinReply::Held(until - now);
+    }
+    entry.writer = Some((attempt.owner.to_owned(), now + attempt.lease));
+    entry.writer_waiting = None;
+    TwinReply::Granted
+}
+
+pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
+    entry.purge(now);
+    let ours = entry.writer.as_ref().is_some_and(|(o, _)| o == owner);
+    if ours {
+        entry.writer = None;
+    }
+    ours
+}
+
+pub(super) fn extend_twin(
+    entry: &mut TwinEntry,
+    owner: &str,
+    lease: Duration,
+    now: Instant,
+) -> bool {
+    entry.purge(now);
+    match &mut entry.writer {
+        Some((o, until)) if o == owner => {
+            *until = now + lease;
+            true
+        }
+        _ => false,
+    }
+}
