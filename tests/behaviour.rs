@@ -1,5 +1,9 @@
-//! The behaviour every backend promises, run once against a real `redis-server` and once
-//! against the in-process backend: the same test bodies, two harnesses.
+//! The conformance suite: the behaviour every store promises for every lock kind, run against a
+//! real `redis-server` and against the in-process store — the same test bodies, one harness per
+//! store. Tests about holding a lock run once per kind (`on_every_store_and_kind!`): the holder
+//! takes the kind under test, and the rivals take the write lock, which every kind excludes.
+//! Tests about one kind alone (fencing of writes, sharing among readers, writer preference) run
+//! once per store (`on_every_store!`).
 
 mod support;
 
@@ -7,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{Client, Config, FencingToken, LockError};
+use distlock::{Client, Config, FencingToken, LockError, LockMode, LockRequest};
 use support::RedisServer;
 use tokio::time::Instant;
 
@@ -42,9 +46,17 @@ impl Harness {
     }
 }
 
-macro_rules! on_every_backend {
+/// A request for the side `mode` of the lock `key`.
+fn take(client: &Client, mode: LockMode, key: &str) -> LockRequest {
+    match mode {
+        LockMode::Write => client.write_lock(key),
+        LockMode::Read => client.read_lock(key),
+    }
+}
+
+macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
-        mod redis_backend {
+        mod redis_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
@@ -52,7 +64,7 @@ macro_rules! on_every_backend {
                 }
             )*
         }
-        mod in_memory_backend {
+        mod in_memory_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
@@ -63,9 +75,62 @@ macro_rules! on_every_backend {
     };
 }
 
-on_every_backend!(
+macro_rules! on_every_store_and_kind {
+    ($($name:ident),* $(,)?) => {
+        mod every_kind {
+            mod redis_store {
+                mod write {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            crate::$name(crate::Harness::redis(), distlock::LockMode::Write).await
+                        }
+                    )*
+                }
+                mod read {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            crate::$name(crate::Harness::redis(), distlock::LockMode::Read).await
+                        }
+                    )*
+                }
+            }
+            mod in_memory_store {
+                mod write {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            crate::$name(crate::Harness::in_memory(), distlock::LockMode::Write).await
+                        }
+                    )*
+                }
+                mod read {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            crate::$name(crate::Harness::in_memory(), distlock::LockMode::Read).await
+                        }
+                    )*
+                }
+            }
+        }
+    };
+}
+
+on_every_store!(
     sixteen_tasks_doing_read_modify_write_under_the_lock_lose_no_update,
     fencing_tokens_strictly_increase_across_successive_holders,
+    bad_requests_are_clear_errors,
+    readers_share_the_lock_and_writers_exclude_them,
+    one_readers_expiry_or_release_never_frees_another,
+    a_waiting_writer_keeps_new_readers_out,
+    read_grants_carry_the_latest_write_token,
+    a_writer_gets_in_within_300ms_under_fifty_tasks_of_overlapping_reads,
+    the_lock_and_write_lock_are_the_same_lock,
+);
+
+on_every_store_and_kind!(
     an_unrenewed_lease_frees_the_lock_within_the_lease,
     the_watchdog_holds_a_lock_for_more_than_three_leases,
     releasing_a_lock_that_expired_and_was_taken_over_returns_false,
@@ -74,7 +139,6 @@ on_every_backend!(
     a_dropped_guard_releases_the_lock_in_the_background,
     a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out,
     a_lock_held_for_its_max_hold_is_lost_and_no_longer_renewed,
-    bad_requests_are_clear_errors,
 );
 
 async fn sixteen_tasks_doing_read_modify_write_under_the_lock_lose_no_update(h: Harness) {
@@ -132,11 +196,10 @@ async fn fencing_tokens_strictly_increase_across_successive_holders(h: Harness) 
     }
 }
 
-async fn an_unrenewed_lease_frees_the_lock_within_the_lease(h: Harness) {
+async fn an_unrenewed_lease_frees_the_lock_within_the_lease(h: Harness, mode: LockMode) {
     let lease = Duration::from_millis(400);
     let holder = h.client();
-    let guard = holder
-        .lock("vanishing")
+    let guard = take(&holder, mode, "vanishing")
         .lease(lease)
         .watchdog(false)
         .acquire()
@@ -160,12 +223,11 @@ async fn an_unrenewed_lease_frees_the_lock_within_the_lease(h: Harness) {
     next.release().await.expect("release");
 }
 
-async fn the_watchdog_holds_a_lock_for_more_than_three_leases(h: Harness) {
+async fn the_watchdog_holds_a_lock_for_more_than_three_leases(h: Harness, mode: LockMode) {
     let lease = Duration::from_millis(300);
     let holder = h.client();
     let rival = h.client();
-    let guard = holder
-        .lock("long-job")
+    let guard = take(&holder, mode, "long-job")
         .lease(lease)
         .acquire()
         .await
@@ -188,10 +250,11 @@ async fn the_watchdog_holds_a_lock_for_more_than_three_leases(h: Harness) {
     );
 }
 
-async fn releasing_a_lock_that_expired_and_was_taken_over_returns_false(h: Harness) {
-    let first = h
-        .client()
-        .lock("taken-over")
+async fn releasing_a_lock_that_expired_and_was_taken_over_returns_false(
+    h: Harness,
+    mode: LockMode,
+) {
+    let first = take(&h.client(), mode, "taken-over")
         .lease(Duration::from_millis(150))
         .watchdog(false)
         .acquire()
@@ -222,8 +285,11 @@ async fn releasing_a_lock_that_expired_and_was_taken_over_returns_false(h: Harne
     assert!(second.release().await.expect("release"));
 }
 
-async fn the_wait_deadline_is_honoured(h: Harness) {
-    let holder = h.client().lock("busy").acquire().await.expect("acquire");
+async fn the_wait_deadline_is_honoured(h: Harness, mode: LockMode) {
+    let holder = take(&h.client(), mode, "busy")
+        .acquire()
+        .await
+        .expect("acquire");
     let wait = Duration::from_millis(500);
     let started = Instant::now();
     let err = h
@@ -253,8 +319,11 @@ async fn the_wait_deadline_is_honoured(h: Harness) {
     holder.release().await.expect("release");
 }
 
-async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness) {
-    let holder = h.client().lock("once").acquire().await.expect("acquire");
+async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness, mode: LockMode) {
+    let holder = take(&h.client(), mode, "once")
+        .acquire()
+        .await
+        .expect("acquire");
     let started = Instant::now();
     let result = h.client().lock("once").wait(Duration::ZERO).acquire().await;
     assert!(
@@ -274,10 +343,9 @@ async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness) {
     );
 }
 
-async fn a_dropped_guard_releases_the_lock_in_the_background(h: Harness) {
+async fn a_dropped_guard_releases_the_lock_in_the_background(h: Harness, mode: LockMode) {
     let client = h.client();
-    let guard = client
-        .lock("dropped")
+    let guard = take(&client, mode, "dropped")
         .lease(Duration::from_secs(30))
         .acquire()
         .await
@@ -292,11 +360,12 @@ async fn a_dropped_guard_releases_the_lock_in_the_background(h: Harness) {
     assert!(again.is_ok(), "{again:?}");
 }
 
-async fn a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out(h: Harness) {
+async fn a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out(
+    h: Harness,
+    mode: LockMode,
+) {
     let lease = Duration::from_millis(300);
-    let guard = h
-        .client()
-        .lock("hard")
+    let guard = take(&h.client(), mode, "hard")
         .lease(lease)
         .watchdog(false)
         .acquire()
@@ -309,14 +378,13 @@ async fn a_hard_lease_without_watchdog_is_reported_lost_when_it_runs_out(h: Harn
     assert!(!guard.is_held());
 }
 
-async fn a_lock_held_for_its_max_hold_is_lost_and_no_longer_renewed(h: Harness) {
+async fn a_lock_held_for_its_max_hold_is_lost_and_no_longer_renewed(h: Harness, mode: LockMode) {
     let lease = Duration::from_millis(200);
     let max_hold = Duration::from_millis(600);
     let holder = h.client();
     let rival = h.client();
     let started = Instant::now();
-    let guard = holder
-        .lock("hung")
+    let guard = take(&holder, mode, "hung")
         .lease(lease)
         .max_hold(max_hold)
         .acquire()
@@ -400,4 +468,282 @@ async fn bad_requests_are_clear_errors(h: Harness) {
         .release()
         .await
         .unwrap());
+}
+
+/// A try that must find the lock held.
+async fn assert_held_against(request: LockRequest, what: &str) {
+    let result = request.wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{what}: {result:?}"
+    );
+}
+
+async fn readers_share_the_lock_and_writers_exclude_them(h: Harness) {
+    let (a, b, c) = (h.client(), h.client(), h.client());
+    let mut readers = Vec::new();
+    for client in [&a, &b, &c] {
+        let guard = client
+            .read_lock("shared")
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .expect("readers share the lock");
+        assert_eq!(guard.mode(), LockMode::Read);
+        readers.push(guard);
+    }
+    assert_held_against(
+        h.client().write_lock("shared"),
+        "a writer got in among readers",
+    )
+    .await;
+    assert_held_against(h.client().lock("shared"), "lock() got in among readers").await;
+    for guard in readers {
+        assert!(guard.release().await.expect("release"));
+    }
+    let writer = h
+        .client()
+        .write_lock("shared")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free once every reader left");
+    assert_eq!(writer.mode(), LockMode::Write);
+    assert_held_against(a.read_lock("shared"), "a reader got in beside a writer").await;
+    assert_held_against(a.write_lock("shared"), "a second writer got in").await;
+    assert!(writer.release().await.expect("release"));
+    let reader = a
+        .read_lock("shared")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a reader gets in after the writer left");
+    assert!(reader.release().await.expect("release"));
+}
+
+async fn one_readers_expiry_or_release_never_frees_another(h: Harness) {
+    let short = Duration::from_millis(200);
+    let long = h
+        .client()
+        .read_lock("readers")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("first reader");
+    let expiring = h
+        .client()
+        .read_lock("readers")
+        .lease(short)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("second reader");
+    let released = h
+        .client()
+        .read_lock("readers")
+        .acquire()
+        .await
+        .expect("third reader");
+    // One reader releases, one expires; the renewed one still keeps writers out.
+    assert!(released.release().await.expect("release"));
+    tokio::time::timeout(short * 5, expiring.lost())
+        .await
+        .expect("the unrenewed reader's lease runs out");
+    // `lost()` fires a drift margin (a few ms) before the store lets the lease go; expiry is a
+    // matter of time, not an event.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !expiring.release().await.expect("release"),
+        "an expired reader's release says it was no longer a reader"
+    );
+    for _ in 0..3 {
+        assert_held_against(
+            h.client().write_lock("readers"),
+            "a writer got in while a renewed reader held",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(long.is_held());
+    assert!(long.release().await.expect("release"));
+    let writer = h
+        .client()
+        .write_lock("readers")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free once the last reader left");
+    writer.release().await.expect("release");
+}
+
+async fn a_waiting_writer_keeps_new_readers_out(h: Harness) {
+    let reader = h
+        .client()
+        .read_lock("preferred")
+        .acquire()
+        .await
+        .expect("reader");
+    let writers = h.client();
+    let writer = tokio::spawn(async move {
+        let guard = writers
+            .write_lock("preferred")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("the writer gets in once the reader leaves");
+        let token = guard.fencing_token();
+        guard.release().await.expect("release");
+        token
+    });
+    // New readers get in until the writer's first try has marked it waiting, and from then on
+    // not at all while it waits.
+    let newcomers = h.client();
+    let started = Instant::now();
+    loop {
+        match newcomers
+            .read_lock("preferred")
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+        {
+            Ok(guard) => assert!(guard.release().await.expect("release")),
+            Err(LockError::Timeout { .. }) => break,
+            Err(err) => panic!("{err}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "readers kept entering while a writer waited"
+        );
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..5 {
+        assert_held_against(
+            newcomers.read_lock("preferred"),
+            "a reader got in while a writer waited",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!writer.is_finished(), "the writer got in beside a reader");
+    assert!(reader.release().await.expect("release"));
+    writer.await.expect("writer task");
+    let after = newcomers
+        .read_lock("preferred")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("readers get in again after the writer");
+    after.release().await.expect("release");
+}
+
+async fn read_grants_carry_the_latest_write_token(h: Harness) {
+    let client = h.client();
+    let write = client
+        .write_lock("fenced-rw")
+        .acquire()
+        .await
+        .expect("write");
+    let first = write.fencing_token();
+    write.release().await.expect("release");
+    let a = client.read_lock("fenced-rw").acquire().await.expect("read");
+    let b = h
+        .client()
+        .read_lock("fenced-rw")
+        .acquire()
+        .await
+        .expect("read");
+    assert_eq!(
+        a.fencing_token(),
+        first,
+        "a read carries the latest write token"
+    );
+    assert_eq!(b.fencing_token(), first, "and takes no new one");
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+    let write = client
+        .write_lock("fenced-rw")
+        .acquire()
+        .await
+        .expect("write");
+    let second = write.fencing_token();
+    assert!(
+        second > first,
+        "{second} after {first}: reads took no token"
+    );
+    write.release().await.expect("release");
+    let c = client.read_lock("fenced-rw").acquire().await.expect("read");
+    assert_eq!(c.fencing_token(), second);
+    c.release().await.expect("release");
+}
+
+async fn a_writer_gets_in_within_300ms_under_fifty_tasks_of_overlapping_reads(h: Harness) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let clients: Vec<Client> = (0..5).map(|_| h.client()).collect();
+    let mut readers = Vec::new();
+    for i in 0..50 {
+        let client = clients[i % clients.len()].clone();
+        let (stop, reads) = (stop.clone(), reads.clone());
+        readers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = client
+                    .read_lock("hot")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .expect("read");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.release().await.expect("release");
+                reads.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    // Wait until the readers overlap without pause.
+    let warm = Instant::now();
+    while reads.load(Ordering::Relaxed) < 100 {
+        assert!(
+            warm.elapsed() < Duration::from_secs(10),
+            "readers never got going"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let writer = h.client();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let guard = writer
+            .write_lock("hot")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("the writer is not starved");
+        slowest = slowest.max(started.elapsed());
+        guard.release().await.expect("release");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.await.expect("reader task");
+    }
+    assert!(
+        slowest <= Duration::from_millis(300),
+        "a writer waited {slowest:?} among 50 overlapping readers"
+    );
+}
+
+async fn the_lock_and_write_lock_are_the_same_lock(h: Harness) {
+    let client = h.client();
+    let exclusive = client.lock("same").acquire().await.expect("lock");
+    assert_eq!(exclusive.mode(), LockMode::Write);
+    assert_held_against(h.client().write_lock("same"), "write_lock beside lock").await;
+    assert_held_against(h.client().read_lock("same"), "read_lock beside lock").await;
+    let first = exclusive.fencing_token();
+    exclusive.release().await.expect("release");
+    let write = client.write_lock("same").acquire().await.expect("write");
+    assert!(
+        write.fencing_token() > first,
+        "one fencing counter for both"
+    );
+    assert_held_against(h.client().lock("same"), "lock beside write_lock").await;
+    write.release().await.expect("release");
 }
