@@ -1,5 +1,8 @@
 //! Runtime of [distlock](https://docs.rs/distlock): configuration, the global and explicit
-//! clients, the Redis and in-process backends, the acquire loop, the watchdog and the guards.
+//! clients, the acquire loop, the watchdog and the guards, over two independent axes — lock
+//! kinds (`kind/`: write and read, each its Lua scripts and in-process twin) and stores
+//! (`backend/`: single Redis node, in-process), so a kind is written once and runs on every
+//! store.
 //!
 //! Users depend on the `distlock` facade, which re-exports everything public here; the
 //! attribute macro expands to calls into this crate through the facade.
