@@ -187,6 +187,20 @@ pub(crate) fn read_acquire_reply(
     Ok(AcquireReply::Held(remaining))
 }
 
+/// A try's call of `script`, which every acquire script takes alike: the lock key, the fencing
+/// counter, the readers set and the writer-waiting mark; the owner token and the lease in ms.
+fn acquire_invocation(script: &'static Script, attempt: &Try<'_>) -> ScriptInvocation<'static> {
+    let key = attempt.key;
+    let mut call = script.prepare_invoke();
+    call.key(&key.lock)
+        .key(&key.fence)
+        .key(&key.readers)
+        .key(&key.writer_waiting)
+        .arg(attempt.owner)
+        .arg(millis(attempt.lease));
+    call
+}
+
 /// A duration in whole milliseconds for a script, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use super::{millis, Try, TwinEntry, TwinReply};
+use super::{acquire_invocation, Try, TwinEntry, TwinReply};
 use crate::backend::LockKey;
 
 static ACQUIRE: LazyLock<Script> =
@@ -19,15 +19,7 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/read/release.lua")));
 
 pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
-    let key = attempt.key;
-    let mut call = ACQUIRE.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.fence)
-        .key(&key.readers)
-        .key(&key.writer_waiting)
-        .arg(attempt.owner)
-        .arg(millis(attempt.lease));
-    call
+    acquire_invocation(&ACQUIRE, attempt)
 }
 
 pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {

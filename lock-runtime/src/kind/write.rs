@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use super::{millis, Try, TwinEntry, TwinReply};
+use super::{acquire_invocation, millis, Try, TwinEntry, TwinReply};
 use crate::backend::LockKey;
 
 /// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
@@ -23,19 +23,12 @@ static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
 
 pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
-    let key = attempt.key;
-    let mut call = ACQUIRE.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.fence)
-        .key(&key.readers)
-        .key(&key.writer_waiting)
-        .arg(attempt.owner)
-        .arg(millis(attempt.lease))
-        .arg(millis(
-            FENCE_COUNTER_TTL.max(attempt.lease.saturating_mul(2)),
-        ))
-        // Zero (no mark) on a writer's last try.
-        .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX));
+    let mut call = acquire_invocation(&ACQUIRE, attempt);
+    call.arg(millis(
+        FENCE_COUNTER_TTL.max(attempt.lease.saturating_mul(2)),
+    ))
+    // Zero (no mark) on a writer's last try.
+    .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX));
     call
 }
 
