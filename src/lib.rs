@@ -51,8 +51,10 @@
 /// | argument | meaning | default |
 /// |---|---|---|
 /// | `key` | template: `{name}`, `{name.field.0}`, `{self.field}` by `Display`; `{{` `}}` escape | required |
+/// | `mode` | `"exclusive"` or `"write"` (the same lock), or `"read"` (shared among readers) | `"exclusive"` |
 /// | `lease` | lease per grant: `"250ms"`, `"15s"`, `"2m"`, `"1h"`, `"1m30s"` | config (30 s) |
 /// | `wait` | how long to wait while the lock is held; `"0s"` tries once | config (10 s) |
+/// | `max_hold` | stop renewing after this long; with `on_lost = "abort"` return `LockError::HeldTooLong` | none |
 /// | `watchdog` | renew the lease while the body runs | `true` |
 /// | `on_lost` | `"abort"`: cancel the body, return `LockError::LeaseLost`; `"continue"`: let it finish | `"abort"` |
 /// | `crate` | path of this crate when renamed | `::distlock` |
@@ -60,7 +62,8 @@
 /// The fn must return `Result<T, E>` with `E: From<LockError>` (so `anyhow::Result` works).
 /// A call that finds the same key already held by its own task (through this attribute) joins
 /// that grant instead of waiting: the outer grant's lease and watchdog apply, the call's own
-/// `on_lost` too. A spawned task is another owner.
+/// `on_lost` too. A spawned task is another owner. Read inside read, write inside write and
+/// read inside write join; write inside read fails at once with `LockError::UpgradeRefused`.
 ///
 /// ```no_run
 /// #[distlock::distributed_lock(key = "report:{day}", lease = "2m", wait = "0s")]

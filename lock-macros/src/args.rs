@@ -6,12 +6,14 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
-pub(crate) const NAMES: &str = "`key`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `crate`";
+pub(crate) const NAMES: &str =
+    "`key`, `mode`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `crate`";
 
 /// The arguments as written; rules across them are checked in `validate`.
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
+    pub(crate) mode: Option<LitStr>,
     pub(crate) lease: Option<LitStr>,
     pub(crate) wait: Option<LitStr>,
     pub(crate) max_hold: Option<LitStr>,
@@ -70,6 +72,7 @@ impl Args {
         let value = ungroup(value);
         let result = match name.to_string().as_str() {
             "key" => string(name, value).and_then(|v| set_once(&mut self.key, name, v)),
+            "mode" => string(name, value).and_then(|v| set_once(&mut self.mode, name, v)),
             "lease" => string(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
             "wait" => string(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
             "max_hold" => string(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
@@ -137,6 +140,7 @@ fn boolean(name: &Ident, value: Expr) -> syn::Result<LitBool> {
 fn example(name: &Ident) -> &'static str {
     match name.to_string().as_str() {
         "key" => "`key = \"order:{order_id}\"`",
+        "mode" => "`mode = \"read\"`",
         "lease" => "`lease = \"15s\"`",
         "wait" => "`wait = \"5s\"`",
         "max_hold" => "`max_hold = \"5m\"`",

@@ -11,7 +11,7 @@ use syn::{AttrStyle, Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
 
 use crate::args::Args;
 use crate::key;
-use crate::validate::{self, Checked};
+use crate::validate::{self, Checked, Mode};
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut function: ItemFn = match syn::parse2(item.clone()) {
@@ -157,8 +157,12 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
     } else {
         quote!(#krate::__private::OnLost::Continue)
     };
+    let mode = match checked.mode {
+        Mode::Write => quote!(#krate::__private::LockMode::Write),
+        Mode::Read => quote!(#krate::__private::LockMode::Read),
+    };
     let spec = quote! {
-        #krate::__private::LockSpec { mode: #krate::LockMode::Write, lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost }
+        #krate::__private::LockSpec { mode: #mode, lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost }
     };
     (key, spec)
 }

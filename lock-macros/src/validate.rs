@@ -1,5 +1,5 @@
 //! Rules across the arguments and the fn: a key is required, every placeholder names a
-//! parameter, durations parse and a lease is not zero, `on_lost` is known, the fn is async and
+//! parameter, durations parse and a lease is not zero, `mode` and `on_lost` are known, the fn is async and
 //! returns something. All problems are combined into one error.
 
 use syn::ext::IdentExt;
@@ -18,12 +18,46 @@ pub(crate) struct Checked {
     pub(crate) template: Template,
     /// The parameter each placeholder's root names, in order.
     pub(crate) key_roots: Vec<syn::Ident>,
+    pub(crate) mode: Mode,
     pub(crate) lease_ms: Option<u64>,
     pub(crate) wait_ms: Option<u64>,
     pub(crate) max_hold_ms: Option<u64>,
     pub(crate) watchdog: bool,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
+}
+
+/// The side of the key's read/write lock the fn takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `"exclusive"` (the default) or `"write"`: the same lock.
+    Write,
+    /// `"read"`: shared among readers.
+    Read,
+}
+
+/// Reads `mode = "…"`; an unknown value is an error at the literal.
+fn mode(lit: &LitStr) -> syn::Result<Mode> {
+    let value = lit.value();
+    match value.as_str() {
+        "exclusive" | "write" => Ok(Mode::Write),
+        "read" => Ok(Mode::Read),
+        other => {
+            let lower = other.trim().to_lowercase();
+            let hint = match lower.as_str() {
+                "exclusive" | "write" | "read" => format!(" (modes are lower case: `\"{lower}\"`)"),
+                "shared" | "reader" | "readers" => " (a shared lock is `\"read\"`)".to_owned(),
+                "writer" | "mutex" | "lock" => " (an exclusive lock is `\"exclusive\"`)".to_owned(),
+                _ => String::new(),
+            };
+            Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown mode `{other}`: expected `\"exclusive\"`, `\"write\"` (the same lock) or `\"read\"`{hint}"
+                ),
+            ))
+        }
+    }
 }
 
 /// Collects errors, as serde's `Ctxt` does.
@@ -130,6 +164,11 @@ pub(crate) fn check(
         }
     }
 
+    let mode = match &args.mode {
+        None => Mode::Write,
+        Some(lit) => errors.check(mode(lit)).unwrap_or(Mode::Write),
+    };
+
     let abort_on_lost = match &args.on_lost {
         None => true,
         Some(lit) => {
@@ -164,6 +203,7 @@ pub(crate) fn check(
         (None, Some(template)) => Ok(Checked {
             template,
             key_roots,
+            mode,
             lease_ms,
             wait_ms,
             max_hold_ms,

@@ -73,7 +73,9 @@ pub enum LockError {
     /// an upgrade. It fails at once, because two readers upgrading would wait for each other
     /// forever.
     #[error(
-        "this task holds the read lock `{}` and asked for its write lock: a read lock cannot be          upgraded (two readers upgrading would wait for each other forever); take the write lock          in the outer call (a read inside a write joins it), or release the read lock first",
+        "this task holds the read lock `{}` and asked for its write lock: a read lock cannot be \
+         upgraded (two readers upgrading would wait for each other forever); take the write lock \
+         in the outer call (a read inside a write joins it), or release the read lock first",
         Shortened(key)
     )]
     UpgradeRefused {

@@ -38,6 +38,7 @@ pub mod __private {
     pub use crate::scope::{
         assert_lock_result, assert_lock_result_of, run_locked, LockResult, LockSpec, OnLost,
     };
+    pub use crate::LockMode;
     pub use core::time::Duration;
     pub use std::format;
 }
