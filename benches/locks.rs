@@ -12,6 +12,9 @@
 //!   the lock after each release: grants/s, handoff latency (a release to the next grant by
 //!   another worker) p50/p99, requests per grant, lost updates.
 //! - W4: 1,000 locks held for 10 s with a 2 s lease: locks lost, requests sent.
+//! - W5 (read/write locks, distlock only — the other libraries have none): 64 tasks sharing
+//!   one client, 300 cycles each, 90 % reads and 10 % writes on 16 keys chosen at random, each
+//!   held for a yield: cycles/s, and acquire latency p50/p99 of reads and of writes.
 //!
 //! "Requests" are counted by the server (`INFO commandstats`, the commands each library sends
 //! at top level), so every library is measured the same way. Prints a table; appends JSON lines to
@@ -382,6 +385,57 @@ async fn w4(lib: &Lib, server: &RedisServer) -> Row {
     ])
 }
 
+async fn w5(client: &distlock::Client) -> Row {
+    const TASKS: usize = 64;
+    const CYCLES: usize = 300;
+    let run = fastrand::u64(..);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let (mut reads, mut writes) = (Vec::new(), Vec::new());
+                for _ in 0..CYCLES {
+                    let key = format!("w5:{run}:{}", fastrand::u8(..16));
+                    let read = fastrand::u8(..10) < 9;
+                    let request = if read {
+                        client.read_lock(key)
+                    } else {
+                        client.write_lock(key)
+                    };
+                    let t = Instant::now();
+                    let guard = request
+                        .lease(LEASE)
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("w5 acquire");
+                    if read { &mut reads } else { &mut writes }.push(t.elapsed());
+                    tokio::task::yield_now().await;
+                    guard.release().await.expect("w5 release");
+                }
+                (reads, writes)
+            })
+        })
+        .collect();
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    for task in tasks {
+        let (r, w) = task.await.expect("w5 task");
+        reads.extend(r);
+        writes.extend(w);
+    }
+    Row::from([
+        (
+            "cycles_per_s",
+            (TASKS * CYCLES) as f64 / started.elapsed().as_secs_f64(),
+        ),
+        ("read_p50_ms", pct(&mut reads, 0.5)),
+        ("read_p99_ms", pct(&mut reads, 0.99)),
+        ("write_p50_ms", pct(&mut writes, 0.5)),
+        ("write_p99_ms", pct(&mut writes, 0.99)),
+    ])
+}
+
 async fn libraries(server: &RedisServer) -> Vec<Lib> {
     let client = redis::Client::open(server.url()).expect("url");
     let raw = Raw {
@@ -445,7 +499,7 @@ fn main() {
             // Alternate the order between runs so no library always goes first.
             let mut order: Vec<&Lib> = libs.iter().collect();
             order.rotate_left(run % libs.len());
-            for workload in ["W1", "W2", "W3", "W4"] {
+            for workload in ["W1", "W2", "W3", "W4", "W5"] {
                 if !only("BENCH_WORKLOADS", workload) {
                     continue;
                 }
@@ -455,6 +509,10 @@ fn main() {
                         "W2" if lib.name() != "rslock-5ms" => w2(lib).await,
                         "W3" => w3(lib, &server, &store).await,
                         "W4" if lib.name() != "rslock-5ms" => w4(lib, &server).await,
+                        "W5" => match lib {
+                            Lib::Distlock(client) => w5(client).await,
+                            _ => continue,
+                        },
                         _ => continue,
                     };
                     eprintln!("run {run} {workload} {:<11} {row:?}", lib.name());
