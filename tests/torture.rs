@@ -41,6 +41,32 @@ redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
 return 1
 "#;
 
+/// Records that a worker entered the read/write-protected section, and whether that broke
+/// exclusion: a writer entering while anyone is inside, or a reader entering while a writer is.
+/// Readers entering while other readers are inside are counted too (sharing must happen).
+///
+/// KEYS: readers set, writers set, overlaps counter, shared-reads counter, violation log.
+/// ARGV: side (`r` or `w`), worker.
+const ENTER: &str = r#"
+local readers = redis.call('SCARD', KEYS[1])
+local writers = redis.call('SCARD', KEYS[2])
+if ARGV[1] == 'w' then
+  if readers + writers > 0 then
+    redis.call('INCR', KEYS[3])
+    redis.call('RPUSH', KEYS[5], 'writer ' .. ARGV[2] .. ' entered with ' .. readers .. ' readers, ' .. writers .. ' writers')
+  end
+  redis.call('SADD', KEYS[2], ARGV[2])
+else
+  if writers > 0 then
+    redis.call('INCR', KEYS[3])
+    redis.call('RPUSH', KEYS[5], 'reader ' .. ARGV[2] .. ' entered with ' .. writers .. ' writers')
+  end
+  if readers > 0 then redis.call('INCR', KEYS[4]) end
+  redis.call('SADD', KEYS[1], ARGV[2])
+end
+return 1
+"#;
+
 // ---- the protected store (client side, used by workers) ---------------------------------
 
 #[derive(Debug)]
@@ -58,6 +84,7 @@ impl From<LockError> for WorkError {
 struct Store {
     connection: redis::aio::MultiplexedConnection,
     commit: redis::Script,
+    enter: redis::Script,
     worker: String,
 }
 
@@ -70,6 +97,7 @@ impl Store {
                 .await
                 .expect("connect to the store"),
             commit: redis::Script::new(COMMIT),
+            enter: redis::Script::new(ENTER),
             worker: worker.to_owned(),
         }
     }
@@ -100,6 +128,38 @@ impl Store {
             .map(|committed| committed == 1)
             .map_err(|e| WorkError::Store(e.to_string()))
     }
+
+    /// Records this worker inside the read/write section on `side` (`"r"` or `"w"`).
+    async fn enter(&self, side: &str) -> Result<(), WorkError> {
+        let mut connection = self.connection.clone();
+        self.enter
+            .key("inside:readers")
+            .key("inside:writers")
+            .key("overlaps")
+            .key("shared-reads")
+            .key("violations")
+            .arg(side)
+            .arg(&self.worker)
+            .invoke_async::<i64>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|e| WorkError::Store(e.to_string()))
+    }
+
+    /// Records this worker gone from the read/write section.
+    async fn leave(&self) -> Result<(), WorkError> {
+        let mut connection = self.connection.clone();
+        redis::pipe()
+            .cmd("SREM")
+            .arg("inside:readers")
+            .arg(&self.worker)
+            .cmd("SREM")
+            .arg("inside:writers")
+            .arg(&self.worker)
+            .query_async::<()>(&mut connection)
+            .await
+            .map_err(|e| WorkError::Store(e.to_string()))
+    }
 }
 
 // ---- worker and holder processes ----------------------------------------------------------
@@ -122,6 +182,48 @@ async fn write_while_held(store: &Store) -> Result<(), WorkError> {
     loop {
         let read = store.read().await?;
         store.commit(read, token, true).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A write under the read/write lock: enter, read-modify-write with a gap, leave.
+#[distributed_lock(key = "torture-rw", mode = "write", wait = "10s")]
+async fn rw_write(store: &Store, gap: Duration) -> Result<(), WorkError> {
+    let token = distlock::current().expect("held").fencing_token().get();
+    store.enter("w").await?;
+    let read = store.read().await?;
+    tokio::time::sleep(gap).await;
+    store.commit(read, token, false).await?;
+    store.leave().await
+}
+
+/// A read under the read/write lock: enter, stay for `gap`, leave.
+#[distributed_lock(key = "torture-rw", mode = "read", wait = "10s")]
+async fn rw_read(store: &Store, gap: Duration) -> Result<(), WorkError> {
+    store.enter("r").await?;
+    tokio::time::sleep(gap).await;
+    store.leave().await
+}
+
+/// Writes to the fenced store every 20 ms for as long as the write lock holds.
+#[distributed_lock(key = "torture-rw", mode = "write", wait = "10s")]
+async fn rw_write_while_held(store: &Store) -> Result<(), WorkError> {
+    let token = distlock::current().expect("held").fencing_token().get();
+    say(&format!("acquired {token}"));
+    loop {
+        let read = store.read().await?;
+        store.commit(read, token, true).await?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads the store every 20 ms for as long as the read lock holds.
+#[distributed_lock(key = "torture-rw", mode = "read", wait = "10s")]
+async fn rw_read_while_held(store: &Store) -> Result<(), WorkError> {
+    let token = distlock::current().expect("held").fencing_token().get();
+    say(&format!("acquired {token}"));
+    loop {
+        store.read().await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -164,6 +266,31 @@ fn child(role: &str) {
             },
             "holder" => {
                 let result = write_while_held(&store).await;
+                say(&format!("returned {result:?}"));
+            }
+            // Nine reads for every write, each inside for 1–4 ms.
+            "rw-worker" => loop {
+                let gap = Duration::from_millis(fastrand::u64(1..=4));
+                let result = if fastrand::u8(..10) < 9 {
+                    rw_read(&store, gap).await
+                } else {
+                    rw_write(&store, gap).await
+                };
+                match result {
+                    Ok(()) => {}
+                    Err(WorkError::Lock(err)) => {
+                        say(&format!("error {}", error_kind(&err)));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(WorkError::Store(err)) => say(&format!("store-error {err}")),
+                }
+            },
+            "rw-write-holder" => {
+                let result = rw_write_while_held(&store).await;
+                say(&format!("returned {result:?}"));
+            }
+            "rw-read-holder" => {
+                let result = rw_read_while_held(&store).await;
                 say(&format!("returned {result:?}"));
             }
             other => panic!("unknown role {other}"),
@@ -574,6 +701,198 @@ fn redis_restarted_mid_run(size: &Size) {
     );
 }
 
+fn counter(store: &RedisServer, key: &str) -> i64 {
+    let value: Option<i64> = redis::cmd("GET")
+        .arg(key)
+        .query(&mut store.connection())
+        .expect("read a counter");
+    value.unwrap_or(0)
+}
+
+/// Scenario 7: eight processes take the read/write lock of one key, nine reads for every write,
+/// and record themselves inside the section in the store, which counts every overlap a
+/// read/write lock forbids (a writer with anyone, a reader with a writer). A chaos loop SIGKILLs
+/// a random worker every ~200 ms, removes it from the store's record (it is gone, and its
+/// lease still keeps everyone else out) and respawns it.
+fn read_write_exclusion_with_crashes(size: &Size) {
+    let lock = RedisServer::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let run_for = size.pick(Duration::from_secs(6), Duration::from_secs(120));
+    let spawn = |id: usize| Proc::spawn("rw-worker", &lock.url(), &store.url(), id, lease);
+    let mut workers: Vec<(usize, Proc)> = (0..8).map(|id| (id, spawn(id))).collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut next_id = workers.len();
+    while started.elapsed() < run_for {
+        std::thread::sleep(Duration::from_millis(100 + fastrand::u64(0..200)));
+        let victim = fastrand::usize(0..workers.len());
+        workers[victim].1.kill();
+        let () = redis::pipe()
+            .cmd("SREM")
+            .arg("inside:readers")
+            .arg(format!("w{}", workers[victim].0))
+            .cmd("SREM")
+            .arg("inside:writers")
+            .arg(format!("w{}", workers[victim].0))
+            .query(&mut store.connection())
+            .expect("forget the killed worker");
+        kills += 1;
+        workers[victim] = (next_id, spawn(next_id));
+        next_id += 1;
+    }
+    let lines: Vec<String> = workers.iter().flat_map(|(_, w)| w.drain()).collect();
+    drop(workers);
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
+    let check = check_log(&store);
+    let overlaps = counter(&store, "overlaps");
+    let shared_reads = counter(&store, "shared-reads");
+    let violations: Vec<String> = redis::cmd("LRANGE")
+        .arg("violations")
+        .arg(0)
+        .arg(9)
+        .query(&mut store.connection())
+        .expect("violations");
+    record(
+        "read_write_exclusion_with_crashes",
+        &[
+            ("seconds", run_for.as_secs().to_string()),
+            ("committed_writes", check.commits.to_string()),
+            ("reads_that_shared", shared_reads.to_string()),
+            ("kills", kills.to_string()),
+            ("forbidden_overlaps", overlaps.to_string()),
+            ("duplicate_reads", check.duplicate_reads.to_string()),
+            ("token_regressions", check.token_regressions.to_string()),
+            ("panics", panics.to_string()),
+        ],
+    );
+    assert_eq!(
+        overlaps, 0,
+        "a reader and a writer, or two writers, were inside together: {violations:?}"
+    );
+    assert!(
+        check.commits > 20,
+        "too few writes to mean anything: {}",
+        check.commits
+    );
+    assert!(
+        shared_reads > 20,
+        "readers hardly ever shared the lock: {shared_reads}"
+    );
+    assert_eq!(
+        check.duplicate_reads, 0,
+        "two committed writes read the same value"
+    );
+    assert_eq!(
+        check.token_regressions, 0,
+        "a committed write had a smaller token"
+    );
+    assert_eq!(panics, 0);
+}
+
+/// Scenario 8: a read or a write holder process (lease 500 ms) is SIGSTOPped for three leases;
+/// a rival first takes the read lock (a paused reader must not keep readers out, and a read
+/// token is the latest write token), then the write lock (a paused holder of either side must
+/// not keep a writer out past its lease), writes to the fenced store and releases; then the
+/// holder resumes. The store must refuse every stale write, and every paused fn must return
+/// `LeaseLost`.
+fn read_write_fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtime) {
+    let lock = RedisServer::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let rounds = size.pick(4, 20);
+    let client = Client::new(Config::from_url(&lock.url()).expect("url")).expect("client");
+    let rival_store = runtime.block_on(Store::connect(&store.url(), "rival"));
+    let mut stale_accepted = 0usize;
+    let mut stale_attempted = 0i64;
+    let mut returned = Vec::new();
+    let mut last_write_token = 0u64;
+    for round in 0..rounds {
+        let () = redis::cmd("FLUSHALL")
+            .query(&mut store.connection())
+            .expect("flush");
+        let side = if round % 2 == 0 { "write" } else { "read" };
+        let holder = Proc::spawn(
+            &format!("rw-{side}-holder"),
+            &lock.url(),
+            &store.url(),
+            round,
+            lease,
+        );
+        let held: u64 = holder
+            .expect_line("acquired", Duration::from_secs(10))
+            .parse()
+            .expect("token");
+        if side == "write" {
+            assert!(held > last_write_token, "{held} after {last_write_token}");
+            last_write_token = held;
+        } else {
+            assert_eq!(
+                held, last_write_token,
+                "a read token is the last write token"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        holder.signal("STOP");
+        std::thread::sleep(lease * 3);
+        runtime.block_on(async {
+            let reader = client
+                .read_lock("torture-rw")
+                .wait(lease * 4)
+                .acquire()
+                .await
+                .expect("a rival reader gets in while the holder is paused");
+            assert_eq!(reader.fencing_token().get(), last_write_token);
+            reader.release().await.expect("release the read");
+            let writer = client
+                .write_lock("torture-rw")
+                .wait(lease * 4)
+                .acquire()
+                .await
+                .expect("a rival writer gets in while the holder is paused");
+            let token = writer.fencing_token().get();
+            assert!(token > last_write_token, "{token} after {last_write_token}");
+            last_write_token = token;
+            let read = rival_store.read().await.expect("read");
+            let committed = rival_store.commit(read, token, true).await.expect("write");
+            assert!(
+                committed,
+                "the fenced store refused the rival's fresh token"
+            );
+            writer.release().await.expect("release the write");
+        });
+        holder.signal("CONT");
+        returned.push(holder.expect_line("returned", Duration::from_secs(10)));
+        let log: Vec<String> = redis::cmd("LRANGE")
+            .arg("log")
+            .arg(0)
+            .arg(-1)
+            .query(&mut store.connection())
+            .expect("log");
+        let rival_at = log
+            .iter()
+            .position(|l| l.ends_with(" rival"))
+            .expect("rival entry");
+        stale_accepted += log[rival_at + 1..].len();
+        stale_attempted += counter(&store, "refused");
+    }
+    let lease_lost = returned.iter().filter(|r| r.contains("LeaseLost")).count();
+    record(
+        "read_write_fencing_under_pauses",
+        &[
+            ("rounds", rounds.to_string()),
+            ("stale_writes_attempted", stale_attempted.to_string()),
+            ("stale_writes_accepted", stale_accepted.to_string()),
+            ("paused_fn_returned_lease_lost", lease_lost.to_string()),
+        ],
+    );
+    assert_eq!(stale_accepted, 0, "the store accepted a stale write");
+    assert_eq!(
+        lease_lost, rounds,
+        "every paused holder's fn must return LeaseLost: {returned:?}"
+    );
+}
+
 static ABORT_STARTED: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
 
 /// Holds a hard 300 ms lease and would work for 5 s: the lease is lost at its deadline.
@@ -642,6 +961,14 @@ fn main() {
             Box::new(|| redis_restarted_mid_run(&size)),
         ),
         ("abort_latency", Box::new(|| abort_latency(&size, &runtime))),
+        (
+            "read_write_exclusion_with_crashes",
+            Box::new(|| read_write_exclusion_with_crashes(&size)),
+        ),
+        (
+            "read_write_fencing_under_pauses",
+            Box::new(|| read_write_fencing_under_pauses(&size, &runtime)),
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, scenario) in &scenarios {
