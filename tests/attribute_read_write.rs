@@ -25,10 +25,21 @@ fn init_once() -> &'static RedisServer {
     })
 }
 
+/// How many readers hold `name`'s lock: its key is their sorted set then (a string while a
+/// writer holds it).
 fn readers(server: &RedisServer, name: &str) -> i64 {
+    let key = format!("distlock:{{{name}}}");
+    let mut redis = server.connection();
+    let kind: String = redis::cmd("TYPE")
+        .arg(&key)
+        .query(&mut redis)
+        .expect("TYPE");
+    if kind != "zset" {
+        return 0;
+    }
     redis::cmd("ZCARD")
-        .arg(format!("distlock:{{{name}}}:readers"))
-        .query(&mut server.connection())
+        .arg(&key)
+        .query(&mut redis)
         .expect("ZCARD")
 }
 

@@ -32,8 +32,15 @@ fn redis_cmd<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T
     cmd.query(&mut server.connection()).expect("redis command")
 }
 
+/// How many readers hold `name`'s lock: its key is their sorted set then (a string while a
+/// writer holds it).
 fn readers(server: &RedisServer, name: &str) -> i64 {
-    redis_cmd(server, &["ZCARD", &format!("distlock:{{{name}}}:readers")])
+    let key = format!("distlock:{{{name}}}");
+    let kind: String = redis_cmd(server, &["TYPE", &key]);
+    if kind != "zset" {
+        return 0;
+    }
+    redis_cmd(server, &["ZCARD", &key])
 }
 
 /// Polls (bounded by `within`) until the lock `name` has no reader entry left.
@@ -241,7 +248,6 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
         acquire
             .key("distlock:{twice}")
             .key("distlock:{twice}:fence")
-            .key("distlock:{twice}:readers")
             .key("distlock:{twice}:writer-waiting")
             .arg(owner)
             .arg(10_000)
@@ -259,7 +265,7 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     let mut redis = server.connection();
     let mut leave = |owner: &str| -> i64 {
         release
-            .key("distlock:{twice}:readers")
+            .key("distlock:{twice}")
             .key("distlock:{twice}:writer-waiting")
             .key("distlock:{twice}:released")
             .arg(owner)
@@ -274,8 +280,8 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     );
     assert_eq!(readers(&server, "twice"), 1, "reader-b is still in");
     assert_eq!(leave("reader-b"), 1);
-    let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{twice}:readers"]);
-    assert_eq!(exists, 0, "the readers set goes with its last reader");
+    let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{twice}"]);
+    assert_eq!(exists, 0, "the lock key goes with its last reader");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,10 +294,15 @@ async fn the_keys_of_a_read_write_lock_expire_and_are_documented() {
         .acquire()
         .await
         .expect("read");
-    let pttl: i64 = redis_cmd(&server, &["PTTL", "distlock:{layout}:readers"]);
+    let kind: String = redis_cmd(&server, &["TYPE", "distlock:{layout}"]);
+    assert_eq!(
+        kind, "zset",
+        "while readers hold the lock, its key is their sorted set"
+    );
+    let pttl: i64 = redis_cmd(&server, &["PTTL", "distlock:{layout}"]);
     assert!(
         (1..=5_000).contains(&pttl),
-        "the readers set expires with its readers' leases: PTTL {pttl}"
+        "the lock key expires with its readers' leases: PTTL {pttl}"
     );
     // A writer's try marks it waiting, for a short while.
     let writer = client
@@ -310,7 +321,7 @@ async fn the_keys_of_a_read_write_lock_expire_and_are_documented() {
     );
     assert!(reader.release().await.expect("release"));
     let readme = include_str!("../README.md");
-    for suffix in [":readers", ":writer-waiting", ":fence", ":released"] {
+    for suffix in ["sorted set", ":writer-waiting", ":fence", ":released"] {
         assert!(
             readme.contains(suffix),
             "README's key layout lacks `{suffix}`"

@@ -678,7 +678,6 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
         script
             .key("distlock:{replay}")
             .key("distlock:{replay}:fence")
-            .key("distlock:{replay}:readers")
             .key("distlock:{replay}:writer-waiting")
             .arg("the-same-owner")
             .arg(1_000)

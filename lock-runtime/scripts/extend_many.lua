@@ -1,7 +1,8 @@
 -- Reset the leases of many held grants in one round trip, each only if still held by the
 -- caller. Grants of every kind can share a call (on Cluster, only keys of one slot can).
 --
--- KEYS[i]      grant i's key: the lock key of a write grant, the readers set of a read grant
+-- KEYS[i]      grant i's lock key (a string for a write grant, the readers' sorted set for a
+--              read grant)
 -- ARGV[3i-2]   grant i's kind: 'w' (write) or 'r' (read)
 -- ARGV[3i-1]   owner token of grant i
 -- ARGV[3i]     new lease of grant i, in milliseconds
@@ -24,6 +25,7 @@ for i, key in ipairs(KEYS) do
       local now = redis.call('TIME')
       now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     end
+    -- pcall: the key is a string when a writer holds it (not ours).
     local score = redis.pcall('ZSCORE', key, owner)
     if type(score) == 'string' and tonumber(score) > now_ms then
       redis.call('ZADD', key, now_ms + lease, owner)

@@ -1,11 +1,13 @@
 -- Read side: join the readers of a lock if no writer holds it and none is waiting, in one
--- round trip. Every reader is a member of its own in the readers set, scored by when its lease
--- ends on the server's clock, so one reader's release, crash or expiry never frees another.
+-- round trip. While readers hold the lock, its key is a sorted set of their owner tokens,
+-- each scored by when its lease ends on the server's clock, so one reader's release, crash or
+-- expiry never frees another; the key itself expires with the last reader's lease. A writer's
+-- SET NX fails on it like on a writer's key, so taking the write lock costs no more than when
+-- there were no readers at all.
 --
--- KEYS[1]  lock key (the writer's; a reader only looks at it)
+-- KEYS[1]  lock key (a string while a writer holds it, the readers' sorted set while readers do)
 -- KEYS[2]  fencing counter (read, never incremented)
--- KEYS[3]  readers: sorted set of reader owner tokens, scored by expiry (ms, server clock)
--- KEYS[4]  writer-waiting mark
+-- KEYS[3]  writer-waiting mark
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in milliseconds
 -- (all keys share one hash tag)
@@ -17,24 +19,30 @@
 -- A call whose owner is already a reader is the same try sent again after its reply was lost:
 -- it is granted again, with the lease starting from now.
 
-local writer = redis.call('PTTL', KEYS[1])
-if writer ~= -2 then
-  return {0, writer}
+local held = redis.call('TYPE', KEYS[1])['ok']
+if held == 'string' then
+  return {0, redis.call('PTTL', KEYS[1])}
+elseif held ~= 'zset' and held ~= 'none' then
+  return redis.error_reply('ERR lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local lease = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  local waiting = redis.call('PTTL', KEYS[4])
+local member = false
+if held == 'zset' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  member = redis.call('ZSCORE', KEYS[1], ARGV[1])
+end
+if not member then
+  local waiting = redis.call('PTTL', KEYS[3])
   if waiting ~= -2 then
     return {0, waiting}
   end
 end
-redis.call('ZADD', KEYS[3], now_ms + lease, ARGV[1])
--- The set outlives every member's lease, and no longer than the last of them.
-if redis.call('PTTL', KEYS[3]) < lease then
-  redis.call('PEXPIRE', KEYS[3], lease)
+redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
+-- The key lives as long as its longest reader's lease.
+if redis.call('PTTL', KEYS[1]) < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
 end
 local token = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 return {1, token}

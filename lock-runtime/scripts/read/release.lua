@@ -1,23 +1,29 @@
 -- Read side: leave the readers of a lock, and when the last one leaves while a writer waits,
 -- wake a writer.
 --
--- KEYS[1]  readers (sorted set of owner tokens scored by expiry, ms, server clock)
+-- KEYS[1]  lock key (the readers' sorted set of owner tokens scored by expiry, ms, server clock)
 -- KEYS[2]  writer-waiting mark
 -- KEYS[3]  the lock's release channel
 -- ARGV[1]  owner token
 --
 -- Returns 1 when the caller was a reader with a live lease and no longer is, 0 when it was not
--- a reader any more (expired, purged, or released already). Safe to repeat.
+-- a reader any more (expired, purged, or released already). Safe to repeat. The key's expiry
+-- is brought down to the longest remaining reader's lease; Redis deletes the key with its last
+-- member, which frees the lock for writers.
 
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score then
+-- pcall: while a writer holds the lock the key is a string, and ZSCORE fails on it.
+local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+if type(score) ~= 'string' then
   return 0
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if #last > 0 then
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+elseif redis.call('EXISTS', KEYS[2]) == 1 then
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
   redis.pcall('PUBLISH', KEYS[3], 'w')
 end

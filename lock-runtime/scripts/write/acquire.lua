@@ -1,10 +1,10 @@
--- Write (exclusive) side: take the lock if no writer and no live reader holds it, and hand
--- out the next fencing token, in one round trip.
+-- Write (exclusive) side: take the lock if nobody holds it, and hand out the next fencing
+-- token, in one round trip.
 --
--- KEYS[1]  lock key (holds the writer's owner token while held)
+-- KEYS[1]  lock key: a string holding the writer's owner token while a writer holds it, a
+--          sorted set of reader owner tokens while readers hold it (see read/acquire.lua)
 -- KEYS[2]  fencing counter
--- KEYS[3]  readers: sorted set of reader owner tokens, scored by expiry (ms, server clock)
--- KEYS[4]  writer-waiting mark: while it lives, no new reader enters
+-- KEYS[3]  writer-waiting mark: while it lives, no new reader enters
 -- ARGV[1]  owner token (random, 128 bits)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  time to live of the fencing counter in milliseconds
@@ -13,10 +13,11 @@
 -- (all keys share one hash tag)
 --
 -- Returns {1, token} when granted, {0, ms} when held: ms is how long the current holders keep
--- it at most (the writer's PTTL, or the last reader's expiry; -1 when the writer's key has no
--- expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
--- writer-waiting mark, so that readers cannot starve writers. An unusable counter is an error
--- reply, and then no grant is left behind.
+-- it at most (the key's PTTL, which for readers is the last reader's expiry; -1 when the key
+-- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
+-- writer-waiting mark, so that readers cannot starve writers; the mark is left to expire (or
+-- to the next write release) so that a grant costs no more calls than with no readers at all.
+-- An unusable counter is an error reply, and then no grant is left behind.
 --
 -- A call whose owner already holds the lock is the same try sent again after its reply was
 -- lost (every try has an owner token of its own): it is granted as if new — the lease starts
@@ -30,32 +31,17 @@
 
 local function mark_waiting()
   if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[4], '1', 'PX', ARGV[4])
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
   end
 end
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  -- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
+  if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
     mark_waiting()
     return {0, redis.call('PTTL', KEYS[1])}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
--- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
-local now = redis.call('TIME')
--- One call on the common path: no reader and no waiting writer.
-if redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then
-  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if #last > 0 then
-    -- Readers hold it: give the key back and keep new readers out until they are gone.
-    redis.call('DEL', KEYS[1])
-    mark_waiting()
-    return {0, math.max(tonumber(last[2]) - now_ms, 0)}
-  end
-  -- This writer was (or stands for) the one waiting.
-  redis.call('DEL', KEYS[4])
 end
 local token = redis.pcall('INCR', KEYS[2])
 if type(token) == 'table' then
@@ -63,6 +49,8 @@ if type(token) == 'table' then
   redis.call('DEL', KEYS[1])
   return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(token.err))
 end
+-- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
+local now = redis.call('TIME')
 local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if token < clock then
   token = clock

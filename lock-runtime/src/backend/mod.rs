@@ -26,13 +26,11 @@ pub const MAX_KEY_LEN: usize = 4096;
 pub(crate) struct LockKey {
     /// The key as the user gave it.
     pub(crate) name: String,
-    /// `{prefix}{{name}}`: holds the owner token while the lock is held.
+    /// `{prefix}{{name}}`: while a writer holds the lock, a string with its owner token; while
+    /// readers hold it, a sorted set of their owner tokens scored by when their leases end.
     pub(crate) lock: String,
     /// `{prefix}{{name}}:fence`: the fencing counter.
     pub(crate) fence: String,
-    /// `{prefix}{{name}}:readers`: the readers, a sorted set of owner tokens scored by when
-    /// their leases end.
-    pub(crate) readers: String,
     /// `{prefix}{{name}}:writer-waiting`: set by a writer that found the lock held; while it
     /// lives no new reader enters.
     pub(crate) writer_waiting: String,
@@ -65,7 +63,6 @@ impl LockKey {
         Ok(Self {
             name,
             fence: format!("{lock}:fence"),
-            readers: format!("{lock}:readers"),
             writer_waiting: format!("{lock}:writer-waiting"),
             channel: format!("{lock}:released"),
             lock,
@@ -173,7 +170,6 @@ mod tests {
         let key = LockKey::new("app:", "order:42".to_owned()).unwrap();
         assert_eq!(key.lock, "app:{order:42}");
         assert_eq!(key.fence, "app:{order:42}:fence");
-        assert_eq!(key.readers, "app:{order:42}:readers");
         assert_eq!(key.writer_waiting, "app:{order:42}:writer-waiting");
         assert_eq!(key.channel, "app:{order:42}:released");
     }

@@ -95,14 +95,6 @@ impl Kind {
         }
     }
 
-    /// The key a grant of this kind lives in, which its renewal touches.
-    pub(crate) fn grant_key(self, key: &LockKey) -> &str {
-        match self {
-            Kind::Write => &key.lock,
-            Kind::Read => &key.readers,
-        }
-    }
-
     fn tag(self) -> &'static str {
         match self {
             Kind::Write => "w",
@@ -152,7 +144,7 @@ pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'st
         LazyLock::new(|| Script::new(include_str!("../../scripts/extend_many.lua")));
     let mut call = SCRIPT.prepare_invoke();
     for renewal in renewals {
-        call.key(renewal.kind.grant_key(renewal.key))
+        call.key(&renewal.key.lock)
             .arg(renewal.kind.tag())
             .arg(renewal.owner)
             .arg(millis(renewal.lease));
@@ -188,13 +180,12 @@ pub(crate) fn read_acquire_reply(
 }
 
 /// A try's call of `script`, which every acquire script takes alike: the lock key, the fencing
-/// counter, the readers set and the writer-waiting mark; the owner token and the lease in ms.
+/// counter and the writer-waiting mark; the owner token and the lease in ms.
 fn acquire_invocation(script: &'static Script, attempt: &Try<'_>) -> ScriptInvocation<'static> {
     let key = attempt.key;
     let mut call = script.prepare_invoke();
     call.key(&key.lock)
         .key(&key.fence)
-        .key(&key.readers)
         .key(&key.writer_waiting)
         .arg(attempt.owner)
         .arg(millis(attempt.lease));
@@ -207,7 +198,7 @@ pub(crate) fn millis(d: Duration) -> u64 {
 }
 
 /// The in-process state of one key, which every kind's twin reads and changes: the in-process
-/// counterpart of the lock key, the readers set and the writer-waiting mark.
+/// counterpart of the lock key (its writer or its readers) and the writer-waiting mark.
 #[derive(Debug, Default)]
 pub(crate) struct TwinEntry {
     /// The writer and when its lease ends.

@@ -1,7 +1,7 @@
 //! The read side of a key's lock ([`read_lock`](crate::read_lock)): any number of readers at
-//! once, no writer meanwhile. Every reader has its own owner token and lease — a member of the
-//! key's readers set, scored by when its lease ends — so no reader's release, crash or expiry
-//! frees another. A reader does not enter while a writer holds the lock or waits for it
+//! once, no writer meanwhile. Every reader has its own owner token and lease — while readers
+//! hold the lock, its key is a sorted set of their tokens, each scored by when its lease ends —
+//! so no reader's release, crash or expiry frees another. A reader does not enter while a writer holds the lock or waits for it
 //! (writer preference), and its grant carries the latest write token without taking a new one.
 //! Scripts: `scripts/read/{acquire,release}.lua`; renewals share `scripts/extend_many.lua`.
 
@@ -24,7 +24,7 @@ pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
 
 pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
-    call.key(&key.readers)
+    call.key(&key.lock)
         .key(&key.writer_waiting)
         .key(&key.channel)
         .arg(owner);

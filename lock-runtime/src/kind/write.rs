@@ -53,8 +53,8 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
         }
         return TwinReply::Held(until - now);
     }
+    // A mark set meanwhile stays until this writer's release, as in the script.
     entry.writer = Some((attempt.owner.to_owned(), now + attempt.lease));
-    entry.writer_waiting = None;
     TwinReply::Granted
 }
 
@@ -62,7 +62,9 @@ pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> 
     entry.purge(now);
     let ours = entry.writer.as_ref().is_some_and(|(o, _)| o == owner);
     if ours {
+        // The mark names a writer that waits; the release wakes it.
         entry.writer = None;
+        entry.writer_waiting = None;
     }
     ours
 }
