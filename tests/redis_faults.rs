@@ -683,6 +683,7 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
             .arg(1_000)
             .arg(604_800_000)
             .arg(500)
+            .arg(0)
             .invoke(&mut redis)
             .expect("acquire script")
     };

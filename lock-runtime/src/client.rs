@@ -291,6 +291,7 @@ impl LockRequest {
         // Registered on the first wait, kept for the rest of this request.
         let mut interest = None;
         let kind = self.kind;
+        let mut refused_before = false;
         loop {
             // Every try has an owner token of its own, so a try can never be mistaken for an
             // earlier one whose grant is being given back: a late grant's clean-up and the
@@ -314,6 +315,7 @@ impl LockRequest {
                     owner: &attempt.owner,
                     lease,
                     writer_waiting,
+                    refused_before,
                 })
                 .await;
             let remaining = match reply {
@@ -342,6 +344,7 @@ impl LockRequest {
                 }
                 Ok(AcquireReply::Held(remaining)) => {
                     attempt.settle();
+                    refused_before = true;
                     remaining
                 }
                 Err(err) => {

@@ -313,6 +313,7 @@ mod tests {
             owner: "owner",
             lease: duration,
             writer_waiting: duration,
+            refused_before: false,
         };
         let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {

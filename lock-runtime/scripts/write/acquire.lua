@@ -10,13 +10,15 @@
 -- ARGV[3]  time to live of the fencing counter in milliseconds
 -- ARGV[4]  time to live of the writer-waiting mark in milliseconds (0: no mark; a writer's
 --          last try, after which it will not try again)
+-- ARGV[5]  '1' when an earlier try of this request found the lock held (and may have set the
+--          mark): a grant deletes the mark. A first try does not look at it.
 -- (all keys share one hash tag)
 --
 -- Returns {1, token} when granted, {0, ms} when held: ms is how long the current holders keep
 -- it at most (the key's PTTL, which for readers is the last reader's expiry; -1 when the key
 -- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
--- writer-waiting mark, so that readers cannot starve writers; the mark is left to expire (or
--- to the next write release) so that a grant costs no more calls than with no readers at all.
+-- writer-waiting mark, so that readers cannot starve writers. An uncontended grant (a first
+-- try) touches neither the readers nor the mark: it costs what it would without readers.
 -- An unusable counter is an error reply, and then no grant is left behind.
 --
 -- A call whose owner already holds the lock is the same try sent again after its reply was
@@ -42,6 +44,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+if ARGV[5] == '1' then
+  -- This writer waited: its mark has done its job.
+  redis.call('DEL', KEYS[3])
 end
 local token = redis.pcall('INCR', KEYS[2])
 if type(token) == 'table' then

@@ -224,6 +224,7 @@ mod tests {
             owner: "owner",
             lease,
             writer_waiting: Duration::from_millis(100),
+            refused_before: false,
         };
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(FencingToken(token)) => token,

@@ -56,14 +56,23 @@ pub(crate) struct Try<'a> {
     /// How long a writer that finds the lock held keeps new readers out: longer than the pause
     /// before its next try, so readers cannot slip in between two tries; zero on its last try.
     pub(crate) writer_waiting: Duration,
+    /// An earlier try of the same request found the lock held, so it may have set the
+    /// writer-waiting mark; a write grant then takes the mark away (a first try does not look,
+    /// which keeps an uncontended grant as cheap as without readers).
+    pub(crate) refused_before: bool,
 }
 
-/// Who a release message asks to wake, as the release scripts publish it.
+/// Who a release message asks to wake, as the release scripts publish it. A write release
+/// always publishes `'w'`: each client then wakes one of its waiting writers, or all its
+/// waiting readers when it has no writer waiting — a writer that waits has set the
+/// writer-waiting mark, so its client knows without the script looking at the mark. The last
+/// reader's release publishes `'w'` when a writer waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// One waiting writer (a writer is waiting, or the last reader left).
+    /// One waiting writer, or the readers when none waits.
     Writer,
-    /// All waiting readers (a writer left and no writer waits).
+    /// All waiting readers, or one writer when none waits (not published by today's scripts;
+    /// read as such for clients that share a key with a later version).
     Readers,
 }
 

@@ -28,16 +28,14 @@ pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
         FENCE_COUNTER_TTL.max(attempt.lease.saturating_mul(2)),
     ))
     // Zero (no mark) on a writer's last try.
-    .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX));
+    .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
+    .arg(if attempt.refused_before { "1" } else { "0" });
     call
 }
 
 pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.channel)
-        .key(&key.writer_waiting)
-        .arg(owner);
+    call.key(&key.lock).key(&key.channel).arg(owner);
     call
 }
 
@@ -53,8 +51,10 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
         }
         return TwinReply::Held(until - now);
     }
-    // A mark set meanwhile stays until this writer's release, as in the script.
     entry.writer = Some((attempt.owner.to_owned(), now + attempt.lease));
+    if attempt.refused_before {
+        entry.writer_waiting = None;
+    }
     TwinReply::Granted
 }
 
@@ -62,9 +62,7 @@ pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> 
     entry.purge(now);
     let ours = entry.writer.as_ref().is_some_and(|(o, _)| o == owner);
     if ours {
-        // The mark names a writer that waits; the release wakes it.
         entry.writer = None;
-        entry.writer_waiting = None;
     }
     ours
 }
