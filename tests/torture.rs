@@ -1,6 +1,8 @@
 //! The torture suite: real OS processes against real `redis-server` processes, with crashes
 //! (SIGKILL), pauses (SIGSTOP) and a Redis restart, checked against a store that logs every
-//! committed write with the value it read and the fencing token it held.
+//! committed write with the value it read and the fencing token it held. The read/write mode
+//! (scenarios 7 and 8) also records who is inside, and counts every reader–writer or
+//! writer–writer overlap.
 //!
 //!     cargo test --test torture                       # small: a minute at most, run in CI
 //!     cargo test --release --test torture -- --full   # the figures in RELIABILITY.md
