@@ -25,24 +25,6 @@ fn init_once() -> &'static RedisServer {
     })
 }
 
-/// How many readers hold `name`'s lock: its key is their sorted set then (a string while a
-/// writer holds it).
-fn readers(server: &RedisServer, name: &str) -> i64 {
-    let key = format!("distlock:{{{name}}}");
-    let mut redis = server.connection();
-    let kind: String = redis::cmd("TYPE")
-        .arg(&key)
-        .query(&mut redis)
-        .expect("TYPE");
-    if kind != "zset" {
-        return 0;
-    }
-    redis::cmd("ZCARD")
-        .arg(&key)
-        .query(&mut redis)
-        .expect("ZCARD")
-}
-
 fn held() -> distlock::LockInfo {
     distlock::current().expect("inside an annotated fn")
 }
@@ -56,7 +38,7 @@ async fn view(id: u32) -> Result<distlock::LockInfo, LockError> {
 async fn view_twice(id: u32) -> Result<(distlock::LockInfo, distlock::LockInfo, i64), LockError> {
     let outer = held();
     let inner = view(id).await?;
-    Ok((outer, inner, readers(init_once(), &format!("doc:{id}"))))
+    Ok((outer, inner, init_once().readers(&format!("doc:{id}"))))
 }
 
 #[distributed_lock(key = "doc:{id}", mode = "write", wait = "10s")]
@@ -113,11 +95,7 @@ async fn a_read_inside_a_write_joins_it() {
         "the joined read runs under the write grant"
     );
     assert_eq!(inner.fencing_token(), outer.fencing_token());
-    assert_eq!(
-        readers(init_once(), "doc:2"),
-        0,
-        "no reader entry was taken"
-    );
+    assert_eq!(init_once().readers("doc:2"), 0, "no reader entry was taken");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

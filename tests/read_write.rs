@@ -32,22 +32,11 @@ fn redis_cmd<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T
     cmd.query(&mut server.connection()).expect("redis command")
 }
 
-/// How many readers hold `name`'s lock: its key is their sorted set then (a string while a
-/// writer holds it).
-fn readers(server: &RedisServer, name: &str) -> i64 {
-    let key = format!("distlock:{{{name}}}");
-    let kind: String = redis_cmd(server, &["TYPE", &key]);
-    if kind != "zset" {
-        return 0;
-    }
-    redis_cmd(server, &["ZCARD", &key])
-}
-
 /// Polls (bounded by `within`) until the lock `name` has no reader entry left.
 async fn readers_vanish(server: &RedisServer, name: &str, within: Duration) -> bool {
     let started = Instant::now();
     while started.elapsed() < within {
-        if readers(server, name) == 0 {
+        if server.readers(name) == 0 {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -220,7 +209,7 @@ async fn a_read_grant_whose_reply_was_lost_leaves_no_reader_entry() {
         .await;
     assert!(matches!(&result, Err(LockError::Backend(_))), "{result:?}");
     assert_eq!(
-        readers(&server, "lost-reply"),
+        server.readers("lost-reply"),
         1,
         "the read script ran on the server (the scenario under test)"
     );
@@ -258,7 +247,7 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     assert_eq!(grant("reader-a").0, 1, "a repeated try is granted again");
     assert_eq!(grant("reader-b").0, 1);
     assert_eq!(
-        readers(&server, "twice"),
+        server.readers("twice"),
         2,
         "one entry per reader, not per run"
     );
@@ -278,7 +267,7 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
         0,
         "a repeated release frees nothing more"
     );
-    assert_eq!(readers(&server, "twice"), 1, "reader-b is still in");
+    assert_eq!(server.readers("twice"), 1, "reader-b is still in");
     assert_eq!(leave("reader-b"), 1);
     let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{twice}"]);
     assert_eq!(exists, 0, "the lock key goes with its last reader");

@@ -176,7 +176,8 @@ async fn increment(store: &Store, gap: Duration) -> Result<(), WorkError> {
     Ok(())
 }
 
-/// Writes to the fenced store every 20 ms for as long as the lease holds.
+/// Writes to the fenced store every 20 ms for as long as the lease holds (the exclusive lock,
+/// which is the write side of `read_while_held`'s).
 #[distributed_lock(key = "torture", wait = "10s")]
 async fn write_while_held(store: &Store) -> Result<(), WorkError> {
     let token = distlock::current().expect("held").fencing_token().get();
@@ -207,21 +208,9 @@ async fn rw_read(store: &Store, gap: Duration) -> Result<(), WorkError> {
     store.leave().await
 }
 
-/// Writes to the fenced store every 20 ms for as long as the write lock holds.
-#[distributed_lock(key = "torture-rw", mode = "write", wait = "10s")]
-async fn rw_write_while_held(store: &Store) -> Result<(), WorkError> {
-    let token = distlock::current().expect("held").fencing_token().get();
-    say(&format!("acquired {token}"));
-    loop {
-        let read = store.read().await?;
-        store.commit(read, token, true).await?;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Reads the store every 20 ms for as long as the read lock holds.
-#[distributed_lock(key = "torture-rw", mode = "read", wait = "10s")]
-async fn rw_read_while_held(store: &Store) -> Result<(), WorkError> {
+/// Reads the store every 20 ms for as long as the read side of `write_while_held`'s lock holds.
+#[distributed_lock(key = "torture", mode = "read", wait = "10s")]
+async fn read_while_held(store: &Store) -> Result<(), WorkError> {
     let token = distlock::current().expect("held").fencing_token().get();
     say(&format!("acquired {token}"));
     loop {
@@ -257,14 +246,7 @@ fn child(role: &str) {
         let store = Store::connect(store_url, worker).await;
         match role {
             "worker" => loop {
-                match increment(&store, Duration::from_millis(2)).await {
-                    Ok(()) => {}
-                    Err(WorkError::Lock(err)) => {
-                        say(&format!("error {}", error_kind(&err)));
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    Err(WorkError::Store(err)) => say(&format!("store-error {err}")),
-                }
+                report(increment(&store, Duration::from_millis(2)).await).await;
             },
             "holder" => {
                 let result = write_while_held(&store).await;
@@ -278,26 +260,27 @@ fn child(role: &str) {
                 } else {
                     rw_write(&store, gap).await
                 };
-                match result {
-                    Ok(()) => {}
-                    Err(WorkError::Lock(err)) => {
-                        say(&format!("error {}", error_kind(&err)));
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    Err(WorkError::Store(err)) => say(&format!("store-error {err}")),
-                }
+                report(result).await;
             },
-            "rw-write-holder" => {
-                let result = rw_write_while_held(&store).await;
-                say(&format!("returned {result:?}"));
-            }
-            "rw-read-holder" => {
-                let result = rw_read_while_held(&store).await;
+            "read-holder" => {
+                let result = read_while_held(&store).await;
                 say(&format!("returned {result:?}"));
             }
             other => panic!("unknown role {other}"),
         }
     });
+}
+
+/// Tells the orchestrator about a worker's failed call; pauses a little after a lock error.
+async fn report(result: Result<(), WorkError>) {
+    match result {
+        Ok(()) => {}
+        Err(WorkError::Lock(err)) => {
+            say(&format!("error {}", error_kind(&err)));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(WorkError::Store(err)) => say(&format!("store-error {err}")),
+    }
 }
 
 fn error_kind(err: &LockError) -> String {
@@ -392,12 +375,7 @@ struct LogCheck {
 }
 
 fn check_log(store: &RedisServer) -> LogCheck {
-    let log: Vec<String> = redis::cmd("LRANGE")
-        .arg("log")
-        .arg(0)
-        .arg(-1)
-        .query(&mut store.connection())
-        .expect("read the log");
+    let log = log_entries(store);
     let mut reads = HashSet::new();
     let mut duplicate_reads = 0;
     let mut token_regressions = 0;
@@ -419,6 +397,39 @@ fn check_log(store: &RedisServer) -> LogCheck {
         duplicate_reads,
         token_regressions,
     }
+}
+
+impl LogCheck {
+    /// No two committed writes read the same value, and tokens only grew.
+    fn assert_sound(&self) {
+        assert_eq!(
+            self.duplicate_reads, 0,
+            "two committed writes read the same value"
+        );
+        assert_eq!(
+            self.token_regressions, 0,
+            "a committed write had a smaller token"
+        );
+    }
+}
+
+/// The store's log of committed writes: `read token worker` each, in commit order.
+fn log_entries(store: &RedisServer) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg("log")
+        .arg(0)
+        .arg(-1)
+        .query(&mut store.connection())
+        .expect("read the log")
+}
+
+/// A counter in the store, 0 when it was never set.
+fn counter(store: &RedisServer, key: &str) -> i64 {
+    let value: Option<i64> = redis::cmd("GET")
+        .arg(key)
+        .query(&mut store.connection())
+        .expect("read a counter");
+    value.unwrap_or(0)
 }
 
 // ---- scenarios ------------------------------------------------------------------------------
@@ -468,6 +479,35 @@ fn percentiles(samples: &mut [Duration]) -> String {
     )
 }
 
+/// Runs `role` in eight worker processes for `run_for` while a chaos loop SIGKILLs one at random
+/// every 100–300 ms, hands the killed worker's name to `forget`, and respawns it. Returns the
+/// number of kills and the lines the last workers printed.
+fn run_with_crashes(
+    role: &str,
+    lock: &RedisServer,
+    store: &RedisServer,
+    lease: Duration,
+    run_for: Duration,
+    mut forget: impl FnMut(&str),
+) -> (usize, Vec<String>) {
+    let spawn = |id: usize| (id, Proc::spawn(role, &lock.url(), &store.url(), id, lease));
+    let mut workers: Vec<(usize, Proc)> = (0..8).map(spawn).collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    let mut next_id = workers.len();
+    while started.elapsed() < run_for {
+        std::thread::sleep(Duration::from_millis(100 + fastrand::u64(0..200)));
+        let victim = fastrand::usize(0..workers.len());
+        workers[victim].1.kill();
+        forget(&format!("w{}", workers[victim].0));
+        kills += 1;
+        workers[victim] = spawn(next_id);
+        next_id += 1;
+    }
+    let lines = workers.iter().flat_map(|(_, w)| w.drain()).collect();
+    (kills, lines)
+}
+
 /// Scenario 1: eight workers do read-modify-writes under the lock while a chaos loop SIGKILLs one at
 /// random every ~200 ms and respawns it.
 fn mutual_exclusion_with_crashes(size: &Size) {
@@ -475,26 +515,8 @@ fn mutual_exclusion_with_crashes(size: &Size) {
     let store = RedisServer::start();
     let lease = Duration::from_millis(500);
     let run_for = size.pick(Duration::from_secs(6), Duration::from_secs(120));
-    let mut workers: Vec<Proc> = (0..8)
-        .map(|id| Proc::spawn("worker", &lock.url(), &store.url(), id, lease))
-        .collect();
-    let started = Instant::now();
-    let mut kills = 0;
-    let mut next_id = 8;
-    while started.elapsed() < run_for {
-        std::thread::sleep(Duration::from_millis(100 + fastrand::u64(0..200)));
-        let victim = fastrand::usize(0..workers.len());
-        workers[victim].kill();
-        kills += 1;
-        workers[victim] = Proc::spawn("worker", &lock.url(), &store.url(), next_id, lease);
-        next_id += 1;
-    }
-    let panics: usize = workers
-        .iter()
-        .flat_map(|w| w.drain())
-        .filter(|l| l.starts_with("PANIC"))
-        .count();
-    drop(workers);
+    let (kills, lines) = run_with_crashes("worker", &lock, &store, lease, run_for, |_| {});
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
     let check = check_log(&store);
     record(
         "mutual_exclusion_with_crashes",
@@ -512,14 +534,7 @@ fn mutual_exclusion_with_crashes(size: &Size) {
         "too few commits to mean anything: {}",
         check.commits
     );
-    assert_eq!(
-        check.duplicate_reads, 0,
-        "two committed writes read the same value"
-    );
-    assert_eq!(
-        check.token_regressions, 0,
-        "a committed write had a smaller token"
-    );
+    check.assert_sound();
     assert_eq!(panics, 0);
 }
 
@@ -601,12 +616,7 @@ fn fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtime) {
         let result = holder.expect_line("returned", Duration::from_secs(10));
         returned.push(result);
         // Writes the store accepted from the paused holder after the rival's write.
-        let log: Vec<String> = redis::cmd("LRANGE")
-            .arg("log")
-            .arg(0)
-            .arg(-1)
-            .query(&mut store.connection())
-            .expect("log");
+        let log = log_entries(&store);
         let rival_at = log
             .iter()
             .position(|l| l.ends_with(" rival"))
@@ -615,11 +625,7 @@ fn fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtime) {
             .iter()
             .filter(|l| l.contains(&format!(" {held} ")))
             .count();
-        let refused: Option<i64> = redis::cmd("GET")
-            .arg("refused")
-            .query(&mut store.connection())
-            .expect("refused");
-        stale_attempted += refused.unwrap_or(0);
+        stale_attempted += counter(&store, "refused");
         runtime.block_on(rival.release()).expect("release");
     }
     let lease_lost = returned.iter().filter(|r| r.contains("LeaseLost")).count();
@@ -693,22 +699,13 @@ fn redis_restarted_mid_run(size: &Size) {
         ],
     );
     assert_eq!(panics, 0);
-    assert_eq!(check.duplicate_reads, 0, "a grant without a lock");
-    assert_eq!(check.token_regressions, 0, "tokens went backwards");
+    check.assert_sound();
     assert!(
         errors
             .iter()
             .all(|e| e.starts_with("Backend") || e == "Timeout"),
         "unexpected error kinds: {errors:?}"
     );
-}
-
-fn counter(store: &RedisServer, key: &str) -> i64 {
-    let value: Option<i64> = redis::cmd("GET")
-        .arg(key)
-        .query(&mut store.connection())
-        .expect("read a counter");
-    value.unwrap_or(0)
 }
 
 /// Scenario 7: eight processes take the read/write lock of one key, nine reads for every write,
@@ -721,30 +718,17 @@ fn read_write_exclusion_with_crashes(size: &Size) {
     let store = RedisServer::start();
     let lease = Duration::from_millis(500);
     let run_for = size.pick(Duration::from_secs(6), Duration::from_secs(120));
-    let spawn = |id: usize| Proc::spawn("rw-worker", &lock.url(), &store.url(), id, lease);
-    let mut workers: Vec<(usize, Proc)> = (0..8).map(|id| (id, spawn(id))).collect();
-    let started = Instant::now();
-    let mut kills = 0;
-    let mut next_id = workers.len();
-    while started.elapsed() < run_for {
-        std::thread::sleep(Duration::from_millis(100 + fastrand::u64(0..200)));
-        let victim = fastrand::usize(0..workers.len());
-        workers[victim].1.kill();
+    let (kills, lines) = run_with_crashes("rw-worker", &lock, &store, lease, run_for, |worker| {
         let () = redis::pipe()
             .cmd("SREM")
             .arg("inside:readers")
-            .arg(format!("w{}", workers[victim].0))
+            .arg(worker)
             .cmd("SREM")
             .arg("inside:writers")
-            .arg(format!("w{}", workers[victim].0))
+            .arg(worker)
             .query(&mut store.connection())
             .expect("forget the killed worker");
-        kills += 1;
-        workers[victim] = (next_id, spawn(next_id));
-        next_id += 1;
-    }
-    let lines: Vec<String> = workers.iter().flat_map(|(_, w)| w.drain()).collect();
-    drop(workers);
+    });
     let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
     let check = check_log(&store);
     let overlaps = counter(&store, "overlaps");
@@ -781,14 +765,7 @@ fn read_write_exclusion_with_crashes(size: &Size) {
         shared_reads > 20,
         "readers hardly ever shared the lock: {shared_reads}"
     );
-    assert_eq!(
-        check.duplicate_reads, 0,
-        "two committed writes read the same value"
-    );
-    assert_eq!(
-        check.token_regressions, 0,
-        "a committed write had a smaller token"
-    );
+    check.assert_sound();
     assert_eq!(panics, 0);
 }
 
@@ -815,7 +792,11 @@ fn read_write_fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtim
             .expect("flush");
         let side = if round % 2 == 0 { "write" } else { "read" };
         let holder = Proc::spawn(
-            &format!("rw-{side}-holder"),
+            if side == "write" {
+                "holder"
+            } else {
+                "read-holder"
+            },
             &lock.url(),
             &store.url(),
             round,
@@ -839,7 +820,7 @@ fn read_write_fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtim
         std::thread::sleep(lease * 3);
         runtime.block_on(async {
             let reader = client
-                .read_lock("torture-rw")
+                .read_lock("torture")
                 .wait(lease * 4)
                 .acquire()
                 .await
@@ -847,7 +828,7 @@ fn read_write_fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtim
             assert_eq!(reader.fencing_token().get(), last_write_token);
             reader.release().await.expect("release the read");
             let writer = client
-                .write_lock("torture-rw")
+                .write_lock("torture")
                 .wait(lease * 4)
                 .acquire()
                 .await
@@ -865,12 +846,7 @@ fn read_write_fencing_under_pauses(size: &Size, runtime: &tokio::runtime::Runtim
         });
         holder.signal("CONT");
         returned.push(holder.expect_line("returned", Duration::from_secs(10)));
-        let log: Vec<String> = redis::cmd("LRANGE")
-            .arg("log")
-            .arg(0)
-            .arg(-1)
-            .query(&mut store.connection())
-            .expect("log");
+        let log = log_entries(&store);
         let rival_at = log
             .iter()
             .position(|l| l.ends_with(" rival"))

@@ -126,6 +126,24 @@ impl RedisServer {
             .get_connection()
             .expect("connect to the test redis-server")
     }
+
+    /// How many readers hold the lock `name` (default prefix): while readers hold a lock its
+    /// key is their sorted set, a string while a writer holds it.
+    pub fn readers(&self, name: &str) -> i64 {
+        let key = format!("distlock:{{{name}}}");
+        let mut redis = self.connection();
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query(&mut redis)
+            .expect("TYPE");
+        if kind != "zset" {
+            return 0;
+        }
+        redis::cmd("ZCARD")
+            .arg(&key)
+            .query(&mut redis)
+            .expect("ZCARD")
+    }
 }
 
 impl Drop for RedisServer {

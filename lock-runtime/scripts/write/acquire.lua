@@ -31,16 +31,12 @@
 -- snapshot, a failover to a lagging replica). This assumes the servers' clocks do not step
 -- back, and that a key sees fewer grants than microseconds pass.
 
-local function mark_waiting()
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
-  end
-end
-
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
   if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-    mark_waiting()
+    if ARGV[4] ~= '0' then
+      redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+    end
     return {0, redis.call('PTTL', KEYS[1])}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -1,14 +1,15 @@
-//! Wake-up on release for the Redis store. The release scripts publish on the lock's
-//! `…:released` channel (same hash tag as the lock key) whom the release is for (see
-//! [`Wake`]); waiters of this client subscribe to it over one pub/sub connection, made on the
+//! Wake-up on release for the Redis store. A write release, and the last reader's release
+//! while a writer waits, publish on the lock's `…:released` channel (same hash tag as the lock
+//! key); waiters of this client subscribe to it over one pub/sub connection, made on the
 //! client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
-//! client or **all** its waiting readers (readers share the lock; writers would only collide),
-//! falling back to the other side when this client has no waiter on the side asked for. So a
-//! handoff costs about one round trip and many writers do not all retry at once. Anything lost here (a message, the connection) only costs the
-//! waiter one backoff step: the acquire loop's backoff stays the fallback. So when pub/sub
-//! fails (no connection, SUBSCRIBE refused or answered by a closed connection), this client
-//! pauses it, for longer after each failure in a row ([`Pause`]), instead of reconnecting on
-//! every wait.
+//! client, or **all** its waiting readers when no writer of this client waits (a waiting writer
+//! has set the writer-waiting mark, which keeps readers out; readers share the lock, writers
+//! would only collide). The message's payload is not read. So a handoff costs about one round
+//! trip and many writers do not all retry at once. Anything lost here (a message, the
+//! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
+//! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
+//! connection), this client pauses it, for longer after each failure in a row ([`Pause`]),
+//! instead of reconnecting on every wait.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -23,7 +24,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
-use crate::kind::{Kind, Wake};
+use crate::kind::Kind;
 
 /// One channel's waiters in this client.
 struct Channel {
@@ -37,17 +38,13 @@ struct Channel {
 }
 
 impl Channel {
-    /// Wakes the waiters a release message asks for, or the other side if this client has
-    /// none of those.
-    fn wake(&self, whom: Wake) {
-        let readers = match whom {
-            Wake::Readers => self.waiting_readers > 0,
-            Wake::Writer => self.waiting_writers == 0,
-        };
-        if readers {
-            self.readers.send_replace(());
-        } else {
+    /// Wakes one waiting writer of this client, or all its waiting readers when no writer
+    /// waits.
+    fn wake(&self) {
+        if self.waiting_writers > 0 {
             self.writers.notify_one();
+        } else {
+            self.readers.send_replace(());
         }
     }
 }
@@ -311,9 +308,8 @@ impl Inner {
         let state = self.state.clone();
         let reader = tokio::spawn(async move {
             while let Some(message) = stream.next().await {
-                let whom = Wake::from_message(message.get_payload_bytes());
                 if let Some(channel) = state.channels().get(message.get_channel_name()) {
-                    channel.wake(whom);
+                    channel.wake();
                 }
             }
             // The connection is gone: the next wait connects and subscribes again.

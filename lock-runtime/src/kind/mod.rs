@@ -62,31 +62,6 @@ pub(crate) struct Try<'a> {
     pub(crate) refused_before: bool,
 }
 
-/// Who a release message asks to wake, as the release scripts publish it. A write release
-/// always publishes `'w'`: each client then wakes one of its waiting writers, or all its
-/// waiting readers when it has no writer waiting — a writer that waits has set the
-/// writer-waiting mark, so its client knows without the script looking at the mark. The last
-/// reader's release publishes `'w'` when a writer waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// One waiting writer, or the readers when none waits.
-    Writer,
-    /// All waiting readers, or one writer when none waits (not published by today's scripts;
-    /// read as such for clients that share a key with a later version).
-    Readers,
-}
-
-impl Wake {
-    /// Reads a release message (`'w'` or `'r'`); anything else wakes a writer, as before
-    /// read/write locks, when releases published an empty message.
-    pub(crate) fn from_message(payload: &[u8]) -> Self {
-        match payload {
-            b"r" => Wake::Readers,
-            _ => Wake::Writer,
-        }
-    }
-}
-
 impl Kind {
     /// The script call of one try.
     pub(crate) fn acquire_call(self, attempt: &Try<'_>) -> ScriptInvocation<'static> {
