@@ -7,8 +7,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::cluster::ClusterBackend;
+use crate::backend::endpoint::{Endpoint, Sentinel};
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{NodeOptions, RedisBackend};
+use crate::backend::redlock::RedlockBackend;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
@@ -140,11 +143,37 @@ impl Client {
     pub fn new(config: Config) -> Result<Self, LockError> {
         config.validate()?;
         let io = Arc::new(IoRuntime::start()?);
+        let options = NodeOptions {
+            response_timeout: config.response_timeout,
+            connect_timeout: config.connect_timeout,
+            require_primary: false,
+            guard: config.replicas,
+        };
         let backend = Arc::new(match &config.backend {
             BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(
-                (**client).clone(),
-                config.response_timeout,
-                config.connect_timeout,
+                Endpoint::Fixed((**client).clone()),
+                options,
+                io.handle(),
+            ))),
+            BackendConfig::Sentinel { sentinels, master } => {
+                Backend::Redis(Box::new(RedisBackend::new(
+                    Endpoint::Sentinel(Sentinel {
+                        sentinels: sentinels.clone(),
+                        master: master.clone(),
+                        connect_timeout: config.connect_timeout,
+                        response_timeout: config.response_timeout,
+                    }),
+                    options,
+                    io.handle(),
+                )))
+            }
+            BackendConfig::Cluster(nodes) => {
+                Backend::Cluster(Box::new(ClusterBackend::new(nodes, options, io.handle())?))
+            }
+            BackendConfig::Redlock(masters) => Backend::Redlock(Box::new(RedlockBackend::new(
+                masters,
+                options,
+                config.node_timeout,
                 io.handle(),
             ))),
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),

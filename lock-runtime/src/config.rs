@@ -1,6 +1,7 @@
-//! Configuration: where the locks live and the defaults every request starts from. A
+//! Configuration: where the locks live (a single server, a Cluster, a Sentinel-managed
+//! primary, Redlock masters or this process) and the defaults every request starts from. A
 //! [`Config`] is turned into a [`Client`](crate::Client) (or the global client by
-//! [`init`](crate::init)); nothing here connects.
+//! [`init`](crate::init)); nothing here connects. URLs are read by `url.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use crate::backend::memory::MemoryStore;
 use crate::error::{server_address, LockError};
+use crate::url::{self, UrlFor};
 
 /// URL used by [`Config::from_env`] when `REDIS_URL` is not set.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -30,12 +32,35 @@ pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long connecting to Redis may take before it fails.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Redlock: how long one master may take to answer one request before it counts as
+/// unavailable for that request (far below the lease, as the algorithm asks).
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Environment variable with the single server's URL ([`Config::from_env`]).
+pub const ENV_REDIS_URL: &str = "REDIS_URL";
+/// Environment variable with a Redis Cluster's node URLs, comma-separated.
+pub const ENV_CLUSTER_URLS: &str = "DISTLOCK_CLUSTER_URLS";
+/// Environment variable with the Sentinel URLs, comma-separated (with [`ENV_SENTINEL_MASTER`]).
+pub const ENV_SENTINEL_URLS: &str = "DISTLOCK_SENTINEL_URLS";
+/// Environment variable with the name Sentinel knows the primary by.
+pub const ENV_SENTINEL_MASTER: &str = "DISTLOCK_SENTINEL_MASTER";
+/// Environment variable with the Redlock masters' URLs, comma-separated.
+pub const ENV_REDLOCK_URLS: &str = "DISTLOCK_REDLOCK_URLS";
 
 /// Where the locks are kept.
 #[derive(Clone)]
 pub(crate) enum BackendConfig {
     /// One Redis server, its URL parsed when the config is made.
     Redis(Box<redis::Client>),
+    /// A Redis Cluster, reached first through these nodes.
+    Cluster(Vec<redis::Client>),
+    /// The primary that these sentinels know by `master`.
+    Sentinel {
+        sentinels: Vec<redis::Client>,
+        master: String,
+    },
+    /// Redlock over these independent masters (an odd number, at least 3).
+    Redlock(Vec<redis::Client>),
     /// In this process; clients made from clones of one config share the store.
     InMemory(Arc<MemoryStore>),
 }
@@ -69,6 +94,18 @@ pub struct Config {
     pub(crate) backoff_max: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) node_timeout: Duration,
+    pub(crate) replicas: Option<ReplicaGuard>,
+}
+
+/// The failover guard ([`Config::replicas`]): a grant or renewal counts only once this many
+/// replicas have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaGuard {
+    /// Replicas that must acknowledge.
+    pub(crate) replicas: u32,
+    /// How long to wait for them (`WAIT`'s timeout).
+    pub(crate) timeout: Duration,
 }
 
 impl Config {
@@ -82,6 +119,8 @@ impl Config {
             backoff_max: DEFAULT_BACKOFF_MAX,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            replicas: None,
         }
     }
 
@@ -95,31 +134,165 @@ impl Config {
     /// # Ok::<(), distlock::LockError>(())
     /// ```
     pub fn from_url(url: &str) -> Result<Self, LockError> {
-        let client = redis::Client::open(url).map_err(|err| {
-            LockError::Config(format!(
-                "the Redis URL is not usable ({}); expected `redis://[:password@]host[:port][/db]`",
-                err.category()
-            ))
-        })?;
+        let client = url::parse(url, UrlFor::Single)?;
         Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
     }
 
-    /// The Redis server named by the `REDIS_URL` environment variable, or
-    /// [`DEFAULT_REDIS_URL`] when it is not set.
+    /// A Redis Cluster, found through one or more of its nodes (primaries or replicas; the
+    /// rest are discovered). All keys of one lock share a hash slot, wake-ups use sharded
+    /// pub/sub, and `MOVED`/`ASK` redirections and failovers are followed.
+    ///
+    /// ```
+    /// let config = distlock::Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])?;
+    /// # Ok::<(), distlock::LockError>(())
+    /// ```
+    pub fn cluster<S: AsRef<str>>(urls: impl IntoIterator<Item = S>) -> Result<Self, LockError> {
+        let nodes = url::parse_list(urls, UrlFor::Cluster)?;
+        if nodes.is_empty() {
+            return Err(LockError::Config(
+                "`Config::cluster` needs at least one node URL".to_owned(),
+            ));
+        }
+        Ok(Self::with_backend(BackendConfig::Cluster(nodes)))
+    }
+
+    /// The primary that Redis Sentinel knows as `master_name`, found through these sentinels
+    /// and found again after a failover: after a connection error or a `READONLY` reply the
+    /// sentinels are asked anew and the new primary's role is checked before it is used.
+    /// The user name, password and db in the first sentinel URL are also used for the
+    /// primary.
+    ///
+    /// ```
+    /// let config = distlock::Config::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )?;
+    /// # Ok::<(), distlock::LockError>(())
+    /// ```
+    pub fn sentinel<S: AsRef<str>>(
+        sentinel_urls: impl IntoIterator<Item = S>,
+        master_name: &str,
+    ) -> Result<Self, LockError> {
+        let sentinels = url::parse_list(sentinel_urls, UrlFor::Sentinel)?;
+        if sentinels.is_empty() {
+            return Err(LockError::Config(
+                "`Config::sentinel` needs at least one sentinel URL".to_owned(),
+            ));
+        }
+        if master_name.trim().is_empty() {
+            return Err(LockError::Config(
+                "`Config::sentinel` needs the master name the sentinels monitor (e.g. `mymaster`)"
+                    .to_owned(),
+            ));
+        }
+        Ok(Self::with_backend(BackendConfig::Sentinel {
+            sentinels,
+            master: master_name.to_owned(),
+        }))
+    }
+
+    /// Redlock over independent Redis masters (an odd number, at least 3): a lock is granted
+    /// when a majority grants it within its validity, renewals need a majority too, and
+    /// fencing tokens stay strictly increasing across quorums (see the crate docs). A node
+    /// that turns out to be a replica is refused: replication defeats the algorithm.
+    ///
+    /// ```
+    /// let config = distlock::Config::redlock([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])?;
+    /// assert!(distlock::Config::redlock(["redis://a:1", "redis://b:2"]).is_err());
+    /// # Ok::<(), distlock::LockError>(())
+    /// ```
+    pub fn redlock<S: AsRef<str>>(urls: impl IntoIterator<Item = S>) -> Result<Self, LockError> {
+        let masters = url::parse_list(urls, UrlFor::Redlock)?;
+        if masters.len() < 3 || masters.len() % 2 == 0 {
+            return Err(LockError::Config(format!(
+                "`Config::redlock` needs an odd number of independent masters, at least 3; got {}",
+                masters.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for master in &masters {
+            let address = server_address(master);
+            if !seen.insert(address.clone()) {
+                return Err(LockError::Config(format!(
+                    "`Config::redlock` lists the master {address} twice; every master must be \
+                     a different server"
+                )));
+            }
+        }
+        Ok(Self::with_backend(BackendConfig::Redlock(masters)))
+    }
+
+    /// The deployment named by the environment, with every other setting at its default:
+    ///
+    /// | variable | deployment |
+    /// |---|---|
+    /// | `DISTLOCK_CLUSTER_URLS` | [`Config::cluster`], comma-separated node URLs |
+    /// | `DISTLOCK_SENTINEL_URLS` and `DISTLOCK_SENTINEL_MASTER` | [`Config::sentinel`] |
+    /// | `DISTLOCK_REDLOCK_URLS` | [`Config::redlock`], comma-separated master URLs |
+    /// | `REDIS_URL` | [`Config::from_url`], one server |
+    ///
+    /// With none of them set, the server at [`DEFAULT_REDIS_URL`]. Setting more than one
+    /// deployment is an error that names them.
     ///
     /// ```no_run
     /// distlock::init(distlock::Config::from_env()?)?;
     /// # Ok::<(), distlock::LockError>(())
     /// ```
     pub fn from_env() -> Result<Self, LockError> {
-        match std::env::var("REDIS_URL") {
-            Ok(url) => Self::from_url(&url),
-            Err(std::env::VarError::NotPresent) => Self::from_url(DEFAULT_REDIS_URL),
-            Err(std::env::VarError::NotUnicode(_)) => Err(LockError::Config(
-                "REDIS_URL is not valid UTF-8; set it to a URL like `redis://127.0.0.1:6379`"
-                    .to_owned(),
-            )),
+        let var = |name: &str| match std::env::var(name) {
+            Ok(value) if value.trim().is_empty() => Ok(None),
+            Ok(value) => Ok(Some(value)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(LockError::Config(format!(
+                "{name} is not valid UTF-8; set it to URLs like `redis://127.0.0.1:6379`"
+            ))),
+        };
+        let cluster = var(ENV_CLUSTER_URLS)?;
+        let sentinel = var(ENV_SENTINEL_URLS)?;
+        let master = var(ENV_SENTINEL_MASTER)?;
+        let redlock = var(ENV_REDLOCK_URLS)?;
+        let single = var(ENV_REDIS_URL)?;
+        let set: Vec<&str> = [
+            (ENV_CLUSTER_URLS, cluster.is_some()),
+            (ENV_SENTINEL_URLS, sentinel.is_some()),
+            (ENV_REDLOCK_URLS, redlock.is_some()),
+            (ENV_REDIS_URL, single.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        if set.len() > 1 {
+            return Err(LockError::Config(format!(
+                "{} are all set, but they name different deployments; set only one",
+                set.join(", ")
+            )));
         }
+        if let Some(urls) = cluster {
+            return Self::cluster(url::split_env_list(&urls));
+        }
+        if let Some(urls) = sentinel {
+            let master = master.ok_or_else(|| {
+                LockError::Config(format!(
+                    "{ENV_SENTINEL_URLS} is set but {ENV_SENTINEL_MASTER} is not; set it to the \
+                     master name the sentinels monitor"
+                ))
+            })?;
+            return Self::sentinel(url::split_env_list(&urls), &master);
+        }
+        if master.is_some() {
+            return Err(LockError::Config(format!(
+                "{ENV_SENTINEL_MASTER} is set but {ENV_SENTINEL_URLS} is not; set it to the \
+                 sentinels' URLs, comma-separated"
+            )));
+        }
+        if let Some(urls) = redlock {
+            return Self::redlock(url::split_env_list(&urls));
+        }
+        Self::from_url(single.as_deref().unwrap_or(DEFAULT_REDIS_URL))
     }
 
     /// Locks kept in this process, with the same semantics as Redis (leases expire, fencing
@@ -140,7 +313,8 @@ impl Config {
     }
 
     /// Text put before every lock key (keys of different applications sharing one Redis stay
-    /// apart). Defaults to [`DEFAULT_KEY_PREFIX`].
+    /// apart). Defaults to [`DEFAULT_KEY_PREFIX`]. It may not hold `{` or `}`: the lock's hash
+    /// tag (which keeps a lock's keys in one Cluster slot) comes after it.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -180,6 +354,25 @@ impl Config {
         self
     }
 
+    /// Redlock: how long one master may take to answer one request (at most a tenth of the
+    /// lease is used, whichever is shorter). Defaults to [`DEFAULT_NODE_TIMEOUT`].
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The failover guard, for a Cluster, a Sentinel-managed primary or a single primary with
+    /// replicas: a grant or a renewal counts only after `WAIT` reports that `replicas`
+    /// replicas have it, within `timeout`. A grant that is not acknowledged in time is given
+    /// back and tried again within the request's wait; a renewal that is not acknowledged does
+    /// not count (the watchdog tries again, and the lease is lost if none counts in time).
+    /// So a failover to any replica that acknowledged cannot hand the lock out twice. Off by
+    /// default; not available with Redlock (whose masters have no replicas).
+    pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Some(ReplicaGuard { replicas, timeout });
+        self
+    }
+
     /// Rejects settings no client can work with, naming the setting and what is accepted.
     pub(crate) fn validate(&self) -> Result<(), LockError> {
         let positive = [
@@ -188,6 +381,7 @@ impl Config {
             ("connect_timeout", self.connect_timeout),
             ("backoff min", self.backoff_min),
             ("backoff max", self.backoff_max),
+            ("node_timeout", self.node_timeout),
         ];
         for (name, value) in positive {
             if value.is_zero() {
@@ -198,6 +392,39 @@ impl Config {
         }
         if let Some(why) = lease_out_of_bounds(self.default_lease) {
             return Err(LockError::Config(format!("`default_lease` is {why}")));
+        }
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(LockError::Config(format!(
+                "the key prefix `{}` holds a `{{` or `}}`; remove it: the lock's hash tag, which \
+                 keeps a lock's keys in one Cluster slot, comes after the prefix",
+                self.key_prefix
+            )));
+        }
+        if let Some(guard) = self.replicas {
+            if guard.timeout >= self.response_timeout {
+                return Err(LockError::Config(format!(
+                    "the failover guard's timeout ({:?}) must be shorter than the response \
+                     timeout ({:?}), which bounds the `WAIT` that runs it",
+                    guard.timeout, self.response_timeout
+                )));
+            }
+            if guard.replicas == 0 || guard.timeout.is_zero() {
+                return Err(LockError::Config(
+                    "`replicas(n, timeout)` needs at least one replica and a timeout above zero"
+                        .to_owned(),
+                ));
+            }
+            if matches!(
+                self.backend,
+                BackendConfig::Redlock(_) | BackendConfig::InMemory(_)
+            ) {
+                return Err(LockError::Config(
+                    "`replicas(n, timeout)` (the failover guard) works with a single primary, \
+                     Sentinel or Cluster; Redlock masters and the in-process store have no \
+                     replicas"
+                        .to_owned(),
+                ));
+            }
         }
         if self.backoff_min > self.backoff_max {
             return Err(LockError::Config(format!(
@@ -217,8 +444,20 @@ pub(crate) fn lease_out_of_bounds(lease: Duration) -> Option<String> {
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |clients: &[redis::Client]| {
+            clients
+                .iter()
+                .map(server_address)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let backend = match &self.backend {
             BackendConfig::Redis(client) => format!("Redis({})", server_address(client)),
+            BackendConfig::Cluster(nodes) => format!("Cluster({})", list(nodes)),
+            BackendConfig::Sentinel { sentinels, master } => {
+                format!("Sentinel({master} via {})", list(sentinels))
+            }
+            BackendConfig::Redlock(masters) => format!("Redlock({})", list(masters)),
             BackendConfig::InMemory(_) => "InMemory".to_owned(),
         };
         f.debug_struct("Config")
@@ -230,6 +469,8 @@ impl fmt::Debug for Config {
             .field("backoff_max", &self.backoff_max)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("node_timeout", &self.node_timeout)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }

@@ -87,19 +87,24 @@ pub enum LockError {
     #[error("{0}")]
     Backend(#[from] BackendError),
 
-    /// Too few Redlock masters answered to form a majority.
+    /// Too few Redlock masters granted the request (or its renewal) within its validity.
     #[error(
-        "only {reached} of {needed} required Redis masters granted lock `{}`: \
-         check that a majority of the configured masters is reachable",
+        "lock `{}` needs {needed} of {nodes} Redis masters, but only {granted} granted it \
+         ({answered} answered in time): check that a majority of the configured masters is \
+         reachable and answers within the node timeout",
         Shortened(key)
     )]
     QuorumUnavailable {
         /// The key that was requested.
         key: String,
+        /// Masters that answered in time, whatever they answered.
+        answered: usize,
         /// Masters that granted the request.
-        reached: usize,
+        granted: usize,
         /// Masters needed for a majority.
         needed: usize,
+        /// Masters configured.
+        nodes: usize,
     },
 
     /// The key cannot be used as a lock key.

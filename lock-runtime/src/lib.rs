@@ -18,6 +18,7 @@ mod kind;
 mod lease;
 mod release;
 mod scope;
+mod url;
 mod watchdog;
 
 use std::fmt;
@@ -26,7 +27,9 @@ pub use backend::MAX_KEY_LEN;
 pub use client::{init, lock, read_lock, write_lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
-    DEFAULT_LEASE, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, MAX_LEASE, MIN_LEASE,
+    DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
+    ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
+    MAX_LEASE, MIN_LEASE,
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;

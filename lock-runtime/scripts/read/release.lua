@@ -5,6 +5,7 @@
 -- KEYS[2]  writer-waiting mark
 -- KEYS[3]  the lock's release channel
 -- ARGV[1]  owner token
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
 --
 -- Returns 1 when the caller was a reader with a live lease and no longer is, 0 when it was not
 -- a reader any more (expired, purged, or released already). Safe to repeat. The key's expiry
@@ -25,7 +26,7 @@ if #last > 0 then
   redis.call('PEXPIREAT', KEYS[1], last[2])
 elseif redis.call('EXISTS', KEYS[2]) == 1 then
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
-  redis.pcall('PUBLISH', KEYS[3], 'w')
+  redis.pcall(ARGV[2], KEYS[3], 'w')
 end
 if tonumber(score) > now_ms then
   return 1

@@ -4,6 +4,7 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  the lock's release channel
 -- ARGV[1]  owner token
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
 --
 -- Publishes 'w': each client wakes one of its waiting writers, or all its waiting readers when
 -- no writer of its own waits (a waiting writer has set the writer-waiting mark, so readers
@@ -15,7 +16,7 @@
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   -- Wake waiters; a user without channel permissions (Redis 7 ACLs) only loses the wake-up.
-  redis.pcall('PUBLISH', KEYS[2], 'w')
+  redis.pcall(ARGV[2], KEYS[2], 'w')
   return 1
 end
 return 0

@@ -4,9 +4,16 @@
 //! dispatches to the one a [`Config`](crate::Config) chose. A store owns its connections, the
 //! key layout ([`LockKey`]), its wake-ups and how it batches renewals; what a grant means is
 //! the kind's. The acquire loop, the watchdog and the release path only talk to this module.
+//!
+//! The stores: [`redis`] (one server, also the primary found through Sentinel, and each
+//! master of Redlock), [`cluster`] (Redis Cluster), [`redlock`] (a quorum of independent
+//! masters, each a [`redis`] node) and [`memory`] (in-process).
 
+pub(crate) mod cluster;
+pub(crate) mod endpoint;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 pub(crate) mod wake;
 
 use std::future::Future;
@@ -20,8 +27,11 @@ use crate::FencingToken;
 pub const MAX_KEY_LEN: usize = 4096;
 
 /// The Redis keys of one lock. The user's key is wrapped in a hash tag, so the lock key and
-/// its companions (fencing counter, readers, writer-waiting mark, release channel) land in the
-/// same Redis Cluster slot.
+/// its companions (fencing counter, writer-waiting mark, release channel) land in the same
+/// Redis Cluster slot whatever the key contains: a `{` or `}` inside the key only moves where
+/// the tag ends, and the same for every companion (they only add a suffix); a key that starts
+/// with `}` (which would make an empty tag, which Redis ignores) is tagged with a hash of the
+/// key instead. The prefix may hold neither brace ([`Config::key_prefix`](crate::Config::key_prefix)).
 #[derive(Debug, Clone)]
 pub(crate) struct LockKey {
     /// The key as the user gave it.
@@ -59,7 +69,14 @@ impl LockKey {
             };
             return Err(LockError::InvalidKey { key, reason });
         }
-        let lock = format!("{prefix}{{{name}}}");
+        let lock = if name.starts_with('}') {
+            // `{}…` would be an empty hash tag, which Redis ignores: the whole key would be
+            // hashed and the lock's companion keys could land in other slots. Such a name gets
+            // a tag made of a hash of the name instead.
+            format!("{prefix}{{#{:016x}}}{name}", fnv1a(name.as_bytes()))
+        } else {
+            format!("{prefix}{{{name}}}")
+        };
         Ok(Self {
             name,
             fence: format!("{lock}:fence"),
@@ -68,6 +85,33 @@ impl LockKey {
             lock,
         })
     }
+}
+
+/// How a store's release scripts announce a release to waiters: plain pub/sub, or sharded
+/// pub/sub on Cluster (where the channel lives on the lock's own shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// `PUBLISH`.
+    Publish,
+    /// `SPUBLISH`.
+    ShardedPublish,
+}
+
+impl Announce {
+    /// The command the scripts run.
+    pub(crate) fn command(self) -> &'static str {
+        match self {
+            Announce::Publish => "PUBLISH",
+            Announce::ShardedPublish => "SPUBLISH",
+        }
+    }
+}
+
+/// 64-bit FNV-1a: a hash that stays the same across builds and platforms, for hash tags.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// What a single try to take a lock found.
@@ -117,7 +161,10 @@ pub(crate) struct Renewal<'a> {
 
 /// The backend a client was configured with.
 pub(crate) enum Backend {
+    /// One server, or the primary found through Sentinel.
     Redis(Box<redis::RedisBackend>),
+    Cluster(Box<cluster::ClusterBackend>),
+    Redlock(Box<redlock::RedlockBackend>),
     Memory(memory::MemoryBackend),
 }
 
@@ -125,6 +172,8 @@ impl LockBackend for Backend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         match self {
             Backend::Redis(b) => b.acquire(attempt).await,
+            Backend::Cluster(b) => b.acquire(attempt).await,
+            Backend::Redlock(b) => b.acquire(attempt).await,
             Backend::Memory(b) => b.acquire(attempt).await,
         }
     }
@@ -132,6 +181,8 @@ impl LockBackend for Backend {
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         match self {
             Backend::Redis(b) => b.release(kind, key, owner).await,
+            Backend::Cluster(b) => b.release(kind, key, owner).await,
+            Backend::Redlock(b) => b.release(kind, key, owner).await,
             Backend::Memory(b) => b.release(kind, key, owner).await,
         }
     }
@@ -139,16 +190,20 @@ impl LockBackend for Backend {
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
         match self {
             Backend::Redis(b) => b.extend_many(leases).await,
+            Backend::Cluster(b) => b.extend_many(leases).await,
+            Backend::Redlock(b) => b.extend_many(leases).await,
             Backend::Memory(b) => b.extend_many(leases).await,
         }
     }
 }
 
 impl Backend {
-    /// Wake-ups on release, where the backend has them (Redis).
+    /// Wake-ups on release, where the backend has them (the Redis stores).
     pub(crate) fn waker(&self) -> Option<&wake::Waker> {
         match self {
             Backend::Redis(b) => Some(b.waker()),
+            Backend::Cluster(b) => Some(b.waker()),
+            Backend::Redlock(b) => Some(b.waker()),
             Backend::Memory(_) => None,
         }
     }
@@ -185,5 +240,25 @@ mod tests {
             Err(LockError::InvalidKey { .. })
         ));
         assert!(LockKey::new("p:", "ключ {with} spaces".to_owned()).is_ok());
+    }
+
+    #[test]
+    fn every_key_of_a_lock_shares_its_slot_whatever_the_name_holds() {
+        use ::redis::cluster_routing::Slot;
+        for name in [
+            "plain", "a{b", "a}b", "}", "}x", "}{x}", "{}", "{a}", "{{", "}}{", "x{}y",
+        ] {
+            let key = LockKey::new("distlock:", name.to_owned()).unwrap();
+            let slot = Slot::for_key(&key.lock);
+            for companion in [&key.fence, &key.writer_waiting, &key.channel] {
+                assert_eq!(Slot::for_key(companion), slot, "{name:?}: {companion}");
+            }
+        }
+        let tagged = LockKey::new("p:", "}x".to_owned()).unwrap();
+        assert!(
+            tagged.lock.starts_with("p:{#") && tagged.lock.ends_with("}}x"),
+            "{}",
+            tagged.lock
+        );
     }
 }

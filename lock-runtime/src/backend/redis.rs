@@ -1,5 +1,10 @@
-//! Single-node Redis store: runs the kinds' Lua scripts (`kind/`) over one multiplexed
-//! connection, made on the client's I/O runtime and remade after it breaks.
+//! Redis node store: runs the kinds' Lua scripts (`kind/`) on one server over one multiplexed
+//! connection, made on the client's I/O runtime and remade after it breaks. The server is a
+//! fixed one, or the primary Sentinel names (`endpoint.rs`): a new connection then asks the
+//! sentinels and checks that what it reached is a primary (`ROLE`) before using it, so the
+//! store follows a failover. Redlock (`redlock.rs`) runs one of these per master, with the
+//! same role check. With the failover guard ([`ReplicaGuard`]) a grant or renewal counts only
+//! once `WAIT` on the same connection reports enough replicas have it.
 //!
 //! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
 //! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
@@ -9,16 +14,18 @@
 //! connection (held up in the network, say) can then no longer run after the requests that
 //! follow, such as the compare-and-delete that gives back a grant whose reply never came.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
+use super::endpoint::Endpoint;
 use super::wake::Waker;
-use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
-use crate::error::{server_address, BackendError, BackendErrorKind, LockError};
+use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Try};
+use crate::config::ReplicaGuard;
+use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
@@ -60,10 +67,24 @@ struct Connecting {
     last_failure: Option<(Instant, RedisError)>,
 }
 
+/// How a node store connects and what it checks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeOptions {
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// Refuse a server that is not a primary (`ROLE`): Redlock masters. (A Sentinel endpoint
+    /// is always checked.)
+    pub(crate) require_primary: bool,
+    /// The failover guard.
+    pub(crate) guard: Option<ReplicaGuard>,
+}
+
 pub(crate) struct RedisBackend {
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     /// Address and db for logs (never the credentials).
     server: String,
+    require_primary: bool,
+    guard: Option<ReplicaGuard>,
     connection_config: AsyncConnectionConfig,
     io: Handle,
     current: Mutex<Option<Current>>,
@@ -76,24 +97,22 @@ pub(crate) struct RedisBackend {
 }
 
 impl RedisBackend {
-    pub(crate) fn new(
-        client: redis::Client,
-        response_timeout: Duration,
-        connect_timeout: Duration,
-        io: Handle,
-    ) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, options: NodeOptions, io: Handle) -> Self {
+        let endpoint = Arc::new(endpoint);
         Self {
-            server: server_address(&client),
+            server: endpoint.describe(),
             waker: Waker::new(
-                client.clone(),
+                endpoint.clone(),
                 io.clone(),
-                connect_timeout,
-                response_timeout,
+                options.connect_timeout,
+                options.response_timeout,
             ),
-            client,
+            require_primary: options.require_primary || endpoint.is_sentinel(),
+            guard: options.guard,
+            endpoint,
             connection_config: AsyncConnectionConfig::new()
-                .set_response_timeout(Some(response_timeout))
-                .set_connection_timeout(Some(connect_timeout)),
+                .set_response_timeout(Some(options.response_timeout))
+                .set_connection_timeout(Some(options.connect_timeout)),
             io,
             current: Mutex::new(None),
             replaced: Mutex::new(Vec::new()),
@@ -129,14 +148,16 @@ impl RedisBackend {
                 return Err(connect_error(err.clone()));
             }
         }
-        let client = self.client.clone();
+        let endpoint = self.endpoint.clone();
         let config = self.connection_config.clone();
         // The connection's driver task is spawned on the runtime that connects: make that the
         // client's own, so the connection outlives the caller's runtime.
         let connected = self
             .io
             .spawn(async move {
-                client
+                endpoint
+                    .resolve()
+                    .await?
                     .get_multiplexed_async_connection_with_config(&config)
                     .await
             })
@@ -155,6 +176,12 @@ impl RedisBackend {
                 ))
             }
         };
+        if self.require_primary {
+            if let Err(err) = self.check_role(&mut connection).await {
+                state.last_failure = None;
+                return Err(err);
+            }
+        }
         let server_side = match self.close_replaced(&mut connection).await {
             Ok(server_side) => server_side,
             Err(err) => {
@@ -235,6 +262,46 @@ impl RedisBackend {
         }
     }
 
+    /// Connects now if there is no connection (Redlock connects before it starts the clock of
+    /// a try, so a connect does not eat into the lease).
+    pub(crate) async fn warm_up(&self) -> Result<(), BackendError> {
+        self.connection().await.map(|_| ())
+    }
+
+    /// Makes sure a new connection reached a primary: a sentinel's answer may be stale during
+    /// a failover, and a Redlock master that is a replica would defeat the algorithm.
+    async fn check_role(&self, connection: &mut MultiplexedConnection) -> Result<(), BackendError> {
+        let role = redis::cmd("ROLE")
+            .query_async::<redis::Value>(connection)
+            .await
+            .map_err(connect_error)?;
+        let role = match role {
+            redis::Value::Array(items) => match items.into_iter().next() {
+                Some(redis::Value::BulkString(bytes)) => {
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+                Some(redis::Value::SimpleString(text)) => text,
+                _ => String::new(),
+            },
+            _ => String::new(),
+        };
+        if role == "master" {
+            return Ok(());
+        }
+        let advice = if self.endpoint.is_sentinel() {
+            "the sentinels named a server that is not the primary (a failover is under way); \
+             the next request asks them again"
+        } else {
+            "Redlock needs independent masters: replication defeats the algorithm (a replica \
+             promoted after a crash can grant a lock its master granted); list only masters"
+        };
+        Err(BackendError::new(
+            "connect",
+            BackendErrorKind::Unavailable,
+            format!("{} reports the role `{role}`: {advice}", self.server),
+        ))
+    }
+
     /// Forgets a connection that failed, so the next request makes a new one (which closes
     /// this one on the server first).
     fn discard(&self, generation: u64) {
@@ -254,11 +321,23 @@ impl RedisBackend {
     /// (closed by the server while idle, say) is sent once more on a new connection: all three
     /// scripts are safe to repeat for the same owner. The error of a request that may have
     /// run says so, also when its repetition then failed to connect.
-    async fn invoke<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
+        Ok(self.invoke_replicated(operation, invocation, None).await?.0)
+    }
+
+    /// [`invoke`](Self::invoke), then, with a failover guard, `WAIT` on the same connection:
+    /// the flag says whether enough replicas acknowledged (always `true` without a guard). A
+    /// `WAIT` on any other connection would say nothing about this write.
+    async fn invoke_replicated<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+        guard: Option<ReplicaGuard>,
+    ) -> Result<(T, bool), LockError> {
         let mut retried = false;
         let mut maybe_applied = false;
         loop {
@@ -267,7 +346,40 @@ impl RedisBackend {
                 .await
                 .map_err(|err| err.maybe_applied(maybe_applied))?;
             let err = match invocation.invoke_async(&mut connection).await {
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    let Some(guard) = guard else {
+                        return Ok((value, true));
+                    };
+                    match redis::cmd("WAIT")
+                        .arg(guard.replicas)
+                        .arg(kind::millis(guard.timeout))
+                        .query_async::<u32>(&mut connection)
+                        .await
+                    {
+                        Ok(acknowledged) => {
+                            if acknowledged < guard.replicas {
+                                tracing::warn!(
+                                    server = %self.server,
+                                    "{operation}: {acknowledged} of {} replicas acknowledged \
+                                     within {:?}; it does not count (failover guard)",
+                                    guard.replicas,
+                                    guard.timeout
+                                );
+                            }
+                            return Ok((value, acknowledged >= guard.replicas));
+                        }
+                        // The script ran: whatever failed after it, its effect may stand.
+                        Err(err) => {
+                            let failure = Failure::of(&err);
+                            if failure.reconnect {
+                                self.discard(generation);
+                            }
+                            return Err(BackendError::new(operation, failure.kind, err)
+                                .maybe_applied(true)
+                                .into());
+                        }
+                    }
+                }
                 Err(err) => err,
             };
             let failure = Failure::of(&err);
@@ -299,16 +411,16 @@ fn is_refusal(err: &RedisError) -> bool {
 }
 
 /// What a failed request means for the request and its connection.
-struct Failure {
-    kind: BackendErrorKind,
+pub(crate) struct Failure {
+    pub(crate) kind: BackendErrorKind,
     /// The connection cannot serve locks: use a new one.
-    reconnect: bool,
+    pub(crate) reconnect: bool,
     /// The request may have run although it failed.
-    maybe_applied: bool,
+    pub(crate) maybe_applied: bool,
 }
 
 impl Failure {
-    fn of(err: &RedisError) -> Self {
+    pub(crate) fn of(err: &RedisError) -> Self {
         let (kind, reconnect, maybe_applied) = if err.is_timeout() {
             (BackendErrorKind::Timeout, true, true)
         } else if err.code() == Some("NOAUTH") {
@@ -345,19 +457,29 @@ impl Failure {
 impl LockBackend for RedisBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let call = attempt.kind.acquire_call(attempt);
-        let reply = self.invoke("acquire", call).await?;
-        kind::read_acquire_reply(attempt.key, reply)
+        let (reply, replicated) = self.invoke_replicated("acquire", call, self.guard).await?;
+        let reply = kind::read_acquire_reply(attempt.key, reply)?;
+        if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
+            return Ok(reply);
+        }
+        // Not on enough replicas: a failover now could hand the lock out again. Give it back
+        // and let the acquire loop try again within its wait.
+        self.release(attempt.kind, attempt.key, attempt.owner)
+            .await?;
+        Ok(AcquireReply::Held(None))
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let released: i64 = self
-            .invoke("release", kind.release_call(key, owner))
+            .invoke("release", kind.release_call(key, owner, Announce::Publish))
             .await?;
         Ok(released == 1)
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
-        let extended: Vec<i64> = self.invoke("renew", kind::extend_many_call(leases)).await?;
+        let (extended, replicated): (Vec<i64>, bool) = self
+            .invoke_replicated("renew", kind::extend_many_call(leases), self.guard)
+            .await?;
         if extended.len() != leases.len() {
             return Err(BackendError::new(
                 "renew",
@@ -367,6 +489,15 @@ impl LockBackend for RedisBackend {
                     leases.len(),
                     extended.len()
                 ),
+            )
+            .into());
+        }
+        if !replicated {
+            return Err(BackendError::new(
+                "renew",
+                BackendErrorKind::Unavailable,
+                "too few replicas acknowledged the renewal within the failover guard's timeout, \
+                 so it does not count",
             )
             .into());
         }

@@ -24,6 +24,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
+use super::endpoint::Endpoint;
 use crate::kind::Kind;
 
 /// One channel's waiters in this client.
@@ -136,7 +137,8 @@ pub(crate) struct Waker {
 }
 
 struct Inner {
-    client: redis::Client,
+    /// Where to subscribe: the store's server (for Sentinel, the primary it names now).
+    endpoint: Arc<Endpoint>,
     io: Handle,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -158,14 +160,14 @@ enum Side {
 
 impl Waker {
     pub(crate) fn new(
-        client: redis::Client,
+        endpoint: Arc<Endpoint>,
         io: Handle,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                client,
+                endpoint,
                 io,
                 connect_timeout,
                 response_timeout,
@@ -300,10 +302,12 @@ impl Inner {
     /// Connects (this runs on the I/O runtime, so the connection's driver lives there too) and
     /// starts the reader that wakes waiters.
     async fn connect(&self, generation: u64) -> Result<(PubSubSink, AbortHandle), String> {
-        let pubsub = tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
-            .await
-            .map_err(|_| "timed out connecting for pub/sub".to_owned())?
-            .map_err(|err| err.to_string())?;
+        let pubsub = tokio::time::timeout(self.connect_timeout, async {
+            self.endpoint.resolve().await?.get_async_pubsub().await
+        })
+        .await
+        .map_err(|_| "timed out connecting for pub/sub".to_owned())?
+        .map_err(|err| err.to_string())?;
         let (sink, mut stream) = pubsub.split();
         let state = self.state.clone();
         let reader = tokio::spawn(async move {

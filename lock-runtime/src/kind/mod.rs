@@ -1,5 +1,5 @@
 //! Lock kinds: what a grant means, written once for every store. A kind is its Lua scripts
-//! (run by every Redis store: single node now; Cluster, Sentinel and Redlock later), how their
+//! (run by every Redis store: single node, Sentinel, Cluster, and each Redlock master), how their
 //! replies read, and its in-process twin (run by the in-process store on a [`TwinEntry`]).
 //! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
 //! and [`read`]. Neighbours: the stores in `backend/` run what this module describes; the
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use crate::backend::{AcquireReply, LockKey, Renewal};
+use crate::backend::{AcquireReply, Announce, LockKey, Renewal};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::{FencingToken, LockMode};
 
@@ -71,11 +71,17 @@ impl Kind {
         }
     }
 
-    /// The script call that gives `owner`'s grant of `key` back.
-    pub(crate) fn release_call(self, key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
+    /// The script call that gives `owner`'s grant of `key` back, announcing it as the store
+    /// does.
+    pub(crate) fn release_call(
+        self,
+        key: &LockKey,
+        owner: &str,
+        announce: Announce,
+    ) -> ScriptInvocation<'static> {
         match self {
-            Kind::Write => write::release_call(key, owner),
-            Kind::Read => read::release_call(key, owner),
+            Kind::Write => write::release_call(key, owner, announce),
+            Kind::Read => read::release_call(key, owner, announce),
         }
     }
 

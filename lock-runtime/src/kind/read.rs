@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{acquire_invocation, Try, TwinEntry, TwinReply};
-use crate::backend::LockKey;
+use crate::backend::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/read/acquire.lua")));
@@ -22,12 +22,17 @@ pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
     acquire_invocation(&ACQUIRE, attempt)
 }
 
-pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
+pub(super) fn release_call(
+    key: &LockKey,
+    owner: &str,
+    announce: Announce,
+) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
     call.key(&key.lock)
         .key(&key.writer_waiting)
         .key(&key.channel)
-        .arg(owner);
+        .arg(owner)
+        .arg(announce.command());
     call
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{acquire_invocation, millis, Try, TwinEntry, TwinReply};
-use crate::backend::LockKey;
+use crate::backend::{Announce, LockKey};
 
 /// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
 /// let it lapse: tokens never fall below the server clock in microseconds, which has passed any
@@ -22,20 +22,30 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
 
+/// How long a fencing counter lives after a grant with this lease.
+pub(crate) fn fence_ttl(lease: Duration) -> Duration {
+    FENCE_COUNTER_TTL.max(lease.saturating_mul(2))
+}
+
 pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
     let mut call = acquire_invocation(&ACQUIRE, attempt);
-    call.arg(millis(
-        FENCE_COUNTER_TTL.max(attempt.lease.saturating_mul(2)),
-    ))
-    // Zero (no mark) on a writer's last try.
-    .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
-    .arg(if attempt.refused_before { "1" } else { "0" });
+    call.arg(millis(fence_ttl(attempt.lease)))
+        // Zero (no mark) on a writer's last try.
+        .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
+        .arg(if attempt.refused_before { "1" } else { "0" });
     call
 }
 
-pub(super) fn release_call(key: &LockKey, owner: &str) -> ScriptInvocation<'static> {
+pub(super) fn release_call(
+    key: &LockKey,
+    owner: &str,
+    announce: Announce,
+) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
-    call.key(&key.lock).key(&key.channel).arg(owner);
+    call.key(&key.lock)
+        .key(&key.channel)
+        .arg(owner)
+        .arg(announce.command());
     call
 }
 

@@ -1,0 +1,289 @@
+//! Redlock store: a lock over N independent Redis masters (N odd, at least 3), each a node
+//! store (`redis.rs`, which refuses a master that reports itself a replica). Every operation
+//! goes to all masters at once with a per-master timeout far below the lease
+//! ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only when a
+//! majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try that
+//! falls short is undone on every master. Renewals need a majority too. The kinds' scripts run
+//! unchanged on each master.
+//!
+//! **Fencing tokens.** Each master hands out its own token (its counter, never below its
+//! clock in microseconds). The largest token of a quorum is not increasing on its own: with
+//! masters A, B, C, quorums {A,B} and {A,C} can raise A to 10 while B and C stay at 5, and a
+//! later quorum {B,C} would hand out 6. So before a write grant is handed out, a second round
+//! raises the counter of a majority to the chosen token t (`scripts/redlock/raise_fence.lua`).
+//! Any later quorum shares at least one master with that majority, whose counter is then at
+//! least t, so the next grant's token, the largest of its quorum, exceeds t. This needs
+//! counters that never go back (the clock floor covers a master restarted empty), and a token
+//! whose second round ends after the validity is discarded (the grant is undone). A read
+//! grant carries the largest latest-write token of its quorum, which for the same reason is
+//! at least every write token handed out before it. Wake-ups come from the first master's
+//! pub/sub (every master announces a release); the backoff covers the rest.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::Script;
+use tokio::runtime::Handle;
+
+use super::endpoint::Endpoint;
+use super::redis::{NodeOptions, RedisBackend};
+use super::wake::Waker;
+use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
+use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::{self, write::fence_ttl};
+use crate::lease::drift;
+use crate::FencingToken;
+
+static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/redlock/raise_fence.lua")));
+
+pub(crate) struct RedlockBackend {
+    masters: Vec<RedisBackend>,
+    node_timeout: Duration,
+}
+
+/// What one master said to one request, or that it said nothing in time.
+enum Answer<T> {
+    Said(T),
+    Failed(LockError),
+}
+
+impl RedlockBackend {
+    pub(crate) fn new(
+        masters: &[redis::Client],
+        options: NodeOptions,
+        node_timeout: Duration,
+        io: Handle,
+    ) -> Self {
+        let options = NodeOptions {
+            require_primary: true,
+            guard: None,
+            ..options
+        };
+        Self {
+            masters: masters
+                .iter()
+                .map(|master| {
+                    RedisBackend::new(Endpoint::Fixed(master.clone()), options, io.clone())
+                })
+                .collect(),
+            node_timeout,
+        }
+    }
+
+    pub(crate) fn waker(&self) -> &Waker {
+        self.masters[0].waker()
+    }
+
+    fn quorum(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// How long one master may take for one request of a grant with this lease.
+    fn timeout_for(&self, lease: Duration) -> Duration {
+        self.node_timeout
+            .min(lease / 10)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Runs `request` on every master at once, each bounded by `timeout`.
+    async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, request: F) -> Vec<Answer<T>>
+    where
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: std::future::Future<Output = Result<T, LockError>> + 'a,
+    {
+        join_all(self.masters.iter().map(|master| {
+            let request = request(master);
+            async move {
+                match tokio::time::timeout(timeout, request).await {
+                    Ok(Ok(answer)) => Answer::Said(answer),
+                    Ok(Err(err)) => Answer::Failed(err),
+                    Err(_) => Answer::Failed(
+                        BackendError::new(
+                            "reach a Redlock master",
+                            BackendErrorKind::Timeout,
+                            format!("no answer within the node timeout of {timeout:?}"),
+                        )
+                        .maybe_applied(true)
+                        .into(),
+                    ),
+                }
+            }
+        }))
+        .await
+    }
+
+    /// Connects to the masters that have no connection yet, before a try's clock starts.
+    async fn warm_up(&self, timeout: Duration) {
+        join_all(
+            self.masters
+                .iter()
+                .map(|master| tokio::time::timeout(timeout, master.warm_up())),
+        )
+        .await;
+    }
+
+    fn quorum_unavailable(&self, key: &LockKey, answered: usize, granted: usize) -> LockError {
+        LockError::QuorumUnavailable {
+            key: key.name.clone(),
+            answered,
+            granted,
+            needed: self.quorum(),
+            nodes: self.masters.len(),
+        }
+    }
+
+    /// Gives `owner`'s grant back on every master, waiting for the answers (best effort: a
+    /// master that does not answer lets the lease run out).
+    async fn undo(&self, kind: Kind, key: &LockKey, owner: &str, timeout: Duration) {
+        self.on_all(timeout, |master| master.release(kind, key, owner))
+            .await;
+    }
+
+    /// The second round of a write grant: a majority's counters raised to `token`.
+    async fn raise_fence(
+        &self,
+        key: &LockKey,
+        token: FencingToken,
+        lease: Duration,
+        timeout: Duration,
+    ) -> usize {
+        let raised = self
+            .on_all(timeout, |master| {
+                let mut call = RAISE_FENCE.prepare_invoke();
+                call.key(&key.fence)
+                    .arg(token.0)
+                    .arg(kind::millis(fence_ttl(lease)));
+                async move {
+                    master
+                        .invoke::<i64>("raise the fencing counter", call)
+                        .await
+                }
+            })
+            .await;
+        raised
+            .iter()
+            .filter(|answer| matches!(answer, Answer::Said(1)))
+            .count()
+    }
+}
+
+impl LockBackend for RedlockBackend {
+    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
+        let timeout = self.timeout_for(attempt.lease);
+        self.warm_up(self.node_timeout.max(Duration::from_secs(1)))
+            .await;
+        let started = Instant::now();
+        let answers = self.on_all(timeout, |master| master.acquire(attempt)).await;
+        let mut answered = 0;
+        let mut tokens = Vec::new();
+        let mut held_for: Option<Duration> = None;
+        for answer in &answers {
+            match answer {
+                Answer::Said(AcquireReply::Acquired(token)) => {
+                    answered += 1;
+                    tokens.push(*token);
+                }
+                Answer::Said(AcquireReply::Held(remaining)) => {
+                    answered += 1;
+                    if let Some(remaining) = remaining {
+                        held_for = Some(held_for.map_or(*remaining, |h| h.min(*remaining)));
+                    }
+                }
+                Answer::Failed(_) => {}
+            }
+        }
+        let granted = tokens.len();
+        let valid_until = started + attempt.lease - drift(attempt.lease);
+        if granted >= self.quorum() && Instant::now() < valid_until {
+            let token = tokens.iter().copied().max().unwrap_or(FencingToken(0));
+            let token_stands = match attempt.kind {
+                Kind::Read => true,
+                Kind::Write => {
+                    let raised = self
+                        .raise_fence(attempt.key, token, attempt.lease, timeout)
+                        .await;
+                    raised >= self.quorum() && Instant::now() < valid_until
+                }
+            };
+            if token_stands {
+                return Ok(AcquireReply::Acquired(token));
+            }
+        }
+        // Too few grants, too late, or a token that could not be made to stand: undo
+        // everywhere (also where the answer got lost), then report.
+        if granted > 0 || answered < self.masters.len() {
+            self.undo(attempt.kind, attempt.key, attempt.owner, timeout)
+                .await;
+        }
+        if answered < self.quorum() {
+            return Err(self.quorum_unavailable(attempt.key, answered, granted));
+        }
+        // A majority answered but did not grant in time: held, or a split between waiters.
+        Ok(AcquireReply::Held(held_for))
+    }
+
+    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let answers = self
+            .on_all(self.node_timeout.max(Duration::from_secs(1)), |master| {
+                master.release(kind, key, owner)
+            })
+            .await;
+        let mut answered = 0;
+        let mut released = 0;
+        let mut error = None;
+        for answer in answers {
+            match answer {
+                Answer::Said(was_ours) => {
+                    answered += 1;
+                    released += usize::from(was_ours);
+                }
+                Answer::Failed(err) => error = Some(err),
+            }
+        }
+        if answered < self.quorum() {
+            // Retried by the release path while the lease could still be in force.
+            return Err(error.unwrap_or_else(|| self.quorum_unavailable(key, answered, released)));
+        }
+        Ok(released >= self.quorum())
+    }
+
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+        let shortest = leases
+            .iter()
+            .map(|l| l.lease)
+            .min()
+            .unwrap_or(Duration::MAX);
+        let timeout = self.timeout_for(shortest);
+        let answers = self
+            .on_all(timeout, |master| master.extend_many(leases))
+            .await;
+        let mut answered = 0;
+        let mut extended = vec![0usize; leases.len()];
+        let mut error = None;
+        for answer in answers {
+            match answer {
+                Answer::Said(renewed) => {
+                    answered += 1;
+                    for (count, renewed) in extended.iter_mut().zip(renewed) {
+                        *count += usize::from(renewed);
+                    }
+                }
+                Answer::Failed(err) => error = Some(err),
+            }
+        }
+        if answered < self.quorum() {
+            let key = leases.first().map(|l| l.key);
+            return Err(match (error, key) {
+                (_, Some(key)) => self.quorum_unavailable(key, answered, 0),
+                (Some(err), None) => err,
+                (None, None) => return Ok(Vec::new()),
+            });
+        }
+        Ok(extended
+            .into_iter()
+            .map(|count| count >= self.quorum())
+            .collect())
+    }
+}
