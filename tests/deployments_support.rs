@@ -9,7 +9,10 @@ mod support;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use support::cluster::{shared_cluster, RedisCluster, Role, SLOTS};
+use support::cluster::{shared_cluster, RedisCluster, SLOTS};
+use support::masters::start_masters;
+use support::sentinel::SentinelSetup;
+use support::Role;
 
 /// The shared cluster, held alone: a failover or a slot move in one test would otherwise send
 /// another test's commands to a node that no longer serves them.
@@ -144,4 +147,42 @@ fn a_killed_primarys_replica_takes_over_and_the_node_rejoins_empty() {
         })
     );
     cluster.script_flush_all();
+}
+
+#[test]
+fn sentinels_name_the_primary_and_follow_a_killed_one() {
+    let started = Instant::now();
+    let mut setup = SentinelSetup::start("distlock-test");
+    eprintln!("sentinel setup startup took {:?}", started.elapsed());
+    assert_eq!(setup.sentinel_urls().len(), 3);
+    let old = setup.current_primary_port();
+    assert_eq!(setup.server(old).role(), Some(Role::Primary));
+    assert_eq!(setup.primary_url(), format!("redis://127.0.0.1:{old}"));
+
+    let started = Instant::now();
+    assert_eq!(setup.kill_primary(), old);
+    let new = setup.wait_for_failover(old);
+    eprintln!(
+        "sentinel failover after SIGKILL took {:?}",
+        started.elapsed()
+    );
+    assert_ne!(new, old);
+    assert_eq!(setup.current_primary_port(), new);
+
+    setup.restart_killed();
+    assert_eq!(
+        setup.server(old).role(),
+        Some(Role::Replica { primary_port: new })
+    );
+}
+
+#[test]
+fn independent_masters_each_say_master() {
+    let masters = start_masters(3);
+    let mut ports: Vec<u16> = masters.iter().map(|m| m.port()).collect();
+    ports.dedup();
+    assert_eq!(ports.len(), 3);
+    for master in &masters {
+        assert_eq!(master.role(), Some(Role::Primary), "{}", master.url());
+    }
 }

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::{
-    connect, free_port, info_field, require_redis_server, scratch_dir, server_args, wait_until,
-    RedisServer,
+    connect, free_port, info_field, query_port, require_redis_server, role_of, scratch_dir,
+    server_args, wait_until, RedisServer, Role,
 };
 
 /// How long a node may be unreachable before the others call it failed. Short, so that a
@@ -51,18 +51,6 @@ struct Node {
     id: String,
     /// When killed as a primary: the replicas it had, one of which should take over.
     replicas_when_killed: Vec<usize>,
-}
-
-/// What a node says it is (`ROLE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Serves slots (or could).
-    Primary,
-    /// Replicates the primary on `primary_port`.
-    Replica {
-        /// The port of the primary it follows.
-        primary_port: u16,
-    },
 }
 
 /// A slot half-way between two primaries: MIGRATING on the source, IMPORTING on the target,
@@ -297,11 +285,10 @@ impl RedisCluster {
             CONVERGE_TIMEOUT,
             || {
                 // "Unknown node" until the gossip has reached it.
-                redis::cmd("CLUSTER")
-                    .arg("REPLICATE")
-                    .arg(&primary_id)
-                    .query::<()>(&mut connect(self.port(index))?)
-                    .map_err(|err| err.to_string())
+                query_port::<()>(
+                    self.port(index),
+                    redis::cmd("CLUSTER").arg("REPLICATE").arg(&primary_id),
+                )
             },
         );
         self.wait_ok();
@@ -360,8 +347,7 @@ impl RedisCluster {
         live_ports.sort_unstable();
         let mut first: Option<View> = None;
         for &index in &live {
-            let info: String = match connect(self.port(index))
-                .and_then(|mut c| query(&mut c, redis::cmd("CLUSTER").arg("INFO")))
+            let info: String = match query_port(self.port(index), redis::cmd("CLUSTER").arg("INFO"))
             {
                 Ok(info) => info,
                 Err(err) => return Some(err),
@@ -392,12 +378,11 @@ impl RedisCluster {
                 Some(_) => {}
             }
             if let Some(Role::Replica { .. }) = role_of(self.port(index)) {
-                let replication: String = match connect(self.port(index))
-                    .and_then(|mut c| query(&mut c, redis::cmd("INFO").arg("replication")))
-                {
-                    Ok(info) => info,
-                    Err(err) => return Some(err),
-                };
+                let replication: String =
+                    match query_port(self.port(index), redis::cmd("INFO").arg("replication")) {
+                        Ok(info) => info,
+                        Err(err) => return Some(err),
+                    };
                 if info_field(&replication, "master_link_status") != Some("up") {
                     return Some(format!("replica {index} is not in sync yet"));
                 }
@@ -408,8 +393,7 @@ impl RedisCluster {
 
     /// What node `index` thinks of the cluster, from `CLUSTER NODES`.
     fn view(&self, index: usize) -> Result<View, String> {
-        let mut connection = connect(self.port(index))?;
-        let nodes: String = query(&mut connection, redis::cmd("CLUSTER").arg("NODES"))?;
+        let nodes: String = query_port(self.port(index), redis::cmd("CLUSTER").arg("NODES"))?;
         Ok(View::parse(&nodes))
     }
 
@@ -425,9 +409,7 @@ impl RedisCluster {
     }
 
     fn query<T: redis::FromRedisValue>(&self, index: usize, cmd: &redis::Cmd) -> T {
-        connect(self.port(index))
-            .and_then(|mut connection| query(&mut connection, cmd))
-            .unwrap_or_else(|err| panic!("node {index}: {err}"))
+        query_port(self.port(index), cmd).unwrap_or_else(|err| panic!("node {index}: {err}"))
     }
 }
 
@@ -590,24 +572,4 @@ impl View {
         }
         view
     }
-}
-
-fn role_of(port: u16) -> Option<Role> {
-    let mut connection = connect(port).ok()?;
-    let reply: Vec<redis::Value> = query(&mut connection, &redis::cmd("ROLE")).ok()?;
-    let kind: String = redis::from_redis_value_ref(reply.first()?).ok()?;
-    match kind.as_str() {
-        "master" => Some(Role::Primary),
-        "slave" => Some(Role::Replica {
-            primary_port: redis::from_redis_value_ref(reply.get(2)?).ok()?,
-        }),
-        _ => None,
-    }
-}
-
-fn query<T: redis::FromRedisValue>(
-    connection: &mut redis::Connection,
-    cmd: &redis::Cmd,
-) -> Result<T, String> {
-    cmd.query(connection).map_err(|err| err.to_string())
 }

@@ -151,6 +151,11 @@ impl RedisServer {
             .expect("connect to the test redis-server")
     }
 
+    /// What the server says it is (`ROLE`), or `None` if it does not answer.
+    pub fn role(&self) -> Option<Role> {
+        role_of(self.port)
+    }
+
     /// How many readers hold the lock `name` (default prefix): while readers hold a lock its
     /// key is their sorted set, a string while a writer holds it.
     pub fn readers(&self, name: &str) -> i64 {
@@ -358,6 +363,12 @@ pub fn connect(port: u16) -> Result<redis::Connection, String> {
         .map_err(|err| format!("connect to port {port}: {err}"))
 }
 
+/// Runs `cmd` on a fresh connection to `port`; the error says which port.
+pub fn query_port<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, String> {
+    cmd.query(&mut connect(port)?)
+        .map_err(|err| format!("port {port}: {err}"))
+}
+
 /// The `key:value` lines of an `INFO`-style reply, e.g. `info_field(&reply, "cluster_state")`.
 pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines().find_map(|line| {
@@ -365,4 +376,29 @@ pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .strip_prefix(field)
             .and_then(|rest| rest.strip_prefix(':'))
     })
+}
+
+/// What a server says it is (`ROLE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Takes writes (in a cluster: serves slots, or could).
+    Primary,
+    /// Replicates the primary on `primary_port`.
+    Replica {
+        /// The port of the primary it follows.
+        primary_port: u16,
+    },
+}
+
+/// What the server on `port` says it is, or `None` if it does not answer.
+pub fn role_of(port: u16) -> Option<Role> {
+    let reply: Vec<redis::Value> = query_port(port, &redis::cmd("ROLE")).ok()?;
+    let kind: String = redis::from_redis_value_ref(reply.first()?).ok()?;
+    match kind.as_str() {
+        "master" => Some(Role::Primary),
+        "slave" => Some(Role::Replica {
+            primary_port: redis::from_redis_value_ref(reply.get(2)?).ok()?,
+        }),
+        _ => None,
+    }
 }
