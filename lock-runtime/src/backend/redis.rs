@@ -84,6 +84,8 @@ pub(crate) struct RedisBackend {
     /// Address and db for logs (never the credentials).
     server: String,
     require_primary: bool,
+    /// Why the server was refused as a primary, when the last connection found it a replica.
+    refusal: Mutex<Option<String>>,
     guard: Option<ReplicaGuard>,
     connection_config: AsyncConnectionConfig,
     io: Handle,
@@ -108,6 +110,7 @@ impl RedisBackend {
                 options.response_timeout,
             ),
             require_primary: options.require_primary || endpoint.is_sentinel(),
+            refusal: Mutex::new(None),
             guard: options.guard,
             endpoint,
             connection_config: AsyncConnectionConfig::new()
@@ -285,7 +288,9 @@ impl RedisBackend {
             },
             _ => String::new(),
         };
+        let mut refusal = self.refusal.lock().unwrap_or_else(PoisonError::into_inner);
         if role == "master" {
+            *refusal = None;
             return Ok(());
         }
         let advice = if self.endpoint.is_sentinel() {
@@ -295,11 +300,21 @@ impl RedisBackend {
             "Redlock needs independent masters: replication defeats the algorithm (a replica \
              promoted after a crash can grant a lock its master granted); list only masters"
         };
+        let message = format!("{} reports the role `{role}`: {advice}", self.server);
+        *refusal = Some(message.clone());
         Err(BackendError::new(
             "connect",
             BackendErrorKind::Unavailable,
-            format!("{} reports the role `{role}`: {advice}", self.server),
+            message,
         ))
+    }
+
+    /// Why the last connection refused the server as a primary, if it did.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Forgets a connection that failed, so the next request makes a new one (which closes

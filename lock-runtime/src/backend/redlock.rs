@@ -174,6 +174,12 @@ impl LockBackend for RedlockBackend {
         let timeout = self.timeout_for(attempt.lease);
         self.warm_up(self.node_timeout.max(Duration::from_secs(1)))
             .await;
+        if let Some(refusal) = self.masters.iter().find_map(RedisBackend::refusal) {
+            // Replication defeats Redlock: refuse the deployment, not just the node.
+            return Err(LockError::Config(format!(
+                "a Redlock master is not a master: {refusal}"
+            )));
+        }
         let started = Instant::now();
         let answers = self.on_all(timeout, |master| master.acquire(attempt)).await;
         let mut answered = 0;

@@ -1,0 +1,257 @@
+//! Redlock over independent masters, against real `redis-server` processes: grants need a
+//! majority within the validity, a short quorum is undone everywhere and reported with how
+//! many masters answered, renewals need a majority, a replica is refused as a master, and
+//! fencing tokens strictly increase across quorums — also when a master's counter runs ahead
+//! of the others and then goes down, which the largest token of a quorum alone gets wrong.
+
+mod support;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::{Client, Config, LockError};
+use support::masters::start_masters;
+use support::RedisServer;
+
+fn redlock(masters: &[RedisServer]) -> Config {
+    Config::redlock(masters.iter().map(RedisServer::url))
+        .expect("valid urls")
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        // Generous for a loaded 2-core machine; still far below the leases used here.
+        .node_timeout(Duration::from_millis(200))
+}
+
+/// Lock keys (of any lock) left on a master.
+fn lock_keys(server: &RedisServer) -> Vec<String> {
+    let mut redis = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("distlock:*")
+        .query(&mut redis)
+        .expect("KEYS");
+    keys.into_iter()
+        .filter(|key| !key.ends_with(":fence"))
+        .collect()
+}
+
+fn now_micros() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_micros(),
+    )
+    .expect("fits")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_grants_while_a_minority_is_down() {
+    let mut masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let first = client.lock("job").acquire().await.expect("all up");
+    let first_token = first.fencing_token();
+    assert!(first.release().await.expect("release"));
+    masters[2].stop();
+    let second = client
+        .lock("job")
+        .acquire()
+        .await
+        .expect("two of three form a majority");
+    assert!(second.fencing_token() > first_token);
+    assert_eq!(lock_keys(&masters[0]).len(), 1);
+    assert!(second.release().await.expect("release"));
+    assert!(lock_keys(&masters[0]).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_majority_nothing_is_granted_and_the_error_says_how_many_answered() {
+    let mut masters = start_masters(3);
+    masters[1].stop();
+    masters[2].stop();
+    let client = Client::new(redlock(&masters)).expect("client");
+    let err = client
+        .lock("job")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect_err("one master is no majority");
+    match &err {
+        LockError::QuorumUnavailable {
+            answered,
+            granted,
+            needed,
+            nodes,
+            ..
+        } => {
+            assert_eq!(
+                (*answered, *granted, *needed, *nodes),
+                (1, 1, 2, 3),
+                "{err}"
+            );
+        }
+        other => panic!("expected QuorumUnavailable, got {other:?}"),
+    }
+    assert!(err.to_string().contains("1 answered"), "{err}");
+    // The one master that granted had its grant undone.
+    assert!(lock_keys(&masters[0]).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_short_because_masters_are_frozen_is_undone_on_every_master() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    // Connect everywhere first, so the frozen masters have the requests queued.
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .expect("all up")
+        .release()
+        .await
+        .expect("release");
+    masters[1].signal("STOP");
+    masters[2].signal("STOP");
+    let err = client
+        .lock("job")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("frozen masters do not answer");
+    assert!(
+        matches!(err, LockError::QuorumUnavailable { .. }),
+        "{err:?}"
+    );
+    masters[1].signal("CONT");
+    masters[2].signal("CONT");
+    // The frozen masters run the queued grant and then the queued undo, in order.
+    for master in &masters {
+        support::wait_until("the undo to run", Duration::from_secs(5), || {
+            let left = lock_keys(master);
+            left.is_empty()
+                .then_some(())
+                .ok_or(format!("{left:?} left"))
+        });
+    }
+    // And the lock is free.
+    let guard = client.lock("job").acquire().await.expect("free again");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_need_a_majority() {
+    let mut masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let guard = client
+        .lock("job")
+        .lease(Duration::from_millis(600))
+        .acquire()
+        .await
+        .expect("all up");
+    masters[1].stop();
+    // One master down: renewals still reach a majority, the lease is kept past its end.
+    tokio::time::timeout(Duration::from_millis(1500), guard.lost())
+        .await
+        .expect_err("a majority renews the lease");
+    masters[2].stop();
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("without a majority the lease is lost within the lease");
+    assert!(!guard.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_is_refused_as_a_master() {
+    let masters = start_masters(2);
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &masters[0].port().to_string()]);
+    let config =
+        Config::redlock([masters[0].url(), masters[1].url(), replica.url()]).expect("valid urls");
+    let client = Client::new(config).expect("client");
+    let err = client
+        .lock("job")
+        .acquire()
+        .await
+        .expect_err("a replica defeats Redlock");
+    let message = err.to_string();
+    assert!(matches!(err, LockError::Config(_)), "{err:?}");
+    assert!(
+        message.contains("role `slave`") && message.contains("replication defeats"),
+        "{message}"
+    );
+}
+
+/// The overlap argument, made concrete: master 0's counter runs far ahead (a fast clock, or
+/// many grants it took part in). A grant with all three masters takes its token. With master
+/// 0 down, the next quorum is {1, 2}, whose own counters are far behind: only because the
+/// first grant raised a majority's counters to its token is the next token larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_quorum_without_the_master_that_ran_ahead_still_hands_out_a_larger_token() {
+    let mut masters = start_masters(3);
+    let ahead = now_micros() + 3_600_000_000; // an hour of microseconds ahead
+    let _: () = redis::cmd("SET")
+        .arg("distlock:{job}:fence")
+        .arg(ahead)
+        .query(&mut masters[0].connection())
+        .expect("SET");
+    let client = Client::new(redlock(&masters)).expect("client");
+    let first = client.lock("job").acquire().await.expect("all up");
+    let first_token = first.fencing_token();
+    assert!(first_token.get() > ahead, "the largest token wins");
+    first.release().await.expect("release");
+    masters[0].stop();
+    let second = client.lock("job").acquire().await.expect("majority up");
+    assert!(
+        second.fencing_token() > first_token,
+        "{first_token} then {}: a later quorum went back",
+        second.fencing_token()
+    );
+    second.release().await.expect("release");
+}
+
+/// Thousands of grants while random minorities of five masters are down or restarted empty,
+/// and random masters' counters are pushed ahead of the others: every grant succeeds (a
+/// majority is always up) and every token is larger than the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_over_thousands_of_grants_while_minorities_come_and_go() {
+    const GRANTS: usize = 3000;
+    const ROUND: usize = 100;
+    let mut masters = start_masters(5);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let mut last = 0u64;
+    let mut restarts = 0;
+    let mut pushed_ahead = 0;
+    for round in 0..GRANTS / ROUND {
+        // Bring everyone back, then take a random minority (0, 1 or 2 masters) down; a master
+        // that comes back has lost everything (no persistence).
+        for master in masters.iter_mut().filter(|m| !m.is_running()) {
+            master.restart();
+            restarts += 1;
+        }
+        let mut order: Vec<usize> = (0..masters.len()).collect();
+        fastrand::shuffle(&mut order);
+        // Now and then a live master's counter runs ahead of the rest.
+        if round % 3 == 1 {
+            let runner = order[4];
+            let _: () = redis::cmd("SET")
+                .arg("distlock:{job}:fence")
+                .arg(last + fastrand::u64(1..1_000_000_000))
+                .query(&mut masters[runner].connection())
+                .expect("SET");
+            pushed_ahead += 1;
+        }
+        for &down in order.iter().take(fastrand::usize(0..=2)) {
+            masters[down].stop();
+        }
+        for _ in 0..ROUND {
+            let guard = client
+                .lock("job")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .expect("a majority is up");
+            let token = guard.fencing_token().get();
+            assert!(token > last, "token {token} after {last} in round {round}");
+            last = token;
+            guard.release().await.expect("release");
+        }
+    }
+    assert!(restarts > 10 && pushed_ahead >= 9, "{restarts} restarts");
+}
