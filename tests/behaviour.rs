@@ -1,24 +1,36 @@
-//! The conformance suite: the behaviour every store promises for every lock kind, run against a
-//! real `redis-server` and against the in-process store — the same test bodies, one harness per
-//! store. Tests about holding a lock run once per kind (`on_every_store_and_kind!`): the holder
-//! takes the kind under test, and the rivals take the write lock, which every kind excludes.
-//! Tests about one kind alone (fencing of writes, sharing among readers, writer preference) run
-//! once per store (`on_every_store!`).
+//! The conformance suite: the behaviour every store promises for every lock kind, the same
+//! test bodies run on every store — a single `redis-server`, a primary found through Sentinel,
+//! a 3-primary/3-replica Redis Cluster, Redlock over three independent masters, and the
+//! in-process store. Tests about holding a lock run once per kind (`on_every_store_and_kind!`):
+//! the holder takes the kind under test, and the rivals take the write lock, which every kind
+//! excludes. Tests about one kind alone (fencing of writes, sharing among readers, writer
+//! preference) run once per store (`on_every_store!`). The Sentinel setup, the Cluster and the
+//! Redlock masters are shared by the tests of this binary, each test under a key prefix of its
+//! own, so tests stay independent.
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use distlock::{Client, Config, FencingToken, LockError, LockMode, LockRequest};
+use support::cluster::shared_cluster;
+use support::masters::start_masters;
+use support::sentinel::SentinelSetup;
 use support::RedisServer;
 use tokio::time::Instant;
 
-/// A backend under test: its config, and the Redis server behind it, if any.
+/// A backend under test: its config, and the Redis server behind it, if it has its own.
 struct Harness {
     config: Config,
     _server: Option<RedisServer>,
+}
+
+/// A key prefix no other test of this binary uses.
+fn own_prefix() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("distlock:t{}:", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 impl Harness {
@@ -26,6 +38,33 @@ impl Harness {
         let server = RedisServer::start();
         let config = Config::from_url(&server.url()).expect("valid url");
         Self::tuned(config, Some(server))
+    }
+
+    fn sentinel() -> Self {
+        static SETUP: OnceLock<SentinelSetup> = OnceLock::new();
+        let setup = SETUP.get_or_init(|| SentinelSetup::start("conformance"));
+        let config = Config::sentinel(setup.sentinel_urls(), setup.master_name())
+            .expect("valid urls")
+            .key_prefix(own_prefix());
+        Self::tuned(config, None)
+    }
+
+    fn cluster() -> Self {
+        let config = Config::cluster(shared_cluster().urls())
+            .expect("valid urls")
+            .key_prefix(own_prefix());
+        Self::tuned(config, None)
+    }
+
+    fn redlock() -> Self {
+        static MASTERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
+        let masters = MASTERS.get_or_init(|| start_masters(3));
+        let config = Config::redlock(masters.iter().map(RedisServer::url))
+            .expect("valid urls")
+            .key_prefix(own_prefix())
+            // Many tests run at once on two cores: allow for scheduling delays.
+            .node_timeout(Duration::from_millis(200));
+        Self::tuned(config, None)
     }
 
     fn in_memory() -> Self {
@@ -54,66 +93,62 @@ fn take(client: &Client, mode: LockMode, key: &str) -> LockRequest {
     }
 }
 
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        mod redis_store {
+/// One store's module of tests taking the harness only.
+macro_rules! store_tests {
+    ($store:ident, $harness:ident, [$($name:ident),*]) => {
+        mod $store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(super::Harness::redis()).await
-                }
-            )*
-        }
-        mod in_memory_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Harness::in_memory()).await
+                    crate::$name(crate::Harness::$harness()).await
                 }
             )*
         }
     };
 }
 
+/// One store's module of tests taking the harness and the kind, once per kind.
+macro_rules! store_kind_tests {
+    ($store:ident, $harness:ident, [$($name:ident),*]) => {
+        mod $store {
+            mod write {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        crate::$name(crate::Harness::$harness(), distlock::LockMode::Write).await
+                    }
+                )*
+            }
+            mod read {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $name() {
+                        crate::$name(crate::Harness::$harness(), distlock::LockMode::Read).await
+                    }
+                )*
+            }
+        }
+    };
+}
+
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        store_tests!(redis_store, redis, [$($name),*]);
+        store_tests!(sentinel_store, sentinel, [$($name),*]);
+        store_tests!(cluster_store, cluster, [$($name),*]);
+        store_tests!(redlock_store, redlock, [$($name),*]);
+        store_tests!(in_memory_store, in_memory, [$($name),*]);
+    };
+}
+
 macro_rules! on_every_store_and_kind {
     ($($name:ident),* $(,)?) => {
         mod every_kind {
-            mod redis_store {
-                mod write {
-                    $(
-                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                        async fn $name() {
-                            crate::$name(crate::Harness::redis(), distlock::LockMode::Write).await
-                        }
-                    )*
-                }
-                mod read {
-                    $(
-                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                        async fn $name() {
-                            crate::$name(crate::Harness::redis(), distlock::LockMode::Read).await
-                        }
-                    )*
-                }
-            }
-            mod in_memory_store {
-                mod write {
-                    $(
-                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                        async fn $name() {
-                            crate::$name(crate::Harness::in_memory(), distlock::LockMode::Write).await
-                        }
-                    )*
-                }
-                mod read {
-                    $(
-                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                        async fn $name() {
-                            crate::$name(crate::Harness::in_memory(), distlock::LockMode::Read).await
-                        }
-                    )*
-                }
-            }
+            store_kind_tests!(redis_store, redis, [$($name),*]);
+            store_kind_tests!(sentinel_store, sentinel, [$($name),*]);
+            store_kind_tests!(cluster_store, cluster, [$($name),*]);
+            store_kind_tests!(redlock_store, redlock, [$($name),*]);
+            store_kind_tests!(in_memory_store, in_memory, [$($name),*]);
         }
     };
 }
