@@ -2,7 +2,9 @@
 //! (SIGKILL), pauses (SIGSTOP) and a Redis restart, checked against a store that logs every
 //! committed write with the value it read and the fencing token it held. The read/write mode
 //! (scenarios 7 and 8) also records who is inside, and counts every reader–writer or
-//! writer–writer overlap.
+//! writer–writer overlap. Scenarios 9 and 10 run on other deployments: Redlock over five
+//! masters with minorities down and one majority loss, and a Redis Cluster failed over again
+//! and again.
 //!
 //!     cargo test --test torture                       # small: a minute at most, run in CI
 //!     cargo test --release --test torture -- --full   # the figures in RELIABILITY.md
@@ -231,8 +233,7 @@ fn child(role: &str) {
     let args: Vec<String> = std::env::args().collect();
     let (lock_url, store_url, worker, lease_ms) = (&args[1], &args[2], &args[3], &args[4]);
     let lease = Duration::from_millis(lease_ms.parse().expect("lease"));
-    let config = Config::from_url(lock_url)
-        .expect("lock url")
+    let config = lock_config(lock_url)
         .default_lease(lease)
         .backoff(Duration::from_millis(1), Duration::from_millis(50))
         .response_timeout(Duration::from_millis(300))
@@ -271,6 +272,25 @@ fn child(role: &str) {
     });
 }
 
+/// The lock deployment a worker uses: `redlock=URL,URL,…`, `cluster=URL,…` (with
+/// `cluster-guarded=` the failover guard waits for one replica), or one server's URL.
+fn lock_config(spec: &str) -> Config {
+    let urls = |list: &str| list.split(',').map(str::to_owned).collect::<Vec<_>>();
+    if let Some(list) = spec.strip_prefix("redlock=") {
+        Config::redlock(urls(list))
+            .expect("redlock urls")
+            .node_timeout(Duration::from_millis(100))
+    } else if let Some(list) = spec.strip_prefix("cluster-guarded=") {
+        Config::cluster(urls(list))
+            .expect("cluster urls")
+            .replicas(1, Duration::from_millis(100))
+    } else if let Some(list) = spec.strip_prefix("cluster=") {
+        Config::cluster(urls(list)).expect("cluster urls")
+    } else {
+        Config::from_url(spec).expect("lock url")
+    }
+}
+
 /// Tells the orchestrator about a worker's failed call; pauses a little after a lock error.
 async fn report(result: Result<(), WorkError>) {
     match result {
@@ -288,6 +308,7 @@ fn error_kind(err: &LockError) -> String {
         LockError::Backend(e) => format!("Backend({:?})", e.kind()),
         LockError::Timeout { .. } => "Timeout".into(),
         LockError::LeaseLost { .. } => "LeaseLost".into(),
+        LockError::QuorumUnavailable { .. } => "QuorumUnavailable".into(),
         other => format!("{other:?}"),
     }
 }
@@ -908,6 +929,184 @@ fn abort_latency(size: &Size, runtime: &tokio::runtime::Runtime) {
     assert!(worst < Duration::from_millis(200), "abort took {worst:?}");
 }
 
+/// Scenario 9: eight workers do read-modify-writes under a Redlock lock over five masters. A
+/// chaos loop keeps a random minority (one or two masters) down, changing it every ~0.8 s, and
+/// once takes a majority (three) down for two seconds. A master comes back only after being
+/// down longer than the lease (the delayed restart Redlock asks for), empty. Checks: the log is
+/// sound, nothing commits while no majority is up (past the lease of grants taken before), the
+/// workers only see clean errors, and locking resumes once a majority is back.
+fn redlock_with_minority_kills_and_a_majority_loss(size: &Size) {
+    let mut masters = support::masters::start_masters(5);
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let spec = format!(
+        "redlock={}",
+        masters
+            .iter()
+            .map(RedisServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let workers: Vec<Proc> = (0..8)
+        .map(|id| Proc::spawn("worker", &spec, &store.url(), id, lease))
+        .collect();
+    let run_for = size.pick(Duration::from_secs(6), Duration::from_secs(60));
+    let started = Instant::now();
+    let mut minority_changes = 0;
+    let mut majority_loss = None;
+    while started.elapsed() < run_for {
+        for master in masters.iter_mut().filter(|m| !m.is_running()) {
+            master.restart();
+        }
+        let mut order: Vec<usize> = (0..masters.len()).collect();
+        fastrand::shuffle(&mut order);
+        let halfway = majority_loss.is_none() && started.elapsed() >= run_for / 2;
+        let down = if halfway { 3 } else { fastrand::usize(1..=2) };
+        for &victim in order.iter().take(down) {
+            masters[victim].stop();
+        }
+        if halfway {
+            let commits_before = check_log(&store).commits;
+            // Grants taken just before the loss may still commit within their lease.
+            std::thread::sleep(lease + Duration::from_millis(200));
+            let commits_at = check_log(&store).commits;
+            std::thread::sleep(Duration::from_millis(1300));
+            let commits_during = check_log(&store).commits - commits_at;
+            majority_loss = Some((commits_before, commits_during));
+        } else {
+            minority_changes += 1;
+            std::thread::sleep(Duration::from_millis(800));
+        }
+    }
+    for master in masters.iter_mut().filter(|m| !m.is_running()) {
+        master.restart();
+    }
+    let commits_after_restore = check_log(&store).commits;
+    let resumed = Instant::now();
+    while check_log(&store).commits <= commits_after_restore {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(10),
+            "locking did not resume within 10 s of a majority coming back"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
+    drop(workers);
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
+    let mut errors: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("error "))
+        .map(str::to_owned)
+        .collect();
+    errors.sort();
+    errors.dedup();
+    let (_, commits_without_majority) = majority_loss.expect("the run reached its halfway point");
+    let check = check_log(&store);
+    record(
+        "redlock_with_minority_kills_and_a_majority_loss",
+        &[
+            ("seconds", run_for.as_secs().to_string()),
+            ("masters", "5".to_owned()),
+            ("committed_writes", check.commits.to_string()),
+            ("minority_changes", minority_changes.to_string()),
+            (
+                "commits_without_a_majority",
+                commits_without_majority.to_string(),
+            ),
+            ("duplicate_reads", check.duplicate_reads.to_string()),
+            ("token_regressions", check.token_regressions.to_string()),
+            ("panics", panics.to_string()),
+            ("error_kinds_seen", format!("{errors:?}")),
+        ],
+    );
+    assert_eq!(panics, 0);
+    check.assert_sound();
+    assert!(check.commits > 50, "too few commits: {}", check.commits);
+    assert_eq!(
+        commits_without_majority, 0,
+        "a grant without a quorum let a worker commit"
+    );
+    assert!(
+        errors.iter().all(
+            |e| matches!(e.as_str(), "QuorumUnavailable" | "Timeout" | "LeaseLost")
+                || e.starts_with("Backend")
+        ),
+        "unexpected error kinds: {errors:?}"
+    );
+}
+
+/// Scenario 10: eight workers do read-modify-writes under a lock on a 3+3 Redis Cluster with
+/// the failover guard (one replica), while the primary of the lock's slot is failed over again
+/// and again: by `CLUSTER FAILOVER`, and every third time by SIGKILL, its replica taking over
+/// (the killed node then rejoins as a replica). Checks: the log is sound, locking resumes after
+/// each failover, and the workers only see clean errors.
+fn cluster_with_failovers(size: &Size) {
+    let mut cluster = support::cluster::RedisCluster::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(1000);
+    let spec = format!("cluster-guarded={}", cluster.urls().join(","));
+    let workers: Vec<Proc> = (0..8)
+        .map(|id| Proc::spawn("worker", &spec, &store.url(), id, lease))
+        .collect();
+    let failovers = size.pick(3, 12);
+    let mut recoveries = Vec::new();
+    let mut kills = 0;
+    for round in 0..failovers {
+        std::thread::sleep(Duration::from_millis(700));
+        let primary = cluster.primary_for_key("distlock:{torture}");
+        let at = Instant::now();
+        if round % 3 == 2 {
+            cluster.kill(primary);
+            cluster.wait_until_replica_promoted(primary);
+            cluster.restart(primary);
+            kills += 1;
+        } else {
+            cluster.failover(primary);
+        }
+        let commits = check_log(&store).commits;
+        while check_log(&store).commits <= commits {
+            assert!(
+                at.elapsed() < Duration::from_secs(30),
+                "locking did not resume within 30 s of failover {round}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        recoveries.push(at.elapsed());
+    }
+    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
+    drop(workers);
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
+    let mut errors: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("error "))
+        .map(str::to_owned)
+        .collect();
+    errors.sort();
+    errors.dedup();
+    let check = check_log(&store);
+    record(
+        "cluster_with_failovers",
+        &[
+            ("failovers", failovers.to_string()),
+            ("of_them_sigkill", kills.to_string()),
+            ("committed_writes", check.commits.to_string()),
+            ("duplicate_reads", check.duplicate_reads.to_string()),
+            ("token_regressions", check.token_regressions.to_string()),
+            ("panics", panics.to_string()),
+            ("error_kinds_seen", format!("{errors:?}")),
+            ("failover_to_next_commit", percentiles(&mut recoveries)),
+        ],
+    );
+    assert_eq!(panics, 0);
+    check.assert_sound();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.starts_with("Backend") || e == "Timeout" || e == "LeaseLost"),
+        "unexpected error kinds: {errors:?}"
+    );
+}
+
 /// A scenario to run, by name.
 type Scenario<'a> = Box<dyn Fn() + 'a>;
 
@@ -946,6 +1145,14 @@ fn main() {
         (
             "read_write_fencing_under_pauses",
             Box::new(|| read_write_fencing_under_pauses(&size, &runtime)),
+        ),
+        (
+            "redlock_with_minority_kills_and_a_majority_loss",
+            Box::new(|| redlock_with_minority_kills_and_a_majority_loss(&size)),
+        ),
+        (
+            "cluster_with_failovers",
+            Box::new(|| cluster_with_failovers(&size)),
         ),
     ];
     let (mut passed, mut failed) = (0, 0);
