@@ -5,8 +5,11 @@
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
+pub mod cluster;
+pub mod masters;
 pub mod monitor;
 pub mod proxy;
+pub mod sentinel;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -37,7 +40,8 @@ echo "support: exited $?"
 /// A running `redis-server` that keeps nothing on disk, like the usual cache setup.
 pub struct RedisServer {
     port: u16,
-    extra: Vec<String>,
+    /// The whole `redis-server` command line after the program name, kept for `restart`.
+    args: Vec<String>,
     process: Option<Process>,
 }
 
@@ -60,15 +64,23 @@ impl RedisServer {
         require_redis_server();
         for _ in 0..5 {
             let port = free_port();
-            if let Ok(process) = Process::spawn(port, extra) {
-                return Self {
-                    port,
-                    extra: extra.iter().map(|s| s.to_string()).collect(),
-                    process: Some(process),
-                };
+            if let Ok(server) = Self::launch(port, server_args(port, extra)) {
+                return server;
             }
         }
         panic!("could not start redis-server on a free port after 5 tries");
+    }
+
+    /// Runs `redis-server ARGS` (the whole command line, e.g. a config file and `--sentinel`)
+    /// under the watcher and waits until it listens on `port`. An error usually means the port
+    /// was taken in the meantime; the caller picks another one.
+    pub fn launch(port: u16, args: Vec<String>) -> Result<Self, String> {
+        let process = Process::spawn(port, &args)?;
+        Ok(Self {
+            port,
+            args,
+            process: Some(process),
+        })
     }
 
     /// The port the server listens on.
@@ -88,14 +100,18 @@ impl RedisServer {
         }
     }
 
+    /// Whether the server process is running (not stopped or killed).
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
+    }
+
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.stop();
         let mut last_error = String::new();
         // The port was ours a moment ago; give a racing process a few tries' worth of time.
         for _ in 0..20 {
-            let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-            match Process::spawn(self.port, &extra) {
+            match Process::spawn(self.port, &self.args) {
                 Ok(process) => {
                     self.process = Some(process);
                     return;
@@ -119,12 +135,25 @@ impl RedisServer {
         assert!(status.success(), "kill -{signal} {pid} failed");
     }
 
+    /// Like [`restart`](Self::restart), with a new command line from here on (e.g. to come
+    /// back as a replica of another server).
+    pub fn restart_with_args(&mut self, args: Vec<String>) {
+        self.stop();
+        self.args = args;
+        self.restart();
+    }
+
     /// A synchronous connection for inspecting the server from a test.
     pub fn connection(&self) -> redis::Connection {
         redis::Client::open(self.url())
             .expect("valid url")
             .get_connection()
             .expect("connect to the test redis-server")
+    }
+
+    /// What the server says it is (`ROLE`), or `None` if it does not answer.
+    pub fn role(&self) -> Option<Role> {
+        role_of(self.port)
     }
 
     /// How many readers hold the lock `name` (default prefix): while readers hold a lock its
@@ -152,17 +181,41 @@ impl Drop for RedisServer {
     }
 }
 
+/// The command line of a plain server on `port`: loopback only, nothing kept on disk,
+/// replicas synced at once, then `extra`.
+pub fn server_args(port: u16, extra: &[&str]) -> Vec<String> {
+    let dir = std::env::temp_dir();
+    let mut args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        // A replica's first sync would otherwise wait 5 s for more replicas to join it.
+        "--repl-diskless-sync-delay",
+        "0",
+        "--dir",
+        &dir.to_string_lossy(),
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "notice",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    args.extend(extra.iter().map(|arg| arg.to_string()));
+    args
+}
+
 impl Process {
-    fn spawn(port: u16, extra: &[&str]) -> Result<Self, String> {
-        let dir = std::env::temp_dir();
+    fn spawn(port: u16, args: &[String]) -> Result<Self, String> {
         let mut watcher = Command::new("sh")
             .args(["-c", WATCHER, "redis-watcher"])
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", &dir.to_string_lossy()])
-            .args(["--daemonize", "no", "--loglevel", "notice"])
-            .args(extra)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -204,7 +257,10 @@ impl Process {
                     "redis-server on port {port} exited at start: {}",
                     log.join("\n")
                 ));
-            } else if line.contains("Ready to accept connections") {
+            } else if line.contains("Ready to accept connections")
+                // A sentinel says neither; it names itself once it listens.
+                || line.contains("Sentinel ID is")
+            {
                 let pid = pid.ok_or("watcher did not report the pid")?;
                 return Ok(Self {
                     watcher,
@@ -232,7 +288,8 @@ impl Process {
     }
 }
 
-fn require_redis_server() {
+/// Panics with the install hint unless `redis-server` runs.
+pub fn require_redis_server() {
     let found = Command::new("redis-server")
         .arg("--version")
         .stdout(Stdio::null())
@@ -242,9 +299,106 @@ fn require_redis_server() {
     assert!(found, "{INSTALL_HINT}");
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listened on a moment ago.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("find a free loopback port")
+}
+
+/// Polls `check` every 20 ms until it returns `Ok`, for readiness of external processes that
+/// offer nothing to wait on. Panics after `timeout` with `what` and the last reason given.
+pub fn wait_until<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(reason) if std::time::Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}: {reason}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// A fresh directory under the system temp dir for one deployment's config files, named
+/// `distlock-KIND-PID-N`. Directories left by test processes that no longer run (a `static`
+/// deployment is never dropped) are removed on the way.
+pub fn scratch_dir(kind: &str) -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let temp = std::env::temp_dir();
+    let prefix = format!("distlock-{kind}-");
+    if let Ok(entries) = std::fs::read_dir(&temp) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split('-').next())
+            else {
+                continue;
+            };
+            if !std::path::Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = temp.join(format!("{prefix}{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch dir for config files");
+    dir
+}
+
+/// A synchronous connection to `redis://127.0.0.1:PORT`, or why not.
+pub fn connect(port: u16) -> Result<redis::Connection, String> {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{port}")).map_err(|e| e.to_string())?;
+    client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(|err| format!("connect to port {port}: {err}"))
+}
+
+/// Runs `cmd` on a fresh connection to `port`; the error says which port.
+pub fn query_port<T: redis::FromRedisValue>(port: u16, cmd: &redis::Cmd) -> Result<T, String> {
+    cmd.query(&mut connect(port)?)
+        .map_err(|err| format!("port {port}: {err}"))
+}
+
+/// The `key:value` lines of an `INFO`-style reply, e.g. `info_field(&reply, "cluster_state")`.
+pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.trim_end()
+            .strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+    })
+}
+
+/// What a server says it is (`ROLE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Takes writes (in a cluster: serves slots, or could).
+    Primary,
+    /// Replicates the primary on `primary_port`.
+    Replica {
+        /// The port of the primary it follows.
+        primary_port: u16,
+    },
+}
+
+/// What the server on `port` says it is, or `None` if it does not answer.
+pub fn role_of(port: u16) -> Option<Role> {
+    let reply: Vec<redis::Value> = query_port(port, &redis::cmd("ROLE")).ok()?;
+    let kind: String = redis::from_redis_value_ref(reply.first()?).ok()?;
+    match kind.as_str() {
+        "master" => Some(Role::Primary),
+        "slave" => Some(Role::Replica {
+            primary_port: redis::from_redis_value_ref(reply.get(2)?).ok()?,
+        }),
+        _ => None,
+    }
 }
