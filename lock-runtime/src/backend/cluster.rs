@@ -7,7 +7,6 @@
 //! The connection is made on the client's I/O runtime, so it outlives the caller's runtime.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -15,9 +14,8 @@ use redis::cluster_routing::Slot;
 use redis::RedisError;
 use tokio::runtime::Handle;
 
-use super::endpoint::Endpoint;
 use super::redis::{Failure, NodeOptions};
-use super::wake::Waker;
+use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Try};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
@@ -43,7 +41,7 @@ impl ClusterBackend {
             .iter()
             .map(|node| node.get_connection_info().clone())
             .collect();
-        let client = ClusterClient::builder(infos)
+        let client = ClusterClient::builder(infos.clone())
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
             .build()
@@ -56,9 +54,8 @@ impl ClusterBackend {
             .collect::<Vec<_>>()
             .join(", ");
         Ok(Self {
-            // Replaced by sharded pub/sub over the cluster.
             waker: Waker::new(
-                Arc::new(Endpoint::Fixed(nodes[0].clone())),
+                Transport::Cluster(infos),
                 io.clone(),
                 options.connect_timeout,
                 options.response_timeout,
