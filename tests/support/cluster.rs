@@ -364,7 +364,7 @@ impl RedisCluster {
             if let Some(port) = view.owners.values().find(|p| !live_ports.contains(p)) {
                 return Some(format!("node {index} sees slots on stopped port {port}"));
             }
-            let known: Vec<u16> = view.primaries.keys().copied().collect();
+            let known: Vec<u16> = view.roles.keys().copied().collect();
             if known != live_ports {
                 return Some(format!(
                     "node {index} knows healthy nodes {known:?}, running are {live_ports:?}"
@@ -530,7 +530,7 @@ struct View {
     /// Slot ranges and the port of the primary serving each.
     owners: BTreeMap<(u16, u16), u16>,
     /// The healthy nodes by port: whether each is a primary.
-    primaries: BTreeMap<u16, bool>,
+    roles: BTreeMap<u16, bool>,
 }
 
 impl View {
@@ -539,7 +539,7 @@ impl View {
     fn parse(nodes: &str) -> Self {
         let mut view = View {
             owners: BTreeMap::new(),
-            primaries: BTreeMap::new(),
+            roles: BTreeMap::new(),
         };
         for line in nodes.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -562,7 +562,7 @@ impl View {
                 continue;
             };
             let primary = flags.split(',').any(|f| f == "master");
-            view.primaries.insert(port, primary);
+            view.roles.insert(port, primary);
             for range in fields[8..].iter().filter(|s| !s.starts_with('[')) {
                 let (start, end) = range.split_once('-').unwrap_or((range, range));
                 if let (Ok(start), Ok(end)) = (start.parse(), end.parse()) {

@@ -3,6 +3,9 @@
 //! Each server runs under a tiny shell watcher that kills it when the test process goes away
 //! (its stdin pipe closes), so even a test binary killed mid-run leaves no server behind.
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
+//! Deployments built from these servers live next door: `cluster` (3+3 Redis Cluster),
+//! `sentinel` (primary, replicas, sentinels) and `masters` (independent masters); `proxy`
+//! and `monitor` inject and observe faults between a client and one server.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 pub mod cluster;

@@ -42,18 +42,17 @@ impl SentinelSetup {
         require_redis_server();
         let dir = scratch_dir("sentinel");
         let primary = RedisServer::start();
-        let primary_port = primary.port().to_string();
+        let primary_port = primary.port();
         let mut servers = vec![primary];
         for _ in 0..2 {
             servers.push(RedisServer::start_with(&[
                 "--replicaof",
                 "127.0.0.1",
-                &primary_port,
+                &primary_port.to_string(),
             ]));
         }
-        let sentinels = (0..3)
-            .map(|index| start_sentinel(&dir, index, master_name, &primary_port))
-            .collect();
+        let replica_ports: Vec<u16> = servers[1..].iter().map(RedisServer::port).collect();
+        let sentinels = start_sentinels(&dir, master_name, primary_port, &replica_ports);
         let setup = Self {
             master_name: master_name.to_string(),
             dir,
@@ -246,33 +245,65 @@ impl Drop for SentinelSetup {
     }
 }
 
-/// Starts sentinel `index` on a free port with its own config file (a sentinel rewrites it).
-fn start_sentinel(
+/// Starts three sentinels on free ports, each with its own config file (a sentinel rewrites
+/// it). Each file already names the replicas and the other sentinels with their ids, as a
+/// sentinel's own rewrite would: otherwise they find each other only through hello messages
+/// every 2 s.
+fn start_sentinels(
     dir: &std::path::Path,
-    index: usize,
     master_name: &str,
-    primary_port: &str,
-) -> RedisServer {
-    let config = dir.join(format!("sentinel-{index}.conf"));
+    primary_port: u16,
+    replica_ports: &[u16],
+) -> Vec<RedisServer> {
     let mut last_error = String::new();
     for _ in 0..5 {
-        let port = free_port();
-        let text = format!(
-            "port {port}\n\
-             bind 127.0.0.1\n\
-             dir {dir}\n\
-             sentinel monitor {master_name} 127.0.0.1 {primary_port} 2\n\
-             sentinel down-after-milliseconds {master_name} 1000\n\
-             sentinel failover-timeout {master_name} 3000\n\
-             sentinel parallel-syncs {master_name} 1\n",
-            dir = dir.display(),
-        );
-        std::fs::write(&config, text).expect("write a sentinel config file");
-        let args = vec![config.to_string_lossy().into_owned(), "--sentinel".into()];
-        match RedisServer::launch(port, args) {
-            Ok(sentinel) => return sentinel,
-            Err(err) => last_error = err,
+        let mut ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        ports.dedup();
+        if ports.len() < 3 {
+            continue;
         }
+        let ids: Vec<String> = ports
+            .iter()
+            .map(|_| format!("{:08x}{:032x}", fastrand::u32(..), fastrand::u128(..)))
+            .collect();
+        let mut sentinels = Vec::new();
+        for (index, &port) in ports.iter().enumerate() {
+            let mut text = format!(
+                "port {port}\n\
+                 bind 127.0.0.1\n\
+                 dir {dir}\n\
+                 sentinel myid {id}\n\
+                 sentinel monitor {master_name} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {master_name} 1000\n\
+                 sentinel failover-timeout {master_name} 3000\n\
+                 sentinel parallel-syncs {master_name} 1\n",
+                dir = dir.display(),
+                id = ids[index],
+            );
+            for replica in replica_ports {
+                text += &format!("sentinel known-replica {master_name} 127.0.0.1 {replica}\n");
+            }
+            for (other, other_port) in ports.iter().enumerate().filter(|&(o, _)| o != index) {
+                text += &format!(
+                    "sentinel known-sentinel {master_name} 127.0.0.1 {other_port} {}\n",
+                    ids[other]
+                );
+            }
+            let config = dir.join(format!("sentinel-{index}.conf"));
+            std::fs::write(&config, text).expect("write a sentinel config file");
+            let args = vec![config.to_string_lossy().into_owned(), "--sentinel".into()];
+            match RedisServer::launch(port, args) {
+                Ok(sentinel) => sentinels.push(sentinel),
+                Err(err) => {
+                    last_error = err;
+                    break;
+                }
+            }
+        }
+        if sentinels.len() == 3 {
+            return sentinels;
+        }
+        // A port was taken meanwhile; the files name all three, so start all three afresh.
     }
     panic!("{SENTINEL_HINT}\nLast error: {last_error}");
 }
