@@ -1,6 +1,7 @@
 //! The conformance suite: the behaviour every store promises for every lock kind, run against a
 //! real `redis-server` and against the in-process store — the same test bodies, one harness per
-//! store. Tests about holding a lock run once per kind (`on_every_store_and_kind!`): the holder
+//! store (the Cluster harness shares one 3+3 cluster per run, each test under its own key
+//! prefix). Tests about holding a lock run once per kind (`on_every_store_and_kind!`): the holder
 //! takes the kind under test, and the rivals take the write lock, which every kind excludes.
 //! Tests about one kind alone (fencing of writes, sharing among readers, writer preference) run
 //! once per store (`on_every_store!`).
@@ -26,6 +27,16 @@ impl Harness {
         let server = RedisServer::start();
         let config = Config::from_url(&server.url()).expect("valid url");
         Self::tuned(config, Some(server))
+    }
+
+    /// The binary's shared Redis Cluster, under a key prefix of this harness's own, so tests
+    /// running at once never meet each other's locks.
+    fn cluster() -> Self {
+        let cluster = support::cluster::shared_cluster();
+        let config = Config::cluster(cluster.urls())
+            .expect("valid urls")
+            .key_prefix(format!("conformance{}:", fastrand::u64(..)));
+        Self::tuned(config, None)
     }
 
     fn in_memory() -> Self {
@@ -64,6 +75,14 @@ macro_rules! on_every_store {
                 }
             )*
         }
+        mod cluster_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Harness::cluster()).await
+                }
+            )*
+        }
         mod in_memory_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,6 +111,24 @@ macro_rules! on_every_store_and_kind {
                         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                         async fn $name() {
                             crate::$name(crate::Harness::redis(), distlock::LockMode::Read).await
+                        }
+                    )*
+                }
+            }
+            mod cluster_store {
+                mod write {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            crate::$name(crate::Harness::cluster(), distlock::LockMode::Write).await
+                        }
+                    )*
+                }
+                mod read {
+                    $(
+                        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                        async fn $name() {
+                            crate::$name(crate::Harness::cluster(), distlock::LockMode::Read).await
                         }
                     )*
                 }
