@@ -494,6 +494,12 @@ impl Node {
             let args = server_args(
                 port,
                 &[
+                    // Not the shared temp dir: a `dump.rdb` left there by any other server
+                    // would be loaded, and a node with keys cannot join a new cluster.
+                    "--dir",
+                    &dir.to_string_lossy(),
+                    "--dbfilename",
+                    &format!("node-{index}.rdb"),
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",

@@ -5,20 +5,27 @@
 //! per slot (a script may only touch keys of one slot). Releases announce themselves by sharded
 //! pub/sub (`SPUBLISH`), which the waker (`wake.rs`) follows with one subscription per channel.
 //! The connection is made on the client's I/O runtime, so it outlives the caller's runtime.
+//!
+//! With the failover guard ([`ReplicaGuard`]) a grant or renewal is sent as the pipeline
+//! `[EVALSHA …, WAIT n timeout]`: the cluster connection sends a pipeline to the node of its
+//! first key, so `WAIT` counts the replicas of the very primary that ran the script (a `WAIT`
+//! of its own would go to every primary and say nothing about this write). Pipelines do not
+//! load scripts: on `NOSCRIPT` the script is loaded and the pipeline sent once more. A grant
+//! too few replicas acknowledged is given back and reported as held, so the acquire loop tries
+//! again within its wait; such a renewal is an error (it does not count).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::RedisError;
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
-use super::endpoint::Endpoint;
 use super::redis::{Failure, NodeOptions};
-use super::wake::Waker;
+use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Try};
+use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
 
@@ -30,6 +37,8 @@ pub(crate) struct ClusterBackend {
     /// Made once; it reconnects to nodes by itself. A failed connect is tried again by the
     /// next request.
     connection: tokio::sync::OnceCell<ClusterConnection>,
+    /// The failover guard.
+    guard: Option<ReplicaGuard>,
     waker: Waker,
 }
 
@@ -43,7 +52,7 @@ impl ClusterBackend {
             .iter()
             .map(|node| node.get_connection_info().clone())
             .collect();
-        let client = ClusterClient::builder(infos)
+        let client = ClusterClient::builder(infos.clone())
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
             .build()
@@ -56,14 +65,14 @@ impl ClusterBackend {
             .collect::<Vec<_>>()
             .join(", ");
         Ok(Self {
-            // Replaced by sharded pub/sub over the cluster.
             waker: Waker::new(
-                Arc::new(Endpoint::Fixed(nodes[0].clone())),
+                Transport::Cluster(infos),
                 io.clone(),
                 options.connect_timeout,
                 options.response_timeout,
             ),
             client,
+            guard: options.guard,
             nodes: described,
             io,
             connection: tokio::sync::OnceCell::new(),
@@ -111,21 +120,80 @@ impl ClusterBackend {
         invocation
             .invoke_async(&mut connection)
             .await
-            .map_err(|err: RedisError| {
-                let failure = Failure::of(&err);
-                BackendError::new(operation, failure.kind, err)
-                    .maybe_applied(failure.maybe_applied)
-                    .into()
-            })
+            .map_err(|err| backend_error(operation, err))
     }
+
+    /// [`invoke`](Self::invoke), then, with the failover guard, `WAIT` on the same node (one
+    /// pipeline): the flag says whether enough replicas acknowledged (always `true` without
+    /// a guard).
+    async fn invoke_replicated<T: redis::FromRedisValue>(
+        &self,
+        operation: &'static str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<(T, bool), LockError> {
+        let Some(guard) = self.guard else {
+            return Ok((self.invoke(operation, invocation).await?, true));
+        };
+        let mut connection = self.connection().await?;
+        let mut pipeline = redis::pipe();
+        pipeline
+            .invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(guard.replicas)
+            .arg(kind::millis(guard.timeout));
+        let mut loaded = false;
+        let (value, acknowledged) = loop {
+            match pipeline.query_async::<(T, u32)>(&mut connection).await {
+                Ok(reply) => break reply,
+                Err(err)
+                    if !loaded && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    // After a `SCRIPT FLUSH`, a restart or a failover to a replica that never
+                    // loaded it.
+                    invocation
+                        .load_async(&mut connection)
+                        .await
+                        .map_err(|err| backend_error(operation, err))?;
+                    loaded = true;
+                }
+                Err(err) => return Err(backend_error(operation, err)),
+            }
+        };
+        if acknowledged < guard.replicas {
+            tracing::warn!(
+                nodes = %self.nodes,
+                "{operation}: {acknowledged} of {} replicas acknowledged within {:?}; it does \
+                 not count (failover guard)",
+                guard.replicas,
+                guard.timeout
+            );
+        }
+        Ok((value, acknowledged >= guard.replicas))
+    }
+}
+
+/// A failed request as the caller sees it.
+fn backend_error(operation: &'static str, err: RedisError) -> LockError {
+    let failure = Failure::of(&err);
+    BackendError::new(operation, failure.kind, err)
+        .maybe_applied(failure.maybe_applied)
+        .into()
 }
 
 impl LockBackend for ClusterBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let reply = self
-            .invoke("acquire", attempt.kind.acquire_call(attempt))
+        let (reply, replicated) = self
+            .invoke_replicated("acquire", attempt.kind.acquire_call(attempt))
             .await?;
-        kind::read_acquire_reply(attempt.key, reply)
+        let reply = kind::read_acquire_reply(attempt.key, reply)?;
+        if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
+            return Ok(reply);
+        }
+        // Not on enough replicas: a failover now could hand the lock out again. Give it back
+        // and let the acquire loop try again within its wait.
+        self.release(attempt.kind, attempt.key, attempt.owner)
+            .await?;
+        Ok(AcquireReply::Held(None))
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
@@ -149,7 +217,17 @@ impl LockBackend for ClusterBackend {
         }
         let batches = by_slot.into_values().map(|indices| async move {
             let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
-            let extended: Vec<i64> = self.invoke("renew", kind::extend_many_call(&batch)).await?;
+            let (extended, replicated): (Vec<i64>, bool) = self
+                .invoke_replicated("renew", kind::extend_many_call(&batch))
+                .await?;
+            if !replicated {
+                return Err(LockError::from(BackendError::new(
+                    "renew",
+                    BackendErrorKind::Unavailable,
+                    "too few replicas acknowledged the renewal within the failover guard's \
+                     timeout, so it does not count",
+                )));
+            }
             if extended.len() != batch.len() {
                 return Err(LockError::from(BackendError::new(
                     "renew",

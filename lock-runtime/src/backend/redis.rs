@@ -22,7 +22,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
-use super::wake::Waker;
+use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
@@ -104,7 +104,7 @@ impl RedisBackend {
         Self {
             server: endpoint.describe(),
             waker: Waker::new(
-                endpoint.clone(),
+                Transport::Node(endpoint.clone()),
                 io.clone(),
                 options.connect_timeout,
                 options.response_timeout,

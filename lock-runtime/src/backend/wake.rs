@@ -1,4 +1,4 @@
-//! Wake-up on release for the Redis store. A write release, and the last reader's release
+//! Wake-up on release for the Redis stores. A write release, and the last reader's release
 //! while a writer waits, publish on the lock's `…:released` channel (same hash tag as the lock
 //! key); waiters of this client subscribe to it over one pub/sub connection, made on the
 //! client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
@@ -10,6 +10,17 @@
 //! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
 //! connection), this client pauses it, for longer after each failure in a row ([`Pause`]),
 //! instead of reconnecting on every wait.
+//!
+//! Two transports ([`Transport`]) carry the subscriptions. On one server: plain pub/sub
+//! (`SUBSCRIBE`) on a connection of its own. On a Redis Cluster a release runs `SPUBLISH` on
+//! the lock's shard, so waiters subscribe with `SSUBSCRIBE` over a RESP3 cluster connection
+//! that routes each command by its channel's slot: **one command per channel**, never one
+//! naming several (across slots that fails with `CROSSSLOT`). The `redis` crate resubscribes
+//! on its own after a reconnect or a slot change with one command per node, which fails across
+//! slots, so it is not relied on: when a node's connection drops, every channel is forgotten as
+//! subscribed, and when the server unsubscribes a channel (its slot moved), that channel is;
+//! the next wait on it subscribes it again, alone. A cluster error is no reason to drop the
+//! cluster connection (it reconnects to nodes by itself), only to pause.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -19,6 +30,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{ConnectionInfo, PushKind, RedisResult, Value};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -65,7 +79,7 @@ impl State {
 
 #[derive(Default)]
 struct Subscriptions {
-    sink: Option<PubSubSink>,
+    sink: Option<Sink>,
     /// The task reading the connection: dropping the sink alone would leave it open.
     reader: Option<AbortHandle>,
     subscribed: HashSet<String>,
@@ -85,6 +99,56 @@ impl Subscriptions {
         self.subscribed.clear();
         self.generation += 1;
         self.pause.failed();
+    }
+}
+
+/// How a waker reaches the servers that announce releases.
+pub(crate) enum Transport {
+    /// Plain pub/sub (`SUBSCRIBE`) on the store's server (for Sentinel, the primary it names
+    /// now).
+    Node(Arc<Endpoint>),
+    /// Sharded pub/sub (`SSUBSCRIBE`) on a Redis Cluster found through these nodes, each
+    /// channel subscribed on its own shard.
+    Cluster(Vec<ConnectionInfo>),
+}
+
+/// A live subscription connection.
+enum Sink {
+    Node(PubSubSink),
+    Cluster(ClusterConnection),
+}
+
+impl Sink {
+    /// Subscribes one channel.
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Sink::Node(sink) => sink.subscribe(channel).await,
+            Sink::Cluster(connection) => connection.ssubscribe(channel).await,
+        }
+    }
+
+    /// Unsubscribes one channel.
+    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Sink::Node(sink) => sink.unsubscribe(channel).await,
+            Sink::Cluster(connection) => connection.sunsubscribe(channel).await,
+        }
+    }
+
+    /// Whether a failed command means this connection is broken and must go. A cluster
+    /// connection reconnects to its nodes by itself: an error there (a node down, a slot
+    /// moving) is no reason to drop the connections to all the others.
+    fn breaks_on_error(&self) -> bool {
+        matches!(self, Sink::Node(_))
+    }
+
+    /// Whether an error reply refuses subscribing for good (permissions), as opposed to a
+    /// passing state of the server or the cluster.
+    fn is_refusal(&self, err: &redis::RedisError) -> bool {
+        match self {
+            Sink::Node(_) => matches!(err.kind(), redis::ErrorKind::Server(_)),
+            Sink::Cluster(_) => err.code() == Some("NOPERM"),
+        }
     }
 }
 
@@ -137,8 +201,8 @@ pub(crate) struct Waker {
 }
 
 struct Inner {
-    /// Where to subscribe: the store's server (for Sentinel, the primary it names now).
-    endpoint: Arc<Endpoint>,
+    /// Where and how to subscribe.
+    transport: Transport,
     io: Handle,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -160,14 +224,14 @@ enum Side {
 
 impl Waker {
     pub(crate) fn new(
-        endpoint: Arc<Endpoint>,
+        transport: Transport,
         io: Handle,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                endpoint,
+                transport,
                 io,
                 connect_timeout,
                 response_timeout,
@@ -287,12 +351,17 @@ impl Inner {
                 subscriptions.subscribed.insert(channel.to_owned());
                 subscriptions.pause.succeeded();
             }
-            Ok(Err(err)) if matches!(err.kind(), redis::ErrorKind::Server(_)) => {
+            Ok(Err(err)) if sink.is_refusal(&err) => {
                 tracing::warn!(
-                    "Redis refused SUBSCRIBE ({err}); waiters fall back to backoff. \
-                     Grant the user the lock channels (e.g. `&distlock:*`) for wake-ups on release"
+                    "Redis refused subscribing to {channel} ({err}); waiters fall back to \
+                     backoff. Grant the user the lock channels (e.g. `&distlock:*`) for \
+                     wake-ups on release"
                 );
                 subscriptions.pause.refused();
+            }
+            Ok(Err(err)) if !sink.breaks_on_error() => {
+                tracing::debug!("no wake-up on release for {channel} (backoff instead): {err}");
+                subscriptions.pause.failed();
             }
             // Broken or half-open connection: drop it; the next wait connects again.
             Ok(Err(_)) | Err(_) => subscriptions.reset(),
@@ -301,29 +370,105 @@ impl Inner {
 
     /// Connects (this runs on the I/O runtime, so the connection's driver lives there too) and
     /// starts the reader that wakes waiters.
-    async fn connect(&self, generation: u64) -> Result<(PubSubSink, AbortHandle), String> {
-        let pubsub = tokio::time::timeout(self.connect_timeout, async {
-            self.endpoint.resolve().await?.get_async_pubsub().await
+    async fn connect(&self, generation: u64) -> Result<(Sink, AbortHandle), String> {
+        let (sink, reader) = tokio::time::timeout(self.connect_timeout, async {
+            match &self.transport {
+                Transport::Node(endpoint) => {
+                    let pubsub = endpoint.resolve().await?.get_async_pubsub().await?;
+                    let (sink, stream) = pubsub.split();
+                    let reader = tokio::spawn(read_node(stream, self.state.clone(), generation));
+                    Ok::<_, redis::RedisError>((Sink::Node(sink), reader))
+                }
+                Transport::Cluster(nodes) => {
+                    let (pushes, received) = tokio::sync::mpsc::unbounded_channel();
+                    let connection = ClusterClient::builder(nodes.clone())
+                        .use_protocol(redis::ProtocolVersion::RESP3)
+                        .push_sender(pushes)
+                        .connection_timeout(self.connect_timeout)
+                        .response_timeout(self.response_timeout)
+                        .build()?
+                        .get_async_connection()
+                        .await?;
+                    let reader =
+                        tokio::spawn(read_cluster(received, self.state.clone(), generation));
+                    Ok((Sink::Cluster(connection), reader))
+                }
+            }
         })
         .await
         .map_err(|_| "timed out connecting for pub/sub".to_owned())?
         .map_err(|err| err.to_string())?;
-        let (sink, mut stream) = pubsub.split();
-        let state = self.state.clone();
-        let reader = tokio::spawn(async move {
-            while let Some(message) = stream.next().await {
-                if let Some(channel) = state.channels().get(message.get_channel_name()) {
-                    channel.wake();
+        Ok((sink, reader.abort_handle()))
+    }
+}
+
+/// Wakes the waiters on `channel`, if this client has any.
+fn wake(state: &State, channel: &[u8]) {
+    let Ok(channel) = std::str::from_utf8(channel) else {
+        return;
+    };
+    if let Some(channel) = state.channels().get(channel) {
+        channel.wake();
+    }
+}
+
+/// Reads a plain pub/sub connection until it ends.
+async fn read_node(mut stream: redis::aio::PubSubStream, state: Arc<State>, generation: u64) {
+    while let Some(message) = stream.next().await {
+        wake(&state, message.get_channel_name().as_bytes());
+    }
+    connection_gone(&state, generation).await;
+}
+
+/// Reads the pushes of a cluster connection until it is dropped: messages wake waiters; a
+/// dropped node connection forgets every channel as subscribed, an unsubscribe (ours, or the
+/// server's after the slot moved) forgets its channel, so the next wait subscribes it again.
+async fn read_cluster(
+    mut pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+    state: Arc<State>,
+    generation: u64,
+) {
+    while let Some(push) = pushes.recv().await {
+        match push.kind {
+            PushKind::SMessage | PushKind::Message => {
+                if let Some(Value::BulkString(channel)) = push.data.first() {
+                    wake(&state, channel);
                 }
             }
-            // The connection is gone: the next wait connects and subscribes again.
-            let mut subscriptions = state.subscriptions.lock().await;
-            if subscriptions.generation == generation {
-                subscriptions.reader = None; // this task, ending anyway
-                subscriptions.reset();
+            PushKind::SUnsubscribe | PushKind::Disconnection => {
+                let channel = match push.data.first() {
+                    Some(Value::BulkString(channel)) if push.kind == PushKind::SUnsubscribe => {
+                        Some(String::from_utf8_lossy(channel).into_owned())
+                    }
+                    _ => None,
+                };
+                // Forgetting may wait for a subscribe under way; messages must not.
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let mut subscriptions = state.subscriptions.lock().await;
+                    if subscriptions.generation != generation {
+                        return;
+                    }
+                    match channel {
+                        Some(channel) => {
+                            subscriptions.subscribed.remove(&channel);
+                        }
+                        None => subscriptions.subscribed.clear(),
+                    }
+                });
             }
-        });
-        Ok((sink, reader.abort_handle()))
+            _ => {}
+        }
+    }
+    connection_gone(&state, generation).await;
+}
+
+/// The connection is gone: the next wait connects and subscribes again.
+async fn connection_gone(state: &State, generation: u64) {
+    let mut subscriptions = state.subscriptions.lock().await;
+    if subscriptions.generation == generation {
+        subscriptions.reader = None; // this task, ending anyway
+        subscriptions.reset();
     }
 }
 
@@ -353,7 +498,8 @@ impl Drop for Interest {
             }
             if let Some(sink) = subscriptions.sink.as_mut() {
                 let unsubscribed = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
-                if !matches!(unsubscribed, Ok(Ok(()))) {
+                // A cluster channel left subscribed only brings a message nobody waits for.
+                if !matches!(unsubscribed, Ok(Ok(()))) && sink.breaks_on_error() {
                     subscriptions.reset();
                 }
             }

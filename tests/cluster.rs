@@ -1,0 +1,636 @@
+//! The Cluster store against a real 3-primary/3-replica Redis Cluster: the lock kinds, the key
+//! layout (every key of a lock and its channel in one slot, whatever the name holds), wake-ups
+//! by sharded pub/sub, renewals batched per slot, `MOVED`/`ASK` and a slot migration under a
+//! waiter, a flushed script cache, a manual failover and a SIGKILLed primary, and the failover
+//! guard (`WAIT` on the lock's own primary). Tests that leave the cluster as they found it share
+//! one ([`shared_cluster`]); tests that fail over, kill or freeze nodes start their own, one at
+//! a time ([`DEDICATED`]), as the machine running them may be small.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use distlock::{Client, Config, LockError};
+use redis::cluster_routing::Slot;
+use support::cluster::{shared_cluster, RedisCluster};
+use support::monitor::{arguments, Monitor};
+
+/// Tests with a cluster of their own run one after the other.
+static DEDICATED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn client(cluster: &RedisCluster, tune: impl FnOnce(Config) -> Config) -> Client {
+    let config = Config::cluster(cluster.urls()).expect("cluster urls");
+    Client::new(tune(config)).expect("client")
+}
+
+fn plain(cluster: &RedisCluster) -> Client {
+    client(cluster, |config| config)
+}
+
+/// The lock key of `name` under the default prefix (for names not starting with `}`).
+fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+fn channel(name: &str) -> String {
+    format!("{}:released", lock_key(name))
+}
+
+/// How many clients have `channel` subscribed on the primary of its slot.
+fn shard_subscribers(cluster: &RedisCluster, channel: &str) -> i64 {
+    let primary = cluster.primary_for_key(channel);
+    let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(&mut cluster.connection_to(primary))
+        .expect("PUBSUB SHARDNUMSUB");
+    match reply.get(1) {
+        Some(redis::Value::Int(count)) => *count,
+        _ => 0,
+    }
+}
+
+/// Polls (bounded) until `channel` has at least `n` shard subscribers.
+async fn wait_for_shard_subscribers(cluster: &RedisCluster, channel: &str, n: i64) {
+    let started = Instant::now();
+    loop {
+        let count = shard_subscribers(cluster, channel);
+        if count >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{count} shard subscribers of {channel}, expected {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_read_and_write_locks_work_on_the_cluster() {
+    let cluster = shared_cluster();
+    let (a, b) = (plain(cluster), plain(cluster));
+
+    let first = a.lock("basics:excl").acquire().await.expect("lock");
+    let refused = b.lock("basics:excl").wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    let token = first.fencing_token();
+    assert!(first.release().await.expect("release"));
+    let second = b.lock("basics:excl").acquire().await.expect("lock again");
+    assert!(second.fencing_token() > token, "fencing tokens increase");
+    assert!(second.release().await.expect("release"));
+
+    let readers = [
+        a.read_lock("basics:rw").acquire().await.expect("read"),
+        b.read_lock("basics:rw")
+            .acquire()
+            .await
+            .expect("second read"),
+    ];
+    let writer = a
+        .write_lock("basics:rw")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(writer, Err(LockError::Timeout { .. })),
+        "{writer:?}"
+    );
+    for reader in readers {
+        assert!(reader.release().await.expect("release read"));
+    }
+    let writer = b.write_lock("basics:rw").acquire().await.expect("write");
+    let reader = a
+        .read_lock("basics:rw")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(reader, Err(LockError::Timeout { .. })),
+        "{reader:?}"
+    );
+    assert!(writer.release().await.expect("release write"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_of_a_lock_and_its_channel_share_one_slot_whatever_the_name_holds() {
+    let cluster = shared_cluster();
+    let (holder, rival) = (plain(cluster), plain(cluster));
+    let mut connections: HashMap<usize, redis::Connection> = HashMap::new();
+    for (i, shape) in [
+        "plain-", "a{b-", "a}b-", "}", "}{x}-", "{a}-", "x{}y-", "{}",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let marker = format!("slotcheck{i}x{}", fastrand::u64(..));
+        let name = format!("{shape}{marker}");
+        for read in [false, true] {
+            let guard = if read {
+                holder.read_lock(&name).acquire().await
+            } else {
+                holder.write_lock(&name).acquire().await
+            }
+            .unwrap_or_else(|err| panic!("{name:?}: {err}"));
+            // A writer that finds it held sets the writer-waiting mark.
+            let refused = rival
+                .write_lock(&name)
+                .wait(Duration::from_millis(50))
+                .acquire()
+                .await;
+            assert!(
+                matches!(refused, Err(LockError::Timeout { .. })),
+                "{refused:?}"
+            );
+            let mut keys = Vec::new();
+            for primary in cluster.primaries() {
+                let connection = connections
+                    .entry(primary)
+                    .or_insert_with(|| cluster.connection_to(primary));
+                let found: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("*{marker}*"))
+                    .query(connection)
+                    .expect("KEYS");
+                keys.extend(found.into_iter().map(|key| (primary, key)));
+            }
+            let lock = keys
+                .iter()
+                .map(|(_, key)| key)
+                .find(|key| !key.ends_with(":fence") && !key.ends_with(":writer-waiting"))
+                .unwrap_or_else(|| panic!("{name:?}: no lock key among {keys:?}"))
+                .clone();
+            assert!(
+                keys.iter().any(|(_, key)| key.ends_with(":fence")),
+                "{name:?}: {keys:?}"
+            );
+            let slot = cluster.slot_of(&lock);
+            for (primary, key) in &keys {
+                assert_eq!(cluster.slot_of(key), slot, "{name:?}: {key} vs {lock}");
+                assert_eq!(cluster.primary_for_slot(slot), *primary, "{name:?}: {key}");
+            }
+            let channel = format!("{lock}:released");
+            assert_eq!(cluster.slot_of(&channel), slot, "{name:?}: {channel}");
+            assert!(guard.release().await.expect("release"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_on_another_client_through_sharded_pub_sub() {
+    let cluster = shared_cluster();
+    // These clients try again only after up to 10 s: a waiter that gets in sooner was woken.
+    let slow = || {
+        client(cluster, |config| {
+            config.backoff(Duration::from_secs(10), Duration::from_secs(10))
+        })
+    };
+    let clients = [slow(), slow()];
+    for round in 0..3 {
+        let name = format!("wake-{round}");
+        let holder = clients[round % 2]
+            .lock(&name)
+            .acquire()
+            .await
+            .expect("lock");
+        let waiter = clients[(round + 1) % 2].clone();
+        let waiting_name = name.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = waiter
+                .lock(&waiting_name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("waiter");
+            (Instant::now(), guard)
+        });
+        wait_for_shard_subscribers(cluster, &channel(&name), 1).await;
+        assert!(holder.release().await.expect("release"));
+        let released = Instant::now();
+        let (got_at, guard) = waiting.await.expect("waiter task");
+        let after = got_at.saturating_duration_since(released);
+        assert!(
+            after < Duration::from_secs(1),
+            "round {round}: the waiter got the lock {after:?} after the release"
+        );
+        assert!(guard.release().await.expect("release"));
+    }
+    // Once nobody waits, the channels are unsubscribed again.
+    for round in 0..3 {
+        let channel = channel(&format!("wake-{round}"));
+        let started = Instant::now();
+        while shard_subscribers(cluster, &channel) > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{channel} stays subscribed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `groups` sets of `per_group` lock names, each set in one slot of its own.
+fn names_sharing_slots(groups: usize, per_group: usize) -> Vec<Vec<String>> {
+    let mut by_slot: HashMap<Slot, Vec<String>> = HashMap::new();
+    let mut targets: Vec<Slot> = Vec::new();
+    for i in 0.. {
+        let name = format!("batch-{i}");
+        let slot = Slot::for_key(lock_key(&name));
+        if targets.len() < groups && !targets.contains(&slot) {
+            targets.push(slot);
+        }
+        if targets.contains(&slot) {
+            let names = by_slot.entry(slot).or_default();
+            if names.len() < per_group {
+                names.push(name);
+            }
+        }
+        if targets.len() == groups && by_slot.values().all(|names| names.len() == per_group) {
+            break;
+        }
+    }
+    by_slot.into_values().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_batched_one_call_per_slot() {
+    const GROUPS: usize = 4;
+    const PER_GROUP: usize = 5;
+    let cluster = shared_cluster();
+    let prefix = format!("renewals{}:", fastrand::u64(..));
+    let lease = Duration::from_millis(1500);
+    let client = client(cluster, |config| config.key_prefix(prefix.clone()));
+    let groups = names_sharing_slots(GROUPS, PER_GROUP);
+    let monitors: Vec<Monitor> = cluster
+        .primaries()
+        .into_iter()
+        .map(|primary| Monitor::start(cluster.node(primary)))
+        .collect();
+    let tasks: Vec<_> = groups
+        .iter()
+        .flatten()
+        .map(|name| {
+            let request = client.lock(name).lease(lease);
+            tokio::spawn(request.acquire())
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(task.await.expect("task").expect("lock"));
+    }
+    let seen_before: Vec<usize> = monitors.iter().map(|m| m.lines().len()).collect();
+    let window = Duration::from_millis(2500);
+    tokio::time::sleep(window).await;
+    let mut renewals = Vec::new();
+    for (monitor, before) in monitors.iter().zip(seen_before) {
+        for line in &monitor.lines()[before..] {
+            let args = arguments(line);
+            if args
+                .first()
+                .is_some_and(|cmd| cmd.eq_ignore_ascii_case("EVALSHA"))
+                && args.iter().any(|arg| arg.starts_with(&prefix))
+            {
+                renewals.push(args);
+            }
+        }
+    }
+    for guard in guards {
+        assert!(guard.is_held());
+        assert!(guard.release().await.expect("release"));
+    }
+    // A renewal every lease/3 = 500 ms: about five periods in the window, so about five calls
+    // per slot; renewing lock by lock would be five times as many.
+    let periods = (window.as_millis() / (lease / 3).as_millis()) as usize;
+    assert!(
+        renewals.len() >= GROUPS && renewals.len() <= GROUPS * (periods + 2),
+        "{} renewal calls for {GROUPS} slots over {periods} periods",
+        renewals.len()
+    );
+    for args in &renewals {
+        let keys: Vec<&String> = args.iter().filter(|arg| arg.starts_with(&prefix)).collect();
+        let slot = Slot::for_key(keys[0]);
+        assert!(
+            keys.iter().all(|key| Slot::for_key(key) == slot),
+            "one call, one slot: {keys:?}"
+        );
+    }
+    let batched = renewals
+        .iter()
+        .filter(|args| args.iter().filter(|arg| arg.starts_with(&prefix)).count() >= PER_GROUP)
+        .count();
+    assert!(
+        batched * 2 >= renewals.len(),
+        "most renewal calls should carry a whole slot's {PER_GROUP} locks: {renewals:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_a_lock_whose_slot_migrates_meanwhile_through_ask_and_moved() {
+    let cluster = shared_cluster();
+    let holder = plain(cluster);
+    let waiter = client(cluster, |config| {
+        config.backoff(Duration::from_millis(100), Duration::from_millis(500))
+    });
+    let name = "migrating";
+    let key = lock_key(name);
+    let slot = cluster.slot_of(&key);
+    let from = cluster.primary_for_slot(slot);
+    let to = *cluster
+        .primaries()
+        .iter()
+        .find(|&&primary| primary != from)
+        .expect("another primary");
+
+    let held = holder
+        .lock(name)
+        .lease(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .expect("lock");
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock(name)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .map(|guard| (waiter, guard))
+    });
+    wait_for_shard_subscribers(cluster, &channel(name), 1).await;
+
+    // Half-way: the keys are on the target, the source answers `-ASK`; the watchdog's
+    // renewals (every 500 ms) follow it to the target.
+    let target = Monitor::start(cluster.node(to));
+    let migration = cluster.start_migration(slot, from, to);
+    assert!(
+        migration.move_keys(cluster, 100) >= 2,
+        "the lock and its fence"
+    );
+    let started = Instant::now();
+    while !target
+        .lines()
+        .iter()
+        .any(|line| line.to_ascii_uppercase().contains("\"EVALSHA\"") && line.contains(&key))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no renewal reached the target"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    migration.finish(cluster);
+    assert_eq!(cluster.primary_for_slot(slot), to);
+    assert!(held.is_held(), "renewed through the migration");
+
+    // After: the clients' slot maps are stale, the old node answers `-MOVED`.
+    assert!(held.release().await.expect("release after the move"));
+    let (waiter, guard) = waiting
+        .await
+        .expect("waiter task")
+        .expect("the waiter gets the lock after the migration");
+    let refused = holder.lock(name).wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    assert!(guard.release().await.expect("release"));
+    let last = waiter.lock(name).acquire().await.expect("lock");
+    assert!(last.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locking_and_renewing_work_after_the_script_cache_of_every_node_is_flushed() {
+    let cluster = shared_cluster();
+    let client = plain(cluster);
+    let held = client
+        .lock("flushed")
+        .lease(Duration::from_millis(600))
+        .acquire()
+        .await
+        .expect("lock");
+    cluster.script_flush_all();
+    // Renewals (every 200 ms) meet NOSCRIPT and load the script again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(held.is_held(), "renewed after the flush");
+    cluster.script_flush_all();
+    let other = client
+        .read_lock("flushed-too")
+        .acquire()
+        .await
+        .expect("read");
+    cluster.script_flush_all();
+    assert!(other.release().await.expect("release"));
+    assert!(held.release().await.expect("release"));
+}
+
+/// Takes `name` with `client` until it succeeds or `within` has passed, tolerating errors
+/// (their times are returned) — for waiters during a failover window.
+async fn acquire_despite_errors(
+    client: &Client,
+    name: &str,
+    within: Duration,
+) -> (distlock::LockGuard, Vec<(Instant, LockError)>) {
+    let started = Instant::now();
+    let mut errors = Vec::new();
+    loop {
+        let left = within.saturating_sub(started.elapsed());
+        assert!(
+            !left.is_zero(),
+            "{name}: no lock within {within:?}; errors: {errors:?}"
+        );
+        match client.lock(name).wait(left).acquire().await {
+            Ok(guard) => return (guard, errors),
+            Err(err) => {
+                errors.push((Instant::now(), err));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_of_a_held_locks_primary_loses_neither_lock_nor_waiter() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start();
+    let (holder, waiter) = (plain(&cluster), plain(&cluster));
+    let name = "failover-manual";
+    let held = holder.lock(name).acquire().await.expect("lock");
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(
+            async move { acquire_despite_errors(&waiter, name, Duration::from_secs(60)).await },
+        )
+    };
+    wait_for_shard_subscribers(&cluster, &channel(name), 1).await;
+
+    let primary = cluster.primary_for_key(&lock_key(name));
+    let promoted = cluster.failover(primary);
+    let window_end = Instant::now();
+    assert_eq!(cluster.primary_for_key(&lock_key(name)), promoted);
+
+    // The grant survived the failover: nobody else gets it.
+    let refused = plain(&cluster)
+        .lock(name)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    assert!(held.is_held());
+    let fresh = holder
+        .lock("failover-manual-fresh")
+        .acquire()
+        .await
+        .expect("fresh");
+    assert!(fresh.release().await.expect("release fresh"));
+    assert!(held.release().await.expect("release after the failover"));
+    let (guard, errors) = waiting.await.expect("waiter task");
+    assert!(
+        errors.iter().all(|(at, _)| *at <= window_end),
+        "errors after the failover window: {errors:?}"
+    );
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_primary_whose_replica_takes_over_leaves_no_waiter_stuck() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let mut cluster = RedisCluster::start();
+    let holder = client(&cluster, |config| {
+        config.response_timeout(Duration::from_millis(500))
+    });
+    let name = "failover-killed";
+    let lease = Duration::from_secs(3);
+    let held = holder
+        .lock(name)
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("lock");
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let waiter = plain(&cluster);
+        waiting.push(tokio::spawn(async move {
+            acquire_despite_errors(&waiter, name, Duration::from_secs(60))
+                .await
+                .0
+                .release()
+                .await
+        }));
+    }
+    wait_for_shard_subscribers(&cluster, &channel(name), 3).await;
+
+    let primary = cluster.primary_for_key(&lock_key(name));
+    cluster.kill(primary);
+    let promoted = cluster.wait_until_replica_promoted(primary);
+    let window_end = Instant::now();
+    assert_eq!(cluster.primary_for_key(&lock_key(name)), promoted);
+
+    // After the window every request succeeds at once, in the killed primary's slots too.
+    let after = plain(&cluster);
+    for i in 0..5 {
+        let fresh = format!("failover-killed-fresh-{i}");
+        let guard = after
+            .lock(&fresh)
+            .acquire()
+            .await
+            .expect("acquire after the window");
+        assert!(guard.release().await.expect("release after the window"));
+    }
+    let fresh = holder
+        .lock("failover-killed-holder")
+        .acquire()
+        .await
+        .expect("holder's client");
+    assert!(fresh.release().await.expect("release"));
+    // The old grant is released, or lost with its lease: either way every waiter gets in.
+    let _ = held.release().await;
+    for waiter in waiting {
+        let released = waiter.await.expect("waiter task");
+        assert!(released.is_ok(), "{released:?}");
+    }
+    assert!(
+        window_end.elapsed() < Duration::from_secs(60),
+        "waiters were slow to get in"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_failover_guard_waits_for_the_replica_of_the_locks_own_primary() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start();
+    let guarded = client(&cluster, |config| {
+        config
+            .replicas(1, Duration::from_millis(200))
+            .backoff(Duration::from_millis(10), Duration::from_millis(50))
+    });
+    let name = "guarded";
+    let first = guarded
+        .lock(name)
+        .acquire()
+        .await
+        .expect("acquired with replicas up");
+    assert!(first.release().await.expect("release"));
+    // Also after the scripts are gone (the pipeline loads them again).
+    cluster.script_flush_all();
+    let flushed = guarded
+        .lock(name)
+        .acquire()
+        .await
+        .expect("acquired after a flush");
+    assert!(flushed.release().await.expect("release"));
+
+    let primary = cluster.primary_for_key(&lock_key(name));
+    let replica = cluster.replicas_of(primary)[0];
+    let name_on = |on_primary: bool, tag: &str| {
+        (0..)
+            .map(|i| format!("guarded-{tag}-{i}"))
+            .find(|other| (cluster.primary_for_key(&lock_key(other)) == primary) == on_primary)
+            .expect("a name")
+    };
+    let (elsewhere, renewed) = (name_on(false, "elsewhere"), name_on(true, "renewed"));
+    let held = guarded
+        .lock(&renewed)
+        .lease(Duration::from_millis(900))
+        .acquire()
+        .await
+        .expect("held");
+
+    cluster.node(replica).signal("STOP");
+    let refused = guarded
+        .lock(name)
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    // The refused grants were given back: unguarded, the lock is free.
+    let given_back = plain(&cluster)
+        .lock(name)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    let on_other_primary = guarded.lock(&elsewhere).acquire().await;
+    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost()).await;
+    cluster.node(replica).signal("CONT");
+
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "a grant without the replica of its primary is not handed out: {refused:?}"
+    );
+    let given_back = given_back.expect("the refused grants were given back");
+    assert!(given_back.release().await.expect("release"));
+    let on_other_primary =
+        on_other_primary.expect("WAIT runs on the lock's own primary, not on every primary");
+    assert!(on_other_primary.release().await.expect("release"));
+    assert!(lost.is_ok(), "renewals without the replica do not count");
+    let _ = held.release().await;
+    let again = guarded
+        .lock(name)
+        .acquire()
+        .await
+        .expect("acquired once the replica is back");
+    assert!(again.release().await.expect("release"));
+}
