@@ -152,6 +152,50 @@ async fn a_sentinel_client_follows_a_demoted_primary_with_errors_only_during_the
     );
 }
 
+/// Sentinel closes a demoted primary's client connections (`CLIENT KILL TYPE normal` with its
+/// `REPLICAOF`), so a `READONLY` reply is seen when a primary is demoted some other way (an
+/// operator's `REPLICAOF`, say) while the sentinels still name it: the connection is dropped,
+/// the request retried on a new one, whose role check refuses the replica; once the server is
+/// a primary again, the next request works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readonly_reply_drops_the_connection_and_the_role_is_checked_again() {
+    let setup = SentinelSetup::start("readonly");
+    let client = Client::new(sentinel_config(&setup)).expect("client");
+    lock_once(&client, "before")
+        .await
+        .expect("the primary is up");
+    let primary = setup.current_primary_port();
+    // Demote it for a moment, to a primary nobody runs: it stays a read-only replica.
+    let nowhere = support::free_port().to_string();
+    let _: String = query_port(
+        primary,
+        redis::cmd("REPLICAOF").arg("127.0.0.1").arg(&nowhere),
+    )
+    .expect("REPLICAOF");
+    let err = client
+        .lock("demoted")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("a replica takes no locks");
+    let _: String = query_port(primary, redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .expect("REPLICAOF NO ONE");
+    let message = err.to_string();
+    assert!(
+        message.contains("reports the role `slave`") && message.contains("not the primary"),
+        "the retry's role check refuses the replica: {message}"
+    );
+    assert!(!has_lock(primary, "demoted"));
+    let guard = client
+        .lock("promoted")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a primary again");
+    assert!(has_lock(primary, "promoted"));
+    assert!(guard.release().await.expect("release"));
+}
+
 /// The new primary once every sentinel names it and it says it is a primary.
 fn settled_primary(setup: &SentinelSetup, old_port: u16) -> Option<u16> {
     let port = setup.current_primary_port();
