@@ -3,7 +3,9 @@
 //!
 //! - a Sentinel client follows a failover, after a SIGKILL of the primary and after a demotion
 //!   of a live primary (`SENTINEL FAILOVER`), without being rebuilt: its first request after
-//!   the failover succeeds and lands on the new primary;
+//!   the failover succeeds and lands on the new primary; a primary demoted behind the
+//!   sentinels' back answers `READONLY`, and the client drops the connection and checks the
+//!   role of the next one;
 //! - the failover guard (`Config::replicas`): the primary is SIGKILLed right after a grant
 //!   whose replication was cut, in a loop. Without the guard the promoted replica hands the
 //!   lock out a second time while the first holder still holds it (the test detects this, so
