@@ -1,0 +1,463 @@
+//! Redis Sentinel and the failover guard, against real processes (a primary, two replicas and
+//! three sentinels; see `support/sentinel.rs`):
+//!
+//! - a Sentinel client follows a failover, after a SIGKILL of the primary and after a demotion
+//!   of a live primary (`SENTINEL FAILOVER`), without being rebuilt: its first request after
+//!   the failover succeeds and lands on the new primary; a primary demoted behind the
+//!   sentinels' back answers `READONLY`, and the client drops the connection and checks the
+//!   role of the next one;
+//! - the failover guard (`Config::replicas`): the primary is SIGKILLed right after a grant
+//!   whose replication was cut, in a loop. Without the guard the promoted replica hands the
+//!   lock out a second time while the first holder still holds it (the test detects this, so
+//!   it can fail); with the guard no such grant is handed out, and grants that replicas did
+//!   acknowledge survive the failover;
+//! - the guard on a single primary with replicas: grants need the replicas, and renewals that
+//!   no replica acknowledges do not count, so the lease is reported lost;
+//! - configuration errors: an unknown master name, `replicas(0, …)`, a guard timeout not below
+//!   the response timeout.
+//!
+//! Failovers take a few seconds, so the loops are short; each iteration has a deployment of
+//! its own.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock::{Client, Config, LockError, LockGuard};
+use support::sentinel::SentinelSetup;
+use support::{info_field, query_port, wait_until, RedisServer, Role};
+
+/// How long a failover may take, SIGKILL to a new primary with its replicas in sync.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn sentinel_config(setup: &SentinelSetup) -> Config {
+    Config::sentinel(setup.sentinel_urls(), setup.master_name())
+        .expect("valid urls")
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+}
+
+/// Whether the lock `name` (default prefix) exists on the server on `port`.
+fn has_lock(port: u16, name: &str) -> bool {
+    let exists: i64 = query_port(
+        port,
+        redis::cmd("EXISTS").arg(format!("distlock:{{{name}}}")),
+    )
+    .expect("EXISTS");
+    exists == 1
+}
+
+/// Takes and releases `name` once; the error of a failed try is returned.
+async fn lock_once(client: &Client, name: &str) -> Result<(), LockError> {
+    let guard = client
+        .lock(name)
+        .wait(Duration::from_millis(500))
+        .acquire()
+        .await?;
+    assert!(guard.release().await?, "the grant of `{name}` was ours");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_client_follows_a_failover_after_the_primary_is_killed() {
+    let mut setup = SentinelSetup::start("killed");
+    let client = Client::new(sentinel_config(&setup)).expect("client");
+    for round in 0..3 {
+        lock_once(&client, &format!("before-{round}"))
+            .await
+            .expect("the primary is up");
+    }
+    let old_port = setup.kill_primary();
+    let new_port = setup.wait_for_failover(old_port);
+    // No request went out during the failover: the client's connection to the killed
+    // primary is broken, and the first request after the failover must still succeed (it is
+    // sent again on a new connection, which asks the sentinels anew).
+    let guard = client
+        .lock("after")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("the first request after the failover reaches the new primary");
+    assert!(
+        has_lock(new_port, "after"),
+        "the grant is on the new primary"
+    );
+    assert!(guard.release().await.expect("release"));
+    assert!(!has_lock(new_port, "after"));
+    for round in 0..3 {
+        lock_once(&client, &format!("after-{round}"))
+            .await
+            .expect("the new primary serves locks");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_client_follows_a_demoted_primary_with_errors_only_during_the_failover() {
+    let setup = SentinelSetup::start("demoted");
+    let client = Client::new(sentinel_config(&setup)).expect("client");
+    lock_once(&client, "before")
+        .await
+        .expect("the primary is up");
+    let old_port = setup.current_primary_port();
+    let sentinel = setup.sentinels()[0].port();
+    let _: String = query_port(
+        sentinel,
+        redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(setup.master_name()),
+    )
+    .expect("SENTINEL FAILOVER");
+    // Keep taking locks while the failover runs: errors are allowed until the sentinels
+    // name the new primary and it says it is one (the old one, still running, turns into a
+    // replica).
+    let started = Instant::now();
+    let mut errors = Vec::new();
+    let mut tries = 0;
+    while settled_primary(&setup, old_port).is_none() {
+        assert!(
+            started.elapsed() < FAILOVER_TIMEOUT,
+            "the failover did not happen"
+        );
+        tries += 1;
+        if let Err(err) = lock_once(&client, &format!("during-{tries}")).await {
+            errors.push(err.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let new_port = setup.wait_for_failover(old_port);
+    assert_eq!(
+        setup.server(old_port).role(),
+        Some(Role::Replica {
+            primary_port: new_port
+        }),
+        "the old primary runs on as a replica"
+    );
+    for err in &errors {
+        assert!(
+            !err.contains("invalid distlock configuration"),
+            "only the failover may cause errors: {err}"
+        );
+    }
+    let guard = client
+        .lock("after")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("the new primary serves locks");
+    assert!(
+        has_lock(new_port, "after"),
+        "the grant is on the new primary"
+    );
+    assert!(guard.release().await.expect("release"));
+    eprintln!(
+        "demotion: {} errors during the failover ({tries} tries): {errors:?}",
+        errors.len()
+    );
+}
+
+/// Sentinel closes a demoted primary's client connections (`CLIENT KILL TYPE normal` with its
+/// `REPLICAOF`), so a `READONLY` reply is seen when a primary is demoted some other way (an
+/// operator's `REPLICAOF`, say) while the sentinels still name it: the connection is dropped,
+/// the request retried on a new one, whose role check refuses the replica; once the server is
+/// a primary again, the next request works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readonly_reply_drops_the_connection_and_the_role_is_checked_again() {
+    let setup = SentinelSetup::start("readonly");
+    let client = Client::new(sentinel_config(&setup)).expect("client");
+    lock_once(&client, "before")
+        .await
+        .expect("the primary is up");
+    let primary = setup.current_primary_port();
+    // Demote it for a moment, to a primary nobody runs: it stays a read-only replica.
+    let nowhere = support::free_port().to_string();
+    let _: String = query_port(
+        primary,
+        redis::cmd("REPLICAOF").arg("127.0.0.1").arg(&nowhere),
+    )
+    .expect("REPLICAOF");
+    let err = client
+        .lock("demoted")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("a replica takes no locks");
+    let _: String = query_port(primary, redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .expect("REPLICAOF NO ONE");
+    let message = err.to_string();
+    assert!(
+        message.contains("reports the role `slave`") && message.contains("not the primary"),
+        "the retry's role check refuses the replica: {message}"
+    );
+    assert!(!has_lock(primary, "demoted"));
+    let guard = client
+        .lock("promoted")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a primary again");
+    assert!(has_lock(primary, "promoted"));
+    assert!(guard.release().await.expect("release"));
+}
+
+/// The new primary once every sentinel names it and it says it is a primary.
+fn settled_primary(setup: &SentinelSetup, old_port: u16) -> Option<u16> {
+    let port = setup.current_primary_port();
+    (port != old_port && support::role_of(port) == Some(Role::Primary)).then_some(port)
+}
+
+/// Cuts replication from the current primary: freezes both replicas (so they cannot
+/// reconnect) and has the primary close their links. Writes from now on reach no replica.
+fn cut_replication(setup: &SentinelSetup, primary: u16) -> Vec<u16> {
+    let replicas: Vec<u16> = setup
+        .server_ports()
+        .into_iter()
+        .filter(|&port| port != primary && setup.server(port).is_running())
+        .collect();
+    for &port in &replicas {
+        setup.server(port).signal("STOP");
+    }
+    let _: i64 = query_port(
+        primary,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"),
+    )
+    .expect("CLIENT KILL TYPE replica");
+    wait_until("the primary to have no replicas", FAILOVER_TIMEOUT, || {
+        let info: String = query_port(primary, redis::cmd("INFO").arg("replication"))?;
+        match info_field(&info, "connected_slaves") {
+            Some("0") => Ok(()),
+            other => Err(format!("connected_slaves: {other:?}")),
+        }
+    });
+    replicas
+}
+
+/// What one run of the failover loop saw.
+#[derive(Debug, Default)]
+struct Outcome {
+    iterations: usize,
+    /// A second client was granted a lock the first client still held.
+    double_grants: usize,
+    /// Grants taken while replication was cut.
+    unreplicated_grants: usize,
+    /// Grants taken with the replicas up, all still held after the failover.
+    replicated_grants: usize,
+}
+
+/// The failover loop: each iteration takes a lock with the replicas up (`held-N`), then cuts
+/// replication and asks for a second lock (`cut-N`), SIGKILLs the primary at once, lets the
+/// sentinels promote a replica, and has a second client ask for both locks. A grant to the
+/// second client of a lock the first still holds is a double grant.
+async fn failover_loop(name: &str, guard: bool, iterations: usize) -> Outcome {
+    let mut outcome = Outcome::default();
+    for iteration in 0..iterations {
+        // A fresh deployment each time: the sentinels would not fail the same master over
+        // again within twice their failover timeout, and a second failover soon after the
+        // first sometimes left one sentinel naming the old primary for good.
+        let mut setup = SentinelSetup::start(&format!("{name}-{iteration}"));
+        let mut config = sentinel_config(&setup);
+        if guard {
+            config = config.replicas(1, Duration::from_millis(100));
+        }
+        let first = Client::new(config.clone()).expect("client");
+        outcome.iterations += 1;
+        let primary = setup.current_primary_port();
+        // Long leases: no renewal falls inside an iteration, so the first client goes on
+        // believing it holds what it was granted.
+        let held = first
+            .lock(format!("held-{iteration}"))
+            .lease(Duration::from_secs(60))
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+            .expect("a grant with the replicas up");
+        let frozen = cut_replication(&setup, primary);
+        let cut: Option<LockGuard> = match first
+            .lock(format!("cut-{iteration}"))
+            .lease(Duration::from_secs(60))
+            .wait(Duration::from_millis(250))
+            .acquire()
+            .await
+        {
+            Ok(granted) => Some(granted),
+            Err(LockError::Timeout { .. }) if guard => None,
+            Err(err) => panic!("iteration {iteration}: unexpected error {err}"),
+        };
+        let old_port = setup.kill_primary();
+        for &port in &frozen {
+            setup.server(port).signal("CONT");
+        }
+        let new_port = setup.wait_for_failover(old_port);
+        if cut.is_some() {
+            outcome.unreplicated_grants += 1;
+            assert!(
+                !has_lock(new_port, &format!("cut-{iteration}")),
+                "iteration {iteration}: the promoted replica never saw the cut grant"
+            );
+        }
+
+        let second = Client::new(config.clone()).expect("client");
+        for (name, first_guard) in [
+            (format!("held-{iteration}"), Some(&held)),
+            (format!("cut-{iteration}"), cut.as_ref()),
+        ] {
+            match second.lock(&name).wait(Duration::ZERO).acquire().await {
+                Ok(granted) => {
+                    if first_guard.is_some_and(LockGuard::is_held) {
+                        eprintln!(
+                            "{name}: granted twice (guard {}, iteration {iteration})",
+                            if guard { "on" } else { "off" }
+                        );
+                        outcome.double_grants += 1;
+                    }
+                    drop(granted);
+                }
+                Err(LockError::Timeout { .. }) => {}
+                Err(err) => panic!("iteration {iteration}: `{name}` failed: {err}"),
+            }
+        }
+        if held.is_held() && has_lock(new_port, &format!("held-{iteration}")) {
+            outcome.replicated_grants += 1;
+        }
+        drop(held);
+        drop(cut);
+    }
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_failover_guard_no_lock_is_granted_twice_across_failovers() {
+    let outcome = failover_loop("guarded", true, 3).await;
+    eprintln!("guard on: {outcome:?}");
+    assert_eq!(outcome.double_grants, 0, "{outcome:?}");
+    assert_eq!(
+        outcome.unreplicated_grants, 0,
+        "no grant is handed out while no replica acknowledges: {outcome:?}"
+    );
+    assert_eq!(
+        outcome.replicated_grants, outcome.iterations,
+        "acknowledged grants survive the failover: {outcome:?}"
+    );
+}
+
+/// Proves the guarded test can fail: the same loop without the guard grants locks twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_failover_guard_a_failover_can_grant_a_lock_twice() {
+    let outcome = failover_loop("unguarded", false, 3).await;
+    eprintln!("guard off: {outcome:?}");
+    assert!(outcome.double_grants >= 1, "{outcome:?}");
+}
+
+/// A primary with two replicas in sync, without sentinels.
+fn primary_with_replicas() -> (RedisServer, Vec<RedisServer>) {
+    let primary = RedisServer::start();
+    let port = primary.port().to_string();
+    let replicas: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]))
+        .collect();
+    wait_until("both replicas to be in sync", FAILOVER_TIMEOUT, || {
+        for replica in &replicas {
+            let info: String = query_port(replica.port(), redis::cmd("INFO").arg("replication"))?;
+            if info_field(&info, "master_link_status") != Some("up") {
+                return Err(format!("port {} is not in sync", replica.port()));
+            }
+        }
+        Ok(())
+    });
+    (primary, replicas)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_on_a_single_primary_needs_its_replicas_for_grants_and_renewals() {
+    let (primary, replicas) = primary_with_replicas();
+    let client = Client::new(
+        Config::from_url(&primary.url())
+            .expect("valid url")
+            .backoff(Duration::from_millis(1), Duration::from_millis(20))
+            .replicas(2, Duration::from_millis(100)),
+    )
+    .expect("client");
+    lock_once(&client, "up")
+        .await
+        .expect("both replicas acknowledge");
+    let renewed = client
+        .lock("renewed")
+        .lease(Duration::from_millis(900))
+        .acquire()
+        .await
+        .expect("both replicas acknowledge");
+
+    for replica in &replicas {
+        replica.signal("STOP");
+    }
+    let wait = Duration::from_millis(400);
+    let started = Instant::now();
+    let err = client
+        .lock("frozen")
+        .wait(wait)
+        .acquire()
+        .await
+        .expect_err("no replica acknowledges");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < wait + Duration::from_secs(2),
+        "the acquire ended near its wait: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !has_lock(primary.port(), "frozen"),
+        "unacknowledged grants are given back"
+    );
+    // The renewals of `renewed` go unacknowledged from now on, so none counts.
+    tokio::time::timeout(Duration::from_secs(5), renewed.lost())
+        .await
+        .expect("the lease is reported lost");
+    assert!(!renewed.is_held());
+
+    for replica in &replicas {
+        replica.signal("CONT");
+    }
+    lock_once(&client, "thawed")
+        .await
+        .expect("the replicas acknowledge again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_master_name_is_an_error_that_says_so() {
+    let setup = SentinelSetup::start("known");
+    let client =
+        Client::new(Config::sentinel(setup.sentinel_urls(), "no-such-master").expect("valid urls"))
+            .expect("client");
+    let err = client
+        .lock("job")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("no sentinel monitors that name");
+    let message = err.to_string();
+    assert!(
+        message.contains("does not monitor a master named `no-such-master`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_guard_of_zero_replicas_or_a_timeout_not_below_the_response_timeout_is_refused() {
+    let config = || Config::sentinel(["redis://127.0.0.1:1"], "mymaster").expect("valid url");
+    let zero = Client::new(config().replicas(0, Duration::from_millis(100)))
+        .expect_err("zero replicas guard nothing");
+    assert!(matches!(zero, LockError::Config(_)), "{zero:?}");
+    assert!(zero.to_string().contains("at least one replica"), "{zero}");
+    for timeout in [Duration::from_secs(1), Duration::from_secs(5)] {
+        let slow = Client::new(
+            config()
+                .response_timeout(Duration::from_secs(1))
+                .replicas(1, timeout),
+        )
+        .expect_err("WAIT would outlast the response timeout");
+        assert!(matches!(slow, LockError::Config(_)), "{slow:?}");
+        assert!(
+            slow.to_string()
+                .contains("must be shorter than the response timeout"),
+            "{slow}"
+        );
+    }
+}
