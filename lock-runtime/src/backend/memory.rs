@@ -236,7 +236,7 @@ mod tests {
     async fn churn_one_key(backend: &MemoryBackend, cycles: usize) {
         let key = key("busy");
         for _ in 0..cycles {
-            grant(backend, &key, Duration::from_millis(100)).await;
+            grant(backend, &key, Duration::from_millis(400)).await;
             assert!(backend
                 .release(Kind::Write, &key, "owner")
                 .await
@@ -249,14 +249,14 @@ mod tests {
         let backend = backend();
         for i in 0..200_000 {
             let key = key(format!("k{i}"));
-            grant(&backend, &key, Duration::from_millis(100)).await;
+            grant(&backend, &key, Duration::from_millis(400)).await;
             assert!(backend
                 .release(Kind::Write, &key, "owner")
                 .await
                 .expect("release"));
         }
         // Expiry is a matter of time here, not an event: let every counter (kept a second
-        // after its grant, two 100 ms leases being less) expire.
+        // after its grant, two 400 ms leases being less) expire.
         std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(100));
         churn_one_key(&backend, 2 * 200_000).await;
         let entries = backend.entries();
