@@ -43,7 +43,8 @@ pub(crate) fn parse(url: &str, purpose: UrlFor) -> Result<redis::Client, LockErr
             _ => "; give each server as its own element of the list",
         };
         return Err(LockError::Config(format!(
-            "{what} holds a list of URLs where one URL is expected{hint}"
+            "{what} holds a list of URLs (or blanks) where one URL like \
+             `redis://host:6379` is expected{hint}"
         )));
     }
     let Some((scheme, _)) = url.split_once("://") else {

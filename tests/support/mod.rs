@@ -54,6 +54,9 @@ struct Process {
     pid: u32,
     /// (In a mutex so a server can live in a `static`.)
     exited: std::sync::Mutex<mpsc::Receiver<()>>,
+    /// The RDB file this launch may write (a replica stores what it syncs there); removed
+    /// when the server is killed.
+    rdb: std::path::PathBuf,
 }
 
 impl RedisServer {
@@ -216,9 +219,25 @@ pub fn server_args(port: u16, extra: &[&str]) -> Vec<String> {
 
 impl Process {
     fn spawn(port: u16, args: &[String]) -> Result<Self, String> {
+        // Every launch gets an RDB file name of its own, given last so it wins: a replica
+        // writes the data it syncs to its RDB file, and a server started later with the same
+        // file would load it and not start empty.
+        static LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let rdb_name = format!(
+            "distlock-{}-{}.rdb",
+            std::process::id(),
+            LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let dir = args
+            .iter()
+            .rposition(|arg| arg == "--dir")
+            .and_then(|at| args.get(at + 1))
+            .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+        let rdb = dir.join(&rdb_name);
         let mut watcher = Command::new("sh")
             .args(["-c", WATCHER, "redis-watcher"])
             .args(args)
+            .args(["--dbfilename", &rdb_name])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -270,6 +289,7 @@ impl Process {
                     stdin,
                     pid,
                     exited: exited.into(),
+                    rdb,
                 });
             }
             log.push(line);
@@ -288,6 +308,7 @@ impl Process {
             let _ = exited.recv_timeout(START_TIMEOUT);
         }
         let _ = self.watcher.wait();
+        let _ = std::fs::remove_file(&self.rdb);
     }
 }
 
