@@ -255,7 +255,7 @@ async fn failover_loop(name: &str, guard: bool, iterations: usize) -> Outcome {
         let mut setup = SentinelSetup::start(&format!("{name}-{iteration}"));
         let mut config = sentinel_config(&setup);
         if guard {
-            config = config.replicas(1, Duration::from_millis(100));
+            config = config.replicas(1, Duration::from_millis(500));
         }
         let first = Client::new(config.clone()).expect("client");
         outcome.iterations += 1;
@@ -360,6 +360,23 @@ fn primary_with_replicas() -> (RedisServer, Vec<RedisServer>) {
                 return Err(format!("port {} is not in sync", replica.port()));
             }
         }
+        // In sync is not yet acknowledging: a replica fresh from its first sync may not
+        // answer the primary's GETACK for a while.
+        let mut connection = primary.connection();
+        let acknowledged: i64 = redis::pipe()
+            .cmd("SET")
+            .arg("sync-probe")
+            .arg(1)
+            .ignore()
+            .cmd("WAIT")
+            .arg(2)
+            .arg(200)
+            .query::<(i64,)>(&mut connection)
+            .map_err(|err| err.to_string())?
+            .0;
+        if acknowledged < 2 {
+            return Err(format!("{acknowledged} of 2 replicas acknowledge writes"));
+        }
         Ok(())
     });
     (primary, replicas)
@@ -372,7 +389,7 @@ async fn the_guard_on_a_single_primary_needs_its_replicas_for_grants_and_renewal
         Config::from_url(&primary.url())
             .expect("valid url")
             .backoff(Duration::from_millis(1), Duration::from_millis(20))
-            .replicas(2, Duration::from_millis(100)),
+            .replicas(2, Duration::from_millis(500)),
     )
     .expect("client");
     lock_once(&client, "up")
