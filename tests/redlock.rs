@@ -255,3 +255,39 @@ async fn tokens_strictly_increase_over_thousands_of_grants_while_minorities_come
     }
     assert!(restarts > 10 && pushed_ahead >= 9, "{restarts} restarts");
 }
+
+/// A master that accepts connections and never answers (a frozen host, a black-holed
+/// network) costs each grant at most the node timeout: the others grant, and reconnecting to
+/// the silent one happens in the background, not on every try's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_master_does_not_hold_up_grants() {
+    const GRANTS: u32 = 10;
+    let masters = start_masters(2);
+    // Bound and listening, never accepting: connections complete in the kernel's backlog and
+    // then hear nothing.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let silent_url = format!("redis://{}", silent.local_addr().expect("addr"));
+    let connect_timeout = Duration::from_secs(1);
+    let config = Config::redlock([masters[0].url(), masters[1].url(), silent_url])
+        .expect("valid urls")
+        .connect_timeout(connect_timeout)
+        .node_timeout(Duration::from_millis(50));
+    let client = Client::new(config).expect("client");
+    let started = std::time::Instant::now();
+    for _ in 0..GRANTS {
+        let guard = client
+            .lock("job")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("two of three answer");
+        guard.release().await.expect("release");
+    }
+    // Waiting out the connect timeout on every try would take GRANTS seconds; the first use
+    // may wait it once.
+    let took = started.elapsed();
+    assert!(
+        took < connect_timeout * (GRANTS / 2),
+        "{GRANTS} grants took {took:?}"
+    );
+}

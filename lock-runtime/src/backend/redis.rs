@@ -265,6 +265,11 @@ impl RedisBackend {
         }
     }
 
+    /// Whether a connection is in use (it may still turn out broken).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.cached().is_some()
+    }
+
     /// Connects now if there is no connection (Redlock connects before it starts the clock of
     /// a try, so a connect does not eat into the lease).
     pub(crate) async fn warm_up(&self) -> Result<(), BackendError> {

@@ -19,10 +19,13 @@
 //! at least every write token handed out before it. Wake-ups come from the first master's
 //! pub/sub (every master announces a release); the backoff covers the rest.
 
-use std::sync::LazyLock;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Script;
 use tokio::runtime::Handle;
 
@@ -39,14 +42,41 @@ static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/redlock/raise_fence.lua")));
 
 pub(crate) struct RedlockBackend {
-    masters: Vec<RedisBackend>,
+    masters: Vec<Arc<RedisBackend>>,
+    /// Per master: a connect runs in the background, nobody waiting for it.
+    connecting: Vec<Arc<AtomicBool>>,
     node_timeout: Duration,
+    connect_timeout: Duration,
+    /// No try has warmed up yet: the first waits for every master (up to the connect
+    /// timeout), so a replica among them is refused from the start.
+    first_use: AtomicBool,
+    io: Handle,
 }
 
 /// What one master said to one request, or that it said nothing in time.
 enum Answer<T> {
     Said(T),
     Failed(LockError),
+}
+
+/// One master's request, bounded by the node timeout.
+async fn bounded<T>(
+    timeout: Duration,
+    request: impl Future<Output = Result<T, LockError>>,
+) -> Answer<T> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(answer)) => Answer::Said(answer),
+        Ok(Err(err)) => Answer::Failed(err),
+        Err(_) => Answer::Failed(
+            BackendError::new(
+                "reach a Redlock master",
+                BackendErrorKind::Timeout,
+                format!("no answer within the node timeout of {timeout:?}"),
+            )
+            .maybe_applied(true)
+            .into(),
+        ),
+    }
 }
 
 impl RedlockBackend {
@@ -65,10 +95,18 @@ impl RedlockBackend {
             masters: masters
                 .iter()
                 .map(|master| {
-                    RedisBackend::new(Endpoint::Fixed(master.clone()), options, io.clone())
+                    Arc::new(RedisBackend::new(
+                        Endpoint::Fixed(master.clone()),
+                        options,
+                        io.clone(),
+                    ))
                 })
                 .collect(),
+            connecting: masters.iter().map(|_| Arc::default()).collect(),
             node_timeout,
+            connect_timeout: options.connect_timeout,
+            first_use: AtomicBool::new(true),
+            io,
         }
     }
 
@@ -91,36 +129,66 @@ impl RedlockBackend {
     async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, request: F) -> Vec<Answer<T>>
     where
         F: Fn(&'a RedisBackend) -> Fut,
-        Fut: std::future::Future<Output = Result<T, LockError>> + 'a,
+        Fut: Future<Output = Result<T, LockError>> + 'a,
     {
-        join_all(self.masters.iter().map(|master| {
-            let request = request(master);
-            async move {
-                match tokio::time::timeout(timeout, request).await {
-                    Ok(Ok(answer)) => Answer::Said(answer),
-                    Ok(Err(err)) => Answer::Failed(err),
-                    Err(_) => Answer::Failed(
-                        BackendError::new(
-                            "reach a Redlock master",
-                            BackendErrorKind::Timeout,
-                            format!("no answer within the node timeout of {timeout:?}"),
-                        )
-                        .maybe_applied(true)
-                        .into(),
-                    ),
-                }
-            }
-        }))
-        .await
-    }
-
-    /// Connects to the masters that have no connection yet, before a try's clock starts.
-    async fn warm_up(&self, timeout: Duration) {
         join_all(
             self.masters
                 .iter()
-                .map(|master| tokio::time::timeout(timeout, master.warm_up())),
+                .map(|master| bounded(timeout, request(master))),
         )
+        .await
+    }
+
+    /// Connects the masters that have no connection, on the I/O runtime, before a try's clock
+    /// starts (so connecting does not eat into the lease or the node timeout). Waits only
+    /// while fewer than a majority are connected (on first use: fewer than all, so that a
+    /// replica among the masters is refused from the start), and then at most the connect
+    /// timeout: a
+    /// master that is down, or that drops packets, does not slow the tries of the others. A
+    /// connect nobody waits for finishes in the background, for the next try.
+    async fn warm_up(&self) {
+        let missing: Vec<usize> = (0..self.masters.len())
+            .filter(|&i| !self.masters[i].is_connected())
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let connected = self.masters.len() - missing.len();
+        let first_use = self.first_use.swap(false, Ordering::AcqRel);
+        let enough = if first_use {
+            self.masters.len()
+        } else {
+            self.quorum()
+        };
+        if connected >= enough {
+            for i in missing {
+                if !self.connecting[i].swap(true, Ordering::AcqRel) {
+                    let (master, flag) = (self.masters[i].clone(), self.connecting[i].clone());
+                    self.io.spawn(async move {
+                        let _ = master.warm_up().await;
+                        flag.store(false, Ordering::Release);
+                    });
+                }
+            }
+            return;
+        }
+        let mut connects: FuturesUnordered<_> = missing
+            .iter()
+            .map(|&i| {
+                let master = self.masters[i].clone();
+                self.io.spawn(async move { master.warm_up().await.is_ok() })
+            })
+            .collect();
+        let _ = tokio::time::timeout(self.connect_timeout, async {
+            let mut connected = connected;
+            while connected < enough {
+                match connects.next().await {
+                    Some(Ok(true)) => connected += 1,
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        })
         .await;
     }
 
@@ -172,15 +240,18 @@ impl RedlockBackend {
 impl LockBackend for RedlockBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let timeout = self.timeout_for(attempt.lease);
-        self.warm_up(self.node_timeout.max(Duration::from_secs(1)))
-            .await;
-        if let Some(refusal) = self.masters.iter().find_map(RedisBackend::refusal) {
+        self.warm_up().await;
+        if let Some(refusal) = self.masters.iter().find_map(|master| master.refusal()) {
             // Replication defeats Redlock: refuse the deployment, not just the node.
             return Err(LockError::Config(format!(
                 "a Redlock master is not a master: {refusal}"
             )));
         }
         let started = Instant::now();
+        // Every master's answer is awaited (each within the node timeout), also after a
+        // majority granted: a late grant must not be left behind by a release that overtakes
+        // it, or by one that a master restarted empty cannot run before it has loaded the
+        // script again.
         let answers = self.on_all(timeout, |master| master.acquire(attempt)).await;
         let mut answered = 0;
         let mut tokens = Vec::new();
@@ -232,9 +303,7 @@ impl LockBackend for RedlockBackend {
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let answers = self
-            .on_all(self.node_timeout.max(Duration::from_secs(1)), |master| {
-                master.release(kind, key, owner)
-            })
+            .on_all(self.node_timeout, |master| master.release(kind, key, owner))
             .await;
         let mut answered = 0;
         let mut released = 0;
