@@ -192,9 +192,19 @@ impl Config {
     }
 
     /// Redlock over independent Redis masters (an odd number, at least 3): a lock is granted
-    /// when a majority grants it within its validity, renewals need a majority too, and
-    /// fencing tokens stay strictly increasing across quorums (see the crate docs). A node
-    /// that turns out to be a replica is refused: replication defeats the algorithm.
+    /// when a majority grants it within its validity (lease − elapsed − drift), a try that
+    /// falls short is undone on every master, and renewals need a majority too. A master that
+    /// turns out to be a replica refuses the deployment: replication defeats the algorithm.
+    /// Masters should not be restarted empty within the longest lease of a grant they took
+    /// part in (the algorithm's delayed restart).
+    ///
+    /// Fencing tokens stay strictly increasing across quorums. Each master hands out its own
+    /// token, and the largest of a quorum is not increasing on its own (quorums {A,B} and
+    /// {A,C} can raise A's counter far above B's and C's, and a later quorum {B,C} would hand
+    /// out less). So a write grant first raises the counters of a majority to its token, in a
+    /// second round within its validity; every later quorum shares a master with that
+    /// majority, so its largest token is larger. This costs one more round trip per write
+    /// grant.
     ///
     /// ```
     /// let config = distlock::Config::redlock([
