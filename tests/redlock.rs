@@ -291,3 +291,55 @@ async fn a_silent_master_does_not_hold_up_grants() {
         "{GRANTS} grants took {took:?}"
     );
 }
+
+/// Every master announces a release, and a waiter listens on whichever master answers: with
+/// the first master down, a release still wakes a waiter whose backoff would otherwise keep it
+/// asleep for seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
+    let mut masters = start_masters(3);
+    masters[0].stop();
+    let config = redlock(&masters).backoff(Duration::from_secs(10), Duration::from_secs(10));
+    let holder = Client::new(config.clone()).expect("client");
+    let waiter = Client::new(config).expect("client");
+    for round in 0..3 {
+        let guard = holder.lock("job").acquire().await.expect("majority up");
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let guard = waiter
+                    .lock("job")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await;
+                (guard, std::time::Instant::now())
+            }
+        });
+        support::wait_until("the waiter to subscribe", Duration::from_secs(10), || {
+            let subscribed: i64 = masters[1..]
+                .iter()
+                .map(|master| {
+                    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg("distlock:{job}:released")
+                        .query(&mut master.connection())
+                        .expect("PUBSUB NUMSUB");
+                    count
+                })
+                .sum();
+            (subscribed > 0)
+                .then_some(())
+                .ok_or_else(|| "no subscriber yet".to_owned())
+        });
+        let released = std::time::Instant::now();
+        assert!(guard.release().await.expect("release"));
+        let (granted, at) = waiting.await.expect("task");
+        let granted = granted.expect("the waiter gets the lock");
+        let handoff = at - released;
+        assert!(
+            handoff < Duration::from_secs(1),
+            "round {round}: handoff took {handoff:?}, as if no release woke the waiter"
+        );
+        granted.release().await.expect("release");
+    }
+}

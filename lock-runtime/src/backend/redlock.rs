@@ -16,11 +16,11 @@
 //! counters that never go back (the clock floor covers a master restarted empty), and a token
 //! whose second round ends after the validity is discarded (the grant is undone). A read
 //! grant carries the largest latest-write token of its quorum, which for the same reason is
-//! at least every write token handed out before it. Wake-ups come from the first master's
-//! pub/sub (every master announces a release); the backoff covers the rest.
+//! at least every write token handed out before it. Wake-ups come from one subscription on
+//! whichever master answers (every master announces a release); the backoff covers the rest.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
-use super::wake::Waker;
+use super::wake::{Transport, Waker};
 use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, write::fence_ttl};
@@ -50,6 +50,8 @@ pub(crate) struct RedlockBackend {
     /// No try has warmed up yet: the first waits for every master (up to the connect
     /// timeout), so a replica among them is refused from the start.
     first_use: AtomicBool,
+    /// Wake-ups from whichever master answers: every master announces a release.
+    waker: Waker,
     io: Handle,
 }
 
@@ -106,12 +108,21 @@ impl RedlockBackend {
             node_timeout,
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
+            waker: Waker::new(
+                Transport::Node(Arc::new(Endpoint::AnyOf {
+                    servers: masters.to_vec(),
+                    next: AtomicUsize::new(0),
+                })),
+                io.clone(),
+                options.connect_timeout,
+                options.response_timeout,
+            ),
             io,
         }
     }
 
     pub(crate) fn waker(&self) -> &Waker {
-        self.masters[0].waker()
+        &self.waker
     }
 
     fn quorum(&self) -> usize {

@@ -374,7 +374,7 @@ impl Inner {
         let (sink, reader) = tokio::time::timeout(self.connect_timeout, async {
             match &self.transport {
                 Transport::Node(endpoint) => {
-                    let pubsub = endpoint.resolve().await?.get_async_pubsub().await?;
+                    let pubsub = endpoint.pubsub().await?;
                     let (sink, stream) = pubsub.split();
                     let reader = tokio::spawn(read_node(stream, self.state.clone(), generation));
                     Ok::<_, redis::RedisError>((Sink::Node(sink), reader))
