@@ -45,13 +45,13 @@ fn redis_cmd<T: redis::FromRedisValue>(server: &RedisServer, args: &[&[u8]]) -> 
 /// The Redis key a lock on `key` is kept under (default prefix).
 /// The lock key of `key` (README, "Keys in Redis"): the key in a hash tag, or, for a key that
 /// starts with `}` (an empty tag, which Redis ignores), a tag made of the key's 64-bit FNV-1a
-/// hash before it.
+/// hash before it and a `#` after it.
 fn lock_key(key: &str) -> Vec<u8> {
     if key.starts_with('}') {
         let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         });
-        format!("distlock:{{#{hash:016x}}}{key}").into_bytes()
+        format!("distlock:{{#{hash:016x}}}{key}#").into_bytes()
     } else {
         format!("distlock:{{{key}}}").into_bytes()
     }

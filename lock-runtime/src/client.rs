@@ -162,6 +162,7 @@ impl Client {
                         master: master.clone(),
                         connect_timeout: config.connect_timeout,
                         response_timeout: config.response_timeout,
+                        last_answered: Default::default(),
                     }),
                     options,
                     io.handle(),
@@ -225,7 +226,8 @@ impl std::fmt::Debug for Client {
 ///   between zero and an exponentially growing ceiling (full jitter), never longer than the
 ///   holder's remaining lease and never past the wait deadline, and tries again; the last try
 ///   happens at the deadline. A wait of zero tries once.
-/// - A backend error ends the request at once with [`LockError::Backend`]. If the failed try
+/// - A backend error ends the request at once with [`LockError::Backend`] (on Redlock,
+///   [`LockError::QuorumUnavailable`] when too few masters answered). If the failed try
 ///   may still have taken the lock (a timeout, a broken connection), or the acquire future is
 ///   dropped while a try is under way, the possible grant is deleted in the background with a
 ///   compare-and-delete.
@@ -286,10 +288,12 @@ impl LockRequest {
 
     /// Takes the lock, waiting as configured.
     ///
-    /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait,
-    /// [`LockError::Backend`] when the backend failed, [`LockError::InvalidKey`] for an empty
-    /// or oversized key, [`LockError::Config`] for a zero lease, and
-    /// [`LockError::NotInitialized`] for the global client before [`init`].
+    /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait (or no grant
+    /// counted: see [`Config::replicas`]), [`LockError::Backend`] when the backend failed,
+    /// [`LockError::QuorumUnavailable`] when fewer than a majority of Redlock masters answered,
+    /// [`LockError::InvalidKey`] for an empty or oversized key, [`LockError::Config`] for a
+    /// zero lease or a Redlock master that is a replica, and [`LockError::NotInitialized`]
+    /// for the global client before [`init`].
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let client = self.client.ok_or(LockError::NotInitialized)?;
         let inner = &client.inner;

@@ -225,7 +225,8 @@ impl Config {
         }
         let mut seen = std::collections::HashSet::new();
         for master in &masters {
-            let address = server_address(master);
+            // The address alone: two databases of one server are one master.
+            let address = master.get_connection_info().addr().to_string();
             if !seen.insert(address.clone()) {
                 return Err(LockError::Config(format!(
                     "`Config::redlock` lists the master {address} twice; every master must be \
@@ -376,8 +377,12 @@ impl Config {
     /// replicas have it, within `timeout`. A grant that is not acknowledged in time is given
     /// back and tried again within the request's wait; a renewal that is not acknowledged does
     /// not count (the watchdog tries again, and the lease is lost if none counts in time).
-    /// So a failover to any replica that acknowledged cannot hand the lock out twice. Off by
-    /// default; not available with Redlock (whose masters have no replicas).
+    /// So a failover to any replica that acknowledged cannot hand the lock out twice; to keep
+    /// a replica that did not acknowledge from being promoted, ask for all the replicas (or
+    /// make sure the failover picks only acknowledged ones). `WAIT` blocks the client's
+    /// connection while it waits, so a lagging replica slows the client's other requests up
+    /// to `timeout`. Off by default; not available with Redlock (whose masters have no
+    /// replicas).
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(ReplicaGuard { replicas, timeout });
         self

@@ -32,7 +32,8 @@ pub enum LockError {
 
     /// The lock stayed held by someone else for the whole wait.
     #[error(
-        "timed out after {waited:?} waiting for lock `{}`: another owner still holds it; \
+        "timed out after {waited:?} waiting for lock `{}`: another owner still holds it (or, \
+         with the failover guard, no grant was acknowledged by enough replicas in time); \
          raise `wait`, or retry later",
         Shortened(key)
     )]
@@ -89,9 +90,9 @@ pub enum LockError {
 
     /// Too few Redlock masters granted the request (or its renewal) within its validity.
     #[error(
-        "lock `{}` needs {needed} of {nodes} Redis masters, but only {granted} granted it \
-         ({answered} answered in time): check that a majority of the configured masters is \
-         reachable and answers within the node timeout",
+        "lock `{}` needs {needed} of {nodes} Redis masters, but only {answered} answered in \
+         time ({granted} granted or renewed it): check that a majority of the configured \
+         masters is reachable and answers within the node timeout",
         Shortened(key)
     )]
     QuorumUnavailable {
@@ -150,6 +151,9 @@ pub enum BackendErrorKind {
     /// primary demoted by a failover), has lost its primary, or is still loading its data.
     /// The connection is dropped, so the next request reconnects.
     Unavailable,
+    /// The failover guard ([`Config::replicas`](crate::Config::replicas)): too few replicas
+    /// acknowledged a renewal within the guard's timeout, so it does not count.
+    Unreplicated,
 }
 
 impl BackendError {
@@ -206,6 +210,10 @@ impl fmt::Display for BackendError {
             BackendErrorKind::Unavailable => {
                 "the server cannot take writes now (a replica, after a failover, or still \
                  loading); the next request reconnects — point the URL at the primary"
+            }
+            BackendErrorKind::Unreplicated => {
+                "check that the replicas are up and linked to the primary, or give the failover \
+                 guard a longer timeout or fewer replicas"
             }
         };
         write!(

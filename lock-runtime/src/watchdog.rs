@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, LockBackend, Renewal};
+use crate::backend::{Backend, LockBackend, Renewal, Renewed};
 use crate::io::IoRuntime;
 use crate::lease::{Lease, LeaseState};
 
@@ -258,13 +258,15 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
     drop(gates);
     match &outcome {
         Ok(extended) => {
-            for (lease, &still_ours) in live.iter().zip(extended) {
-                if still_ours {
+            for (lease, &renewed) in live.iter().zip(extended) {
+                match renewed {
                     // A renewal that comes back after the deadline does not revive the lease:
                     // the watchdog has declared it lost (or will, on its next look).
-                    lease.renewed(sent);
-                } else {
-                    lease.mark_lost("Redis says it is no longer the owner");
+                    Renewed::Yes => lease.renewed(sent),
+                    Renewed::No => lease.mark_lost("Redis says it is no longer the owner"),
+                    Renewed::Unknown => {
+                        lease.times().next_renewal = Instant::now() + retry_delay(lease.duration);
+                    }
                 }
             }
         }

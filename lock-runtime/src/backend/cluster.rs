@@ -24,7 +24,7 @@ use tokio::runtime::Handle;
 
 use super::redis::{Failure, NodeOptions};
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Try};
+use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
@@ -182,17 +182,23 @@ fn backend_error(operation: &'static str, err: RedisError) -> LockError {
 
 impl LockBackend for ClusterBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
+        // The cluster connection retries by itself (after a lost reply, a MOVED, a failover)
+        // and reports only its last error, which may hide a try that ran: every failed try
+        // is cleaned up.
         let (reply, replicated) = self
             .invoke_replicated("acquire", attempt.kind.acquire_call(attempt))
-            .await?;
+            .await
+            .map_err(super::ambiguous)?;
         let reply = kind::read_acquire_reply(attempt.key, reply)?;
         if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
             return Ok(reply);
         }
         // Not on enough replicas: a failover now could hand the lock out again. Give it back
         // and let the acquire loop try again within its wait.
+        // The grant exists: if giving it back fails, the acquire loop must clean it up.
         self.release(attempt.kind, attempt.key, attempt.owner)
-            .await?;
+            .await
+            .map_err(super::ambiguous)?;
         Ok(AcquireReply::Held(None))
     }
 
@@ -206,8 +212,9 @@ impl LockBackend for ClusterBackend {
         Ok(released == 1)
     }
 
-    /// One script call per slot, all slots at once.
-    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+    /// One script call per slot, all slots at once. A slot whose call fails (its shard is
+    /// failing over, say) leaves its leases unknown, not the leases of the other slots.
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
         for (i, renewal) in leases.iter().enumerate() {
             by_slot
@@ -223,7 +230,7 @@ impl LockBackend for ClusterBackend {
             if !replicated {
                 return Err(LockError::from(BackendError::new(
                     "renew",
-                    BackendErrorKind::Unavailable,
+                    BackendErrorKind::Unreplicated,
                     "too few replicas acknowledged the renewal within the failover guard's \
                      timeout, so it does not count",
                 )));
@@ -241,11 +248,22 @@ impl LockBackend for ClusterBackend {
             }
             Ok((indices, extended))
         });
-        let mut answers = vec![false; leases.len()];
+        let mut answers = vec![Renewed::Unknown; leases.len()];
+        let mut failures = Vec::new();
         for outcome in futures_util::future::join_all(batches).await {
-            let (indices, extended) = outcome?;
-            for (i, e) in indices.into_iter().zip(extended) {
-                answers[i] = e == 1;
+            match outcome {
+                Ok((indices, extended)) => {
+                    for (i, e) in indices.into_iter().zip(extended) {
+                        answers[i] = Renewed::from(e == 1);
+                    }
+                }
+                Err(err) => failures.push(err),
+            }
+        }
+        // Nothing learnt at all: say why.
+        if answers.iter().all(|&a| a == Renewed::Unknown) {
+            if let Some(err) = failures.into_iter().next() {
+                return Err(err);
             }
         }
         Ok(answers)

@@ -34,6 +34,9 @@ pub(crate) struct Sentinel {
     pub(crate) master: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// The sentinel that answered last: asked first next time, so a sentinel that hangs
+    /// (its host died with the primary, say) does not cost every lookup a connect timeout.
+    pub(crate) last_answered: AtomicUsize,
 }
 
 impl Endpoint {
@@ -111,7 +114,10 @@ impl Sentinel {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout));
         let mut failures = Vec::new();
-        for sentinel in &self.sentinels {
+        let count = self.sentinels.len();
+        let first = self.last_answered.load(Ordering::Relaxed);
+        for at in (0..count).map(|i| (first + i) % count) {
+            let sentinel = &self.sentinels[at];
             let asked = async {
                 let mut connection = sentinel
                     .get_multiplexed_async_connection_with_config(&config)
@@ -124,6 +130,7 @@ impl Sentinel {
             };
             match asked.await {
                 Ok(Some((host, port))) => {
+                    self.last_answered.store(at, Ordering::Relaxed);
                     let info = self.sentinels[0]
                         .get_connection_info()
                         .clone()

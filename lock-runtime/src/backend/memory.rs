@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
+use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::error::LockError;
 use crate::kind::{TwinEntry, TwinReply};
 use crate::FencingToken;
@@ -180,7 +180,7 @@ impl LockBackend for MemoryBackend {
         }))
     }
 
-    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let now = Instant::now();
         Ok(self.with_state(|state| {
             leases
@@ -192,7 +192,7 @@ impl LockBackend for MemoryBackend {
                     if ours && r.kind == Kind::Write {
                         state.keep_counter(&r.key.fence, r.lease, now);
                     }
-                    ours
+                    Renewed::from(ours)
                 })
                 .collect()
         }))
@@ -374,7 +374,7 @@ mod tests {
             };
             assert_eq!(
                 backend.extend_many(&[renewal]).await.expect("extend"),
-                [true]
+                [Renewed::Yes]
             );
         }
         let kept = backend.with_state(|state| {

@@ -72,8 +72,9 @@ impl LockKey {
         let lock = if name.starts_with('}') {
             // `{}…` would be an empty hash tag, which Redis ignores: the whole key would be
             // hashed and the lock's companion keys could land in other slots. Such a name gets
-            // a tag made of a hash of the name instead.
-            format!("{prefix}{{#{:016x}}}{name}", fnv1a(name.as_bytes()))
+            // a tag made of a hash of the name instead, and a closing `#`: every other lock key
+            // ends with `}`, so no name of the other form can make the same key.
+            format!("{prefix}{{#{:016x}}}{name}#", fnv1a(name.as_bytes()))
         } else {
             format!("{prefix}{{{name}}}")
         };
@@ -143,11 +144,34 @@ pub(crate) trait LockBackend: Send + Sync {
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 
     /// Resets the lease of each grant that its owner still holds, in as few requests as the
-    /// store allows; element `i` of the answer says whether grant `i` was still ours.
+    /// store allows; element `i` of the answer says what became of grant `i`. An error says
+    /// nothing was learnt of any.
     fn extend_many(
         &self,
         leases: &[Renewal<'_>],
-    ) -> impl Future<Output = Result<Vec<bool>, LockError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Renewed>, LockError>> + Send;
+}
+
+/// What a store learnt of one renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// The lease was reset: the grant is still ours.
+    Yes,
+    /// The grant is no longer ours (expired, taken over, deleted): the lease is lost.
+    No,
+    /// Not known (its shard or too many masters did not answer): try again while the lease
+    /// may still be in force.
+    Unknown,
+}
+
+impl From<bool> for Renewed {
+    fn from(still_ours: bool) -> Self {
+        if still_ours {
+            Renewed::Yes
+        } else {
+            Renewed::No
+        }
+    }
 }
 
 /// One lease to renew: its kind, key, owner token and lease.
@@ -187,7 +211,7 @@ impl LockBackend for Backend {
         }
     }
 
-    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         match self {
             Backend::Redis(b) => b.extend_many(leases).await,
             Backend::Cluster(b) => b.extend_many(leases).await,
@@ -206,6 +230,14 @@ impl Backend {
             Backend::Redlock(b) => Some(b.waker()),
             Backend::Memory(_) => None,
         }
+    }
+}
+
+/// Marks a failed request as one that may have taken effect, so the acquire loop cleans up.
+pub(crate) fn ambiguous(err: LockError) -> LockError {
+    match err {
+        LockError::Backend(e) => LockError::Backend(e.maybe_applied(true)),
+        other => other,
     }
 }
 
@@ -256,9 +288,13 @@ mod tests {
         }
         let tagged = LockKey::new("p:", "}x".to_owned()).unwrap();
         assert!(
-            tagged.lock.starts_with("p:{#") && tagged.lock.ends_with("}}x"),
+            tagged.lock.starts_with("p:{#") && tagged.lock.ends_with("}}x#"),
             "{}",
             tagged.lock
         );
+        // A crafted name of the plain form cannot make the same key.
+        let hash = &tagged.lock["p:{".len().."p:{#0123456789abcdef".len()];
+        let crafted = LockKey::new("p:", format!("{hash}}}x")).unwrap();
+        assert_ne!(crafted.lock, tagged.lock);
     }
 }

@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Try};
+use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
@@ -213,8 +213,13 @@ impl RedisBackend {
         &self,
         connection: &mut MultiplexedConnection,
     ) -> Result<Option<ServerSideClient>, RedisError> {
-        let replaced =
-            std::mem::take(&mut *self.replaced.lock().unwrap_or_else(PoisonError::into_inner));
+        // Copied, not taken: if this connect is cancelled midway, the list is still there for
+        // the next one. Those closed here are removed below.
+        let replaced = self
+            .replaced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         if !replaced.is_empty() {
             let mut kills = redis::pipe();
             for old in &replaced {
@@ -237,14 +242,16 @@ impl RedisBackend {
                      up on one may still take a lock after its clean-up, which then lasts until \
                      its lease runs out. Allow the user `CLIENT KILL` to close this gap"
                 ),
-                Err(err) => {
-                    self.replaced
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .extend(replaced);
-                    return Err(err);
-                }
+                Err(err) => return Err(err),
             }
+            self.replaced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|old| {
+                    !replaced
+                        .iter()
+                        .any(|closed| closed.id == old.id && closed.addr == old.addr)
+                });
         }
         match redis::cmd("CLIENT")
             .arg("INFO")
@@ -262,6 +269,18 @@ impl RedisBackend {
                 Ok(None)
             }
             Err(err) => Err(err),
+        }
+    }
+
+    /// Announces a release on `channel` without a script (Redlock, on a master that did not
+    /// hold the grant). Best effort: a lost announcement costs a waiter one backoff step.
+    pub(crate) async fn announce(&self, channel: &str) {
+        if let Ok((_, mut connection, _)) = self.connection().await {
+            let _ = redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg("w")
+                .exec_async(&mut connection)
+                .await;
         }
     }
 
@@ -346,17 +365,22 @@ impl RedisBackend {
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        Ok(self.invoke_replicated(operation, invocation, None).await?.0)
+        Ok(self
+            .invoke_replicated(operation, invocation, None, |_| false)
+            .await?
+            .0)
     }
 
-    /// [`invoke`](Self::invoke), then, with a failover guard, `WAIT` on the same connection:
-    /// the flag says whether enough replicas acknowledged (always `true` without a guard). A
-    /// `WAIT` on any other connection would say nothing about this write.
+    /// [`invoke`](Self::invoke), then, with a failover guard and a reply that `needs_wait`
+    /// (a grant, not a refusal), `WAIT` on the same connection: the flag says whether enough
+    /// replicas acknowledged (always `true` otherwise). A `WAIT` on any other connection would
+    /// say nothing about this write.
     async fn invoke_replicated<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
         invocation: redis::ScriptInvocation<'_>,
         guard: Option<ReplicaGuard>,
+        needs_wait: impl Fn(&T) -> bool,
     ) -> Result<(T, bool), LockError> {
         let mut retried = false;
         let mut maybe_applied = false;
@@ -367,7 +391,7 @@ impl RedisBackend {
                 .map_err(|err| err.maybe_applied(maybe_applied))?;
             let err = match invocation.invoke_async(&mut connection).await {
                 Ok(value) => {
-                    let Some(guard) = guard else {
+                    let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
                         return Ok((value, true));
                     };
                     match redis::cmd("WAIT")
@@ -477,15 +501,21 @@ impl Failure {
 impl LockBackend for RedisBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let call = attempt.kind.acquire_call(attempt);
-        let (reply, replicated) = self.invoke_replicated("acquire", call, self.guard).await?;
+        let (reply, replicated) = self
+            .invoke_replicated("acquire", call, self.guard, |&(granted, _): &(i64, i64)| {
+                granted == 1
+            })
+            .await?;
         let reply = kind::read_acquire_reply(attempt.key, reply)?;
         if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
             return Ok(reply);
         }
         // Not on enough replicas: a failover now could hand the lock out again. Give it back
         // and let the acquire loop try again within its wait.
+        // The grant exists: if giving it back fails, the acquire loop must clean it up.
         self.release(attempt.kind, attempt.key, attempt.owner)
-            .await?;
+            .await
+            .map_err(super::ambiguous)?;
         Ok(AcquireReply::Held(None))
     }
 
@@ -496,9 +526,11 @@ impl LockBackend for RedisBackend {
         Ok(released == 1)
     }
 
-    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let (extended, replicated): (Vec<i64>, bool) = self
-            .invoke_replicated("renew", kind::extend_many_call(leases), self.guard)
+            .invoke_replicated("renew", kind::extend_many_call(leases), self.guard, |_| {
+                true
+            })
             .await?;
         if extended.len() != leases.len() {
             return Err(BackendError::new(
@@ -515,12 +547,15 @@ impl LockBackend for RedisBackend {
         if !replicated {
             return Err(BackendError::new(
                 "renew",
-                BackendErrorKind::Unavailable,
+                BackendErrorKind::Unreplicated,
                 "too few replicas acknowledged the renewal within the failover guard's timeout, \
                  so it does not count",
             )
             .into());
         }
-        Ok(extended.into_iter().map(|e| e == 1).collect())
+        Ok(extended
+            .into_iter()
+            .map(|e| Renewed::from(e == 1))
+            .collect())
     }
 }

@@ -16,8 +16,11 @@
 //! counters that never go back (the clock floor covers a master restarted empty), and a token
 //! whose second round ends after the validity is discarded (the grant is undone). A read
 //! grant carries the largest latest-write token of its quorum, which for the same reason is
-//! at least every write token handed out before it. Wake-ups come from one subscription on
-//! whichever master answers (every master announces a release); the backoff covers the rest.
+//! at least every write token handed out before it (it may be higher than any handed out: a
+//! write try that failed still counted up the counters of the masters it reached). Wake-ups
+//! come from one subscription on whichever master answers: a release is announced on every
+//! master (by the release script where the grant was, by a plain `PUBLISH` elsewhere); the
+//! backoff covers the rest.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,11 +31,12 @@ use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Script;
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Try};
+use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, write::fence_ttl};
 use crate::lease::drift;
@@ -43,8 +47,8 @@ static RAISE_FENCE: LazyLock<Script> =
 
 pub(crate) struct RedlockBackend {
     masters: Vec<Arc<RedisBackend>>,
-    /// Per master: a connect runs in the background, nobody waiting for it.
-    connecting: Vec<Arc<AtomicBool>>,
+    /// Per master: whether a connect runs in the background, and its end.
+    connecting: Vec<Arc<Connecting>>,
     node_timeout: Duration,
     connect_timeout: Duration,
     /// No try has warmed up yet: the first waits for every master (up to the connect
@@ -53,6 +57,13 @@ pub(crate) struct RedlockBackend {
     /// Wake-ups from whichever master answers: every master announces a release.
     waker: Waker,
     io: Handle,
+}
+
+/// A master's connect in the background.
+#[derive(Default)]
+struct Connecting {
+    running: AtomicBool,
+    ended: Notify,
 }
 
 /// What one master said to one request, or that it said nothing in time.
@@ -150,8 +161,10 @@ impl RedlockBackend {
         .await
     }
 
-    /// Connects the masters that have no connection, on the I/O runtime, before a try's clock
-    /// starts (so connecting does not eat into the lease or the node timeout). Waits only
+    /// Connects the masters that have no connection, on the I/O runtime, before the try's
+    /// requests are sent (so a connect does not eat into the node timeout; the acquire loop's
+    /// own deadline, which started earlier, still counts it, so a first use with a very short
+    /// lease may come back too late and be tried again). Waits only
     /// while fewer than a majority are connected (on first use: fewer than all, so that a
     /// replica among the masters is refused from the start), and then at most the connect
     /// timeout: a
@@ -171,36 +184,56 @@ impl RedlockBackend {
         } else {
             self.quorum()
         };
-        if connected >= enough {
-            for i in missing {
-                if !self.connecting[i].swap(true, Ordering::AcqRel) {
-                    let (master, flag) = (self.masters[i].clone(), self.connecting[i].clone());
-                    self.io.spawn(async move {
-                        let _ = master.warm_up().await;
-                        flag.store(false, Ordering::Release);
-                    });
-                }
-            }
-            return;
-        }
-        let mut connects: FuturesUnordered<_> = missing
+        // Registered before the connects start, so none of their ends is missed.
+        let mut ended: FuturesUnordered<_> = missing
             .iter()
             .map(|&i| {
-                let master = self.masters[i].clone();
-                self.io.spawn(async move { master.warm_up().await.is_ok() })
+                let mut ended = Box::pin(self.connecting[i].ended.notified());
+                ended.as_mut().enable();
+                ended
             })
             .collect();
+        for &i in &missing {
+            self.connect_in_background(i);
+        }
+        if connected >= enough {
+            return;
+        }
         let _ = tokio::time::timeout(self.connect_timeout, async {
-            let mut connected = connected;
-            while connected < enough {
-                match connects.next().await {
-                    Some(Ok(true)) => connected += 1,
-                    Some(_) => {}
-                    None => break,
+            while ended.next().await.is_some() {
+                let connected = self.masters.iter().filter(|m| m.is_connected()).count();
+                if connected >= enough {
+                    break;
                 }
             }
         })
         .await;
+    }
+
+    /// Connects master `i` on the I/O runtime unless a connect of it is under way already;
+    /// its end is announced on the master's [`Connecting::ended`].
+    fn connect_in_background(&self, i: usize) {
+        let connecting = &self.connecting[i];
+        if connecting.running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (master, connecting) = (self.masters[i].clone(), connecting.clone());
+        self.io.spawn(async move {
+            let _ = master.warm_up().await;
+            connecting.running.store(false, Ordering::Release);
+            connecting.ended.notify_waiters();
+        });
+    }
+
+    /// Reconnects, in the background, the masters that have no connection (after a restart
+    /// or a dropped connection), so renewals and releases, which do not wait for connects,
+    /// reach them again.
+    fn reconnect_missing(&self) {
+        for i in 0..self.masters.len() {
+            if !self.masters[i].is_connected() {
+                self.connect_in_background(i);
+            }
+        }
     }
 
     fn quorum_unavailable(&self, key: &LockKey, answered: usize, granted: usize) -> LockError {
@@ -313,19 +346,33 @@ impl LockBackend for RedlockBackend {
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        self.reconnect_missing();
         let answers = self
             .on_all(self.node_timeout, |master| master.release(kind, key, owner))
             .await;
         let mut answered = 0;
         let mut released = 0;
         let mut error = None;
-        for answer in answers {
+        let mut silent = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
             match answer {
                 Answer::Said(was_ours) => {
                     answered += 1;
                     released += usize::from(was_ours);
+                    if !was_ours {
+                        silent.push(i);
+                    }
                 }
                 Answer::Failed(err) => error = Some(err),
+            }
+        }
+        // A master that did not hold the grant announced nothing, but waiters may listen
+        // there: announce the release on it too (in the background, off the caller's path).
+        if released > 0 {
+            for i in silent {
+                let (master, channel) = (self.masters[i].clone(), key.channel.clone());
+                self.io
+                    .spawn(async move { master.announce(&channel).await });
             }
         }
         if answered < self.quorum() {
@@ -335,7 +382,11 @@ impl LockBackend for RedlockBackend {
         Ok(released >= self.quorum())
     }
 
-    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<bool>, LockError> {
+    /// A lease is renewed when a majority renewed it, lost when so many masters said it is not
+    /// theirs that a majority no longer can, and unknown otherwise (the watchdog tries again:
+    /// a master that missed the node timeout once must not cost a lease that is held).
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        self.reconnect_missing();
         let shortest = leases
             .iter()
             .map(|l| l.lease)
@@ -353,7 +404,7 @@ impl LockBackend for RedlockBackend {
                 Answer::Said(renewed) => {
                     answered += 1;
                     for (count, renewed) in extended.iter_mut().zip(renewed) {
-                        *count += usize::from(renewed);
+                        *count += usize::from(renewed == Renewed::Yes);
                     }
                 }
                 Answer::Failed(err) => error = Some(err),
@@ -367,9 +418,18 @@ impl LockBackend for RedlockBackend {
                 (None, None) => return Ok(Vec::new()),
             });
         }
+        let unanswered = self.masters.len() - answered;
         Ok(extended
             .into_iter()
-            .map(|count| count >= self.quorum())
+            .map(|count| {
+                if count >= self.quorum() {
+                    Renewed::Yes
+                } else if count + unanswered < self.quorum() {
+                    Renewed::No
+                } else {
+                    Renewed::Unknown
+                }
+            })
             .collect())
     }
 }
