@@ -53,18 +53,13 @@ fn shard_subscribers(cluster: &RedisCluster, channel: &str) -> i64 {
 
 /// Polls (bounded) until `channel` has at least `n` shard subscribers.
 async fn wait_for_shard_subscribers(cluster: &RedisCluster, channel: &str, n: i64) {
-    let started = Instant::now();
-    loop {
+    support::wait_until_async("shard subscribers", Duration::from_secs(10), || {
         let count = shard_subscribers(cluster, channel);
-        if count >= n {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{count} shard subscribers of {channel}, expected {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (count >= n)
+            .then_some(())
+            .ok_or(format!("{count} of {channel}, expected {n}"))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

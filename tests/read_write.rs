@@ -169,22 +169,17 @@ async fn a_write_release_with_a_writer_waiting_wakes_the_writer_first() {
 
 /// Waits until `channel` has at least `n` subscribers (waiters of `n` clients).
 async fn wait_for_subscribers(server: &RedisServer, channel: &str, n: i64) {
-    let started = Instant::now();
-    loop {
+    support::wait_until_async("subscribers", Duration::from_secs(10), || {
         let counts: Vec<redis::Value> = redis_cmd(server, &["PUBSUB", "NUMSUB", channel]);
         let count = match counts.get(1) {
             Some(redis::Value::Int(count)) => *count,
             _ => 0,
         };
-        if count >= n {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{count} subscribers of {channel}, expected {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (count >= n)
+            .then_some(())
+            .ok_or(format!("{count} of {channel}, expected {n}"))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

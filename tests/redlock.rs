@@ -315,7 +315,7 @@ async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
                 (guard, std::time::Instant::now())
             }
         });
-        support::wait_until("the waiter to subscribe", Duration::from_secs(10), || {
+        support::wait_until_async("the waiter to subscribe", Duration::from_secs(10), || {
             let subscribed: i64 = masters[1..]
                 .iter()
                 .map(|master| {
@@ -330,7 +330,8 @@ async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
             (subscribed > 0)
                 .then_some(())
                 .ok_or_else(|| "no subscriber yet".to_owned())
-        });
+        })
+        .await;
         let released = std::time::Instant::now();
         assert!(guard.release().await.expect("release"));
         let (granted, at) = waiting.await.expect("task");

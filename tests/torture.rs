@@ -453,6 +453,32 @@ fn counter(store: &RedisServer, key: &str) -> i64 {
     value.unwrap_or(0)
 }
 
+/// Waits until the store's log holds more than `after` commits: locking works (again).
+fn wait_for_commit_after(store: &RedisServer, after: usize, within: Duration, what: &str) {
+    support::wait_until(what, within, || {
+        let commits = check_log(store).commits;
+        (commits > after)
+            .then_some(())
+            .ok_or(format!("{commits} commits"))
+    });
+}
+
+/// Stops the workers and reads what they printed: how many panicked, and the kinds of error
+/// they reported, sorted, each once.
+fn stop_workers(workers: Vec<Proc>) -> (usize, Vec<String>) {
+    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
+    drop(workers);
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
+    let mut errors: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("error "))
+        .map(str::to_owned)
+        .collect();
+    errors.sort();
+    errors.dedup();
+    (panics, errors)
+}
+
 // ---- scenarios ------------------------------------------------------------------------------
 
 struct Size {
@@ -683,27 +709,15 @@ fn redis_restarted_mid_run(size: &Size) {
     let commits_at_restart = check_log(&store).commits;
     lock.restart();
     let restarted = Instant::now();
-    let recovered = loop {
-        if check_log(&store).commits > commits_at_restart {
-            break restarted.elapsed();
-        }
-        assert!(
-            restarted.elapsed() < Duration::from_secs(15),
-            "locks did not work again within 15 s of the restart"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    wait_for_commit_after(
+        &store,
+        commits_at_restart,
+        Duration::from_secs(15),
+        "locks to work again after the restart",
+    );
+    let recovered = restarted.elapsed();
     std::thread::sleep(size.pick(Duration::from_secs(2), Duration::from_secs(20)));
-    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
-    drop(workers);
-    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
-    let mut errors: Vec<String> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("error "))
-        .map(str::to_owned)
-        .collect();
-    errors.sort();
-    errors.dedup();
+    let (panics, errors) = stop_workers(workers);
     let check = check_log(&store);
     record(
         "redis_restarted_mid_run",
@@ -966,13 +980,11 @@ fn redlock_with_minority_kills_and_a_majority_loss(size: &Size) {
             masters[victim].stop();
         }
         if halfway {
-            let commits_before = check_log(&store).commits;
             // Grants taken just before the loss may still commit within their lease.
             std::thread::sleep(lease + Duration::from_millis(200));
             let commits_at = check_log(&store).commits;
             std::thread::sleep(Duration::from_millis(1300));
-            let commits_during = check_log(&store).commits - commits_at;
-            majority_loss = Some((commits_before, commits_during));
+            majority_loss = Some(check_log(&store).commits - commits_at);
         } else {
             minority_changes += 1;
             std::thread::sleep(Duration::from_millis(800));
@@ -981,26 +993,14 @@ fn redlock_with_minority_kills_and_a_majority_loss(size: &Size) {
     for master in masters.iter_mut().filter(|m| !m.is_running()) {
         master.restart();
     }
-    let commits_after_restore = check_log(&store).commits;
-    let resumed = Instant::now();
-    while check_log(&store).commits <= commits_after_restore {
-        assert!(
-            resumed.elapsed() < Duration::from_secs(10),
-            "locking did not resume within 10 s of a majority coming back"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
-    drop(workers);
-    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
-    let mut errors: Vec<String> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("error "))
-        .map(str::to_owned)
-        .collect();
-    errors.sort();
-    errors.dedup();
-    let (_, commits_without_majority) = majority_loss.expect("the run reached its halfway point");
+    wait_for_commit_after(
+        &store,
+        check_log(&store).commits,
+        Duration::from_secs(10),
+        "locking to resume once a majority is back",
+    );
+    let (panics, errors) = stop_workers(workers);
+    let commits_without_majority = majority_loss.expect("the run reached its halfway point");
     let check = check_log(&store);
     record(
         "redlock_with_minority_kills_and_a_majority_loss",
@@ -1063,26 +1063,15 @@ fn cluster_with_failovers(size: &Size) {
         } else {
             cluster.failover(primary);
         }
-        let commits = check_log(&store).commits;
-        while check_log(&store).commits <= commits {
-            assert!(
-                at.elapsed() < Duration::from_secs(30),
-                "locking did not resume within 30 s of failover {round}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_commit_after(
+            &store,
+            check_log(&store).commits,
+            Duration::from_secs(30),
+            &format!("locking to resume after failover {round}"),
+        );
         recoveries.push(at.elapsed());
     }
-    let lines: Vec<String> = workers.iter().flat_map(|w| w.drain()).collect();
-    drop(workers);
-    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
-    let mut errors: Vec<String> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("error "))
-        .map(str::to_owned)
-        .collect();
-    errors.sort();
-    errors.dedup();
+    let (panics, errors) = stop_workers(workers);
     let check = check_log(&store);
     record(
         "cluster_with_failovers",

@@ -148,6 +148,7 @@ impl Client {
             connect_timeout: config.connect_timeout,
             require_primary: false,
             guard: config.replicas,
+            wake_ups: true,
         };
         let backend = Arc::new(match &config.backend {
             BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(

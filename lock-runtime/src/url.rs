@@ -79,7 +79,7 @@ pub(crate) fn parse(url: &str, purpose: UrlFor) -> Result<redis::Client, LockErr
     })
 }
 
-/// Parses a list of URLs (at least `min` of them).
+/// Parses a list of URLs; the caller checks how many a deployment needs.
 pub(crate) fn parse_list<S: AsRef<str>>(
     urls: impl IntoIterator<Item = S>,
     purpose: UrlFor,

@@ -338,14 +338,58 @@ pub fn wait_until<T>(
     timeout: Duration,
     mut check: impl FnMut() -> Result<T, String>,
 ) -> T {
-    let deadline = std::time::Instant::now() + timeout;
+    let mut poll = Poll::new(what, timeout);
     loop {
+        if let Some(value) = poll.check(&mut check) {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`wait_until`] for async tests: polls `check` every 10 ms without blocking the runtime
+/// (the event awaited may come from a task on the same runtime), panicking with `what` and
+/// the last reason after `timeout`.
+pub async fn wait_until_async<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let mut poll = Poll::new(what, timeout);
+    loop {
+        if let Some(value) = poll.check(&mut check) {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The deadline of one bounded poll, shared by [`wait_until`] and [`wait_until_async`].
+struct Poll<'a> {
+    what: &'a str,
+    timeout: Duration,
+    deadline: std::time::Instant,
+}
+
+impl<'a> Poll<'a> {
+    fn new(what: &'a str, timeout: Duration) -> Self {
+        Self {
+            what,
+            timeout,
+            deadline: std::time::Instant::now() + timeout,
+        }
+    }
+
+    /// One look: the value once `check` gives it, `None` to look again; panics past the
+    /// deadline.
+    fn check<T>(&mut self, check: &mut impl FnMut() -> Result<T, String>) -> Option<T> {
         match check() {
-            Ok(value) => return value,
-            Err(reason) if std::time::Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}: {reason}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(value) => Some(value),
+            Err(reason) if std::time::Instant::now() >= self.deadline => panic!(
+                "timed out after {:?} waiting for {}: {reason}",
+                self.timeout, self.what
+            ),
+            Err(_) => None,
         }
     }
 }

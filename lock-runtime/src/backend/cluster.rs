@@ -159,16 +159,8 @@ impl ClusterBackend {
                 Err(err) => return Err(backend_error(operation, err)),
             }
         };
-        if acknowledged < guard.replicas {
-            tracing::warn!(
-                nodes = %self.nodes,
-                "{operation}: {acknowledged} of {} replicas acknowledged within {:?}; it does \
-                 not count (failover guard)",
-                guard.replicas,
-                guard.timeout
-            );
-        }
-        Ok((value, acknowledged >= guard.replicas))
+        let enough = super::replicated(guard, acknowledged, operation, &self.nodes);
+        Ok((value, enough))
     }
 }
 
@@ -190,16 +182,7 @@ impl LockBackend for ClusterBackend {
             .await
             .map_err(super::ambiguous)?;
         let reply = kind::read_acquire_reply(attempt.key, reply)?;
-        if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
-            return Ok(reply);
-        }
-        // Not on enough replicas: a failover now could hand the lock out again. Give it back
-        // and let the acquire loop try again within its wait.
-        // The grant exists: if giving it back fails, the acquire loop must clean it up.
-        self.release(attempt.kind, attempt.key, attempt.owner)
-            .await
-            .map_err(super::ambiguous)?;
-        Ok(AcquireReply::Held(None))
+        super::count_only_replicated(self, attempt, reply, replicated).await
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
@@ -224,37 +207,22 @@ impl LockBackend for ClusterBackend {
         }
         let batches = by_slot.into_values().map(|indices| async move {
             let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
-            let (extended, replicated): (Vec<i64>, bool) = self
+            let (extended, replicated) = self
                 .invoke_replicated("renew", kind::extend_many_call(&batch))
                 .await?;
-            if !replicated {
-                return Err(LockError::from(BackendError::new(
-                    "renew",
-                    BackendErrorKind::Unreplicated,
-                    "too few replicas acknowledged the renewal within the failover guard's \
-                     timeout, so it does not count",
-                )));
-            }
-            if extended.len() != batch.len() {
-                return Err(LockError::from(BackendError::new(
-                    "renew",
-                    BackendErrorKind::Server,
-                    format!(
-                        "asked to renew {} leases, got {} answers",
-                        batch.len(),
-                        extended.len()
-                    ),
-                )));
-            }
-            Ok((indices, extended))
+            let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
+            Ok((
+                indices,
+                super::count_only_replicated_renewals(renewed, replicated)?,
+            ))
         });
         let mut answers = vec![Renewed::Unknown; leases.len()];
         let mut failures = Vec::new();
         for outcome in futures_util::future::join_all(batches).await {
             match outcome {
-                Ok((indices, extended)) => {
-                    for (i, e) in indices.into_iter().zip(extended) {
-                        answers[i] = Renewed::from(e == 1);
+                Ok((indices, renewed)) => {
+                    for (i, renewed) in indices.into_iter().zip(renewed) {
+                        answers[i] = renewed;
                     }
                 }
                 Err(err) => failures.push(err),

@@ -19,7 +19,8 @@ pub(crate) mod wake;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::error::LockError;
+use crate::config::ReplicaGuard;
+use crate::error::{BackendError, BackendErrorKind, LockError};
 pub(crate) use crate::kind::{Kind, Try};
 use crate::FencingToken;
 
@@ -225,12 +226,70 @@ impl Backend {
     /// Wake-ups on release, where the backend has them (the Redis stores).
     pub(crate) fn waker(&self) -> Option<&wake::Waker> {
         match self {
-            Backend::Redis(b) => Some(b.waker()),
+            Backend::Redis(b) => b.waker(),
             Backend::Cluster(b) => Some(b.waker()),
             Backend::Redlock(b) => Some(b.waker()),
             Backend::Memory(_) => None,
         }
     }
+}
+
+/// The failover guard's verdict on one `WAIT`: whether `acknowledged` replicas are enough
+/// for the write to count; a shortfall is logged.
+pub(crate) fn replicated(
+    guard: ReplicaGuard,
+    acknowledged: u32,
+    operation: &str,
+    server: &str,
+) -> bool {
+    if acknowledged < guard.replicas {
+        tracing::warn!(
+            server,
+            "{operation}: {acknowledged} of {} replicas acknowledged within {:?}; it does not \
+             count (failover guard)",
+            guard.replicas,
+            guard.timeout
+        );
+    }
+    acknowledged >= guard.replicas
+}
+
+/// A try's reply under the failover guard: a grant that too few replicas acknowledged is
+/// given back (a failover now could hand the lock out again) and reported as held, so the
+/// acquire loop tries again within its wait.
+pub(crate) async fn count_only_replicated<B: LockBackend>(
+    store: &B,
+    attempt: &Try<'_>,
+    reply: AcquireReply,
+    replicated: bool,
+) -> Result<AcquireReply, LockError> {
+    if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
+        return Ok(reply);
+    }
+    // The grant exists: if giving it back fails, the acquire loop must clean it up.
+    store
+        .release(attempt.kind, attempt.key, attempt.owner)
+        .await
+        .map_err(ambiguous)?;
+    Ok(AcquireReply::Held(None))
+}
+
+/// A renewal's answers under the failover guard: none counts unless enough replicas
+/// acknowledged it.
+pub(crate) fn count_only_replicated_renewals(
+    renewed: Vec<Renewed>,
+    replicated: bool,
+) -> Result<Vec<Renewed>, LockError> {
+    if replicated {
+        return Ok(renewed);
+    }
+    Err(BackendError::new(
+        "renew",
+        BackendErrorKind::Unreplicated,
+        "too few replicas acknowledged the renewal within the failover guard's timeout, so it \
+         does not count",
+    )
+    .into())
 }
 
 /// Marks a failed request as one that may have taken effect, so the acquire loop cleans up.

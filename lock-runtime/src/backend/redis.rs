@@ -77,6 +77,9 @@ pub(crate) struct NodeOptions {
     pub(crate) require_primary: bool,
     /// The failover guard.
     pub(crate) guard: Option<ReplicaGuard>,
+    /// Whether waiters subscribe to this server for wake-ups (not Redlock's masters: their
+    /// store subscribes to any one of them).
+    pub(crate) wake_ups: bool,
 }
 
 pub(crate) struct RedisBackend {
@@ -95,7 +98,7 @@ pub(crate) struct RedisBackend {
     replaced: Mutex<Vec<ServerSideClient>>,
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
     connecting: tokio::sync::Mutex<Connecting>,
-    waker: Waker,
+    waker: Option<Waker>,
 }
 
 impl RedisBackend {
@@ -103,12 +106,14 @@ impl RedisBackend {
         let endpoint = Arc::new(endpoint);
         Self {
             server: endpoint.describe(),
-            waker: Waker::new(
-                Transport::Node(endpoint.clone()),
-                io.clone(),
-                options.connect_timeout,
-                options.response_timeout,
-            ),
+            waker: options.wake_ups.then(|| {
+                Waker::new(
+                    Transport::Node(endpoint.clone()),
+                    io.clone(),
+                    options.connect_timeout,
+                    options.response_timeout,
+                )
+            }),
             require_primary: options.require_primary || endpoint.is_sentinel(),
             refusal: Mutex::new(None),
             guard: options.guard,
@@ -123,8 +128,8 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) fn waker(&self) -> &Waker {
-        &self.waker
+    pub(crate) fn waker(&self) -> Option<&Waker> {
+        self.waker.as_ref()
     }
 
     fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -401,16 +406,9 @@ impl RedisBackend {
                         .await
                     {
                         Ok(acknowledged) => {
-                            if acknowledged < guard.replicas {
-                                tracing::warn!(
-                                    server = %self.server,
-                                    "{operation}: {acknowledged} of {} replicas acknowledged \
-                                     within {:?}; it does not count (failover guard)",
-                                    guard.replicas,
-                                    guard.timeout
-                                );
-                            }
-                            return Ok((value, acknowledged >= guard.replicas));
+                            let enough =
+                                super::replicated(guard, acknowledged, operation, &self.server);
+                            return Ok((value, enough));
                         }
                         // The script ran: whatever failed after it, its effect may stand.
                         Err(err) => {
@@ -507,16 +505,7 @@ impl LockBackend for RedisBackend {
             })
             .await?;
         let reply = kind::read_acquire_reply(attempt.key, reply)?;
-        if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
-            return Ok(reply);
-        }
-        // Not on enough replicas: a failover now could hand the lock out again. Give it back
-        // and let the acquire loop try again within its wait.
-        // The grant exists: if giving it back fails, the acquire loop must clean it up.
-        self.release(attempt.kind, attempt.key, attempt.owner)
-            .await
-            .map_err(super::ambiguous)?;
-        Ok(AcquireReply::Held(None))
+        super::count_only_replicated(self, attempt, reply, replicated).await
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
@@ -527,35 +516,12 @@ impl LockBackend for RedisBackend {
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let (extended, replicated): (Vec<i64>, bool) = self
+        let (extended, replicated) = self
             .invoke_replicated("renew", kind::extend_many_call(leases), self.guard, |_| {
                 true
             })
             .await?;
-        if extended.len() != leases.len() {
-            return Err(BackendError::new(
-                "renew",
-                BackendErrorKind::Server,
-                format!(
-                    "asked to renew {} leases, got {} answers",
-                    leases.len(),
-                    extended.len()
-                ),
-            )
-            .into());
-        }
-        if !replicated {
-            return Err(BackendError::new(
-                "renew",
-                BackendErrorKind::Unreplicated,
-                "too few replicas acknowledged the renewal within the failover guard's timeout, \
-                 so it does not count",
-            )
-            .into());
-        }
-        Ok(extended
-            .into_iter()
-            .map(|e| Renewed::from(e == 1))
-            .collect())
+        let renewed = kind::read_extend_many_reply(leases.len(), extended)?;
+        super::count_only_replicated_renewals(renewed, replicated)
     }
 }

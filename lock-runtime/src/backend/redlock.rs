@@ -102,6 +102,7 @@ impl RedlockBackend {
         let options = NodeOptions {
             require_primary: true,
             guard: None,
+            wake_ups: false,
             ..options
         };
         Self {

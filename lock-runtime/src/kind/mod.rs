@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use crate::backend::{AcquireReply, Announce, LockKey, Renewal};
+use crate::backend::{AcquireReply, Announce, LockKey, Renewal, Renewed};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::{FencingToken, LockMode};
 
@@ -167,6 +167,29 @@ pub(crate) fn read_acquire_reply(
         _ => None,
     };
     Ok(AcquireReply::Held(remaining))
+}
+
+/// Reads the reply of [`extend_many_call`] for `asked` renewals: one 1 (renewed) or 0 (no
+/// longer ours) per renewal.
+pub(crate) fn read_extend_many_reply(
+    asked: usize,
+    extended: Vec<i64>,
+) -> Result<Vec<Renewed>, LockError> {
+    if extended.len() != asked {
+        return Err(BackendError::new(
+            "renew",
+            BackendErrorKind::Server,
+            format!(
+                "asked to renew {asked} leases, got {} answers",
+                extended.len()
+            ),
+        )
+        .into());
+    }
+    Ok(extended
+        .into_iter()
+        .map(|e| Renewed::from(e == 1))
+        .collect())
 }
 
 /// A try's call of `script`, which every acquire script takes alike: the lock key, the fencing
