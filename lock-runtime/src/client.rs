@@ -158,13 +158,12 @@ impl Client {
             ))),
             BackendConfig::Sentinel { sentinels, master } => {
                 Backend::Redis(Box::new(RedisBackend::new(
-                    Endpoint::Sentinel(Sentinel {
-                        sentinels: sentinels.clone(),
-                        master: master.clone(),
-                        connect_timeout: config.connect_timeout,
-                        response_timeout: config.response_timeout,
-                        last_answered: Default::default(),
-                    }),
+                    Endpoint::Sentinel(Sentinel::new(
+                        sentinels.clone(),
+                        master.clone(),
+                        config.connect_timeout,
+                        config.response_timeout,
+                    )),
                     options,
                     io.handle(),
                 )))

@@ -30,13 +30,13 @@ pub(crate) enum Endpoint {
 
 /// Sentinels that monitor one primary.
 pub(crate) struct Sentinel {
-    pub(crate) sentinels: Vec<redis::Client>,
-    pub(crate) master: String,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
+    sentinels: Vec<redis::Client>,
+    master: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
     /// The sentinel that answered last: asked first next time, so a sentinel that hangs
     /// (its host died with the primary, say) does not cost every lookup a connect timeout.
-    pub(crate) last_answered: AtomicUsize,
+    last_answered: AtomicUsize,
 }
 
 impl Endpoint {
@@ -107,6 +107,21 @@ impl Endpoint {
 }
 
 impl Sentinel {
+    pub(crate) fn new(
+        sentinels: Vec<redis::Client>,
+        master: String,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Self {
+            sentinels,
+            master,
+            connect_timeout,
+            response_timeout,
+            last_answered: AtomicUsize::new(0),
+        }
+    }
+
     /// Asks the sentinels in turn for the primary's address; the primary is reached with the
     /// credentials and db of the first sentinel URL.
     async fn primary(&self) -> Result<redis::Client, RedisError> {
