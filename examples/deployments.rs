@@ -46,7 +46,7 @@ async fn contend(client: &Client, key: &str) -> Result<(u64, bool), LockError> {
                     .wait(Duration::from_secs(30))
                     .acquire()
                     .await?;
-                let token = guard.fencing_token().get();
+                let token = guard.fencing_token().expect("fenced").get();
                 if last_token.swap(token, Ordering::SeqCst) >= token {
                     increasing.store(false, Ordering::SeqCst);
                 }

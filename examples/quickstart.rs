@@ -38,7 +38,7 @@ async fn main() -> Result<(), LockError> {
     println!(
         "a grant of `{}` carries fencing token {}: hand it to the store you protect",
         guard.key(),
-        guard.fencing_token()
+        guard.fencing_token().expect("fenced")
     );
     guard.release().await?;
     Ok(())

@@ -240,7 +240,11 @@ async fn increment() -> Result<u64, AppError> {
     let read = SHARED.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_micros(300)).await;
     SHARED.store(read + 1, Ordering::SeqCst);
-    Ok(distlock::current().unwrap().fencing_token().get())
+    Ok(distlock::current()
+        .unwrap()
+        .fencing_token()
+        .expect("fenced")
+        .get())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,6 +266,35 @@ async fn concurrent_calls_are_mutually_exclusive_and_fenced() {
         assert!(tokens.windows(2).all(|w| w[0] < w[1]));
     }
     assert_eq!(SHARED.load(Ordering::SeqCst), 80);
+}
+
+static UNFENCED: AtomicU64 = AtomicU64::new(0);
+
+/// The efficiency mode: the same exclusion, and `current()` says there is no token.
+#[distributed_lock(key = "unfenced", wait = "30s", fencing = false)]
+async fn increment_unfenced() -> Result<Option<distlock::FencingToken>, AppError> {
+    let read = UNFENCED.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_micros(300)).await;
+    UNFENCED.store(read + 1, Ordering::SeqCst);
+    Ok(distlock::current().unwrap().fencing_token())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_false_excludes_like_the_default_and_hands_out_no_token() {
+    init_once();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(async {
+                for _ in 0..10 {
+                    assert_eq!(increment_unfenced().await.unwrap(), None);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(UNFENCED.load(Ordering::SeqCst), 80);
 }
 
 #[distributed_lock(key = "held:{name}", wait = "0s")]
@@ -397,12 +430,20 @@ async fn a_body_held_past_max_hold_is_cancelled_with_an_error_that_says_so() {
 
 #[distributed_lock(key = "account:{id}", wait = "0s")]
 async fn inner(id: u64) -> Result<u64, AppError> {
-    Ok(distlock::current().unwrap().fencing_token().get())
+    Ok(distlock::current()
+        .unwrap()
+        .fencing_token()
+        .expect("fenced")
+        .get())
 }
 
 #[distributed_lock(key = "account:{id}", wait = "0s")]
 async fn outer(id: u64) -> Result<(u64, u64), AppError> {
-    let mine = distlock::current().unwrap().fencing_token().get();
+    let mine = distlock::current()
+        .unwrap()
+        .fencing_token()
+        .expect("fenced")
+        .get();
     let joined = inner(id).await?;
     Ok((mine, joined))
 }

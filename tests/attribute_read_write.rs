@@ -94,7 +94,10 @@ async fn a_read_inside_a_write_joins_it() {
         LockMode::Write,
         "the joined read runs under the write grant"
     );
-    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(
+        inner.fencing_token().expect("fenced"),
+        outer.fencing_token().expect("fenced")
+    );
     assert_eq!(init_once().readers("doc:2"), 0, "no reader entry was taken");
 }
 
@@ -104,7 +107,10 @@ async fn a_read_inside_a_read_joins_it() {
     let (outer, inner, entries) = view_twice(3).await.expect("read in read joins");
     assert_eq!(outer.mode(), LockMode::Read);
     assert_eq!(inner.mode(), LockMode::Read);
-    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(
+        inner.fencing_token().expect("fenced"),
+        outer.fencing_token().expect("fenced")
+    );
     assert_eq!(
         entries, 1,
         "the inner read joined instead of taking a second entry"
@@ -153,7 +159,11 @@ async fn exclusive_and_write_modes_are_the_same_lock() {
     );
     guard.release().await.expect("release");
     exclusive(5).await.expect("free again");
-    let token = view(5).await.expect("read").fencing_token();
+    let token = view(5)
+        .await
+        .expect("read")
+        .fencing_token()
+        .expect("fenced");
     assert!(
         token.get() > 0,
         "a read carries the latest write token, not none"

@@ -163,6 +163,7 @@ on_every_store!(
     read_grants_carry_the_latest_write_token,
     a_writer_gets_in_within_300ms_under_fifty_tasks_of_overlapping_reads,
     the_lock_and_write_lock_are_the_same_lock,
+    grants_without_fencing_exclude_each_other_and_carry_no_token,
 );
 
 on_every_store_and_kind!(
@@ -200,7 +201,10 @@ async fn sixteen_tasks_doing_read_modify_write_under_the_lock_lose_no_update(h: 
                 tokio::task::yield_now().await;
                 tokio::time::sleep(Duration::from_micros(200)).await;
                 counter.store(read + 1, Ordering::SeqCst);
-                tokens.lock().unwrap().push(guard.fencing_token());
+                tokens
+                    .lock()
+                    .unwrap()
+                    .push(guard.fencing_token().expect("fenced"));
                 assert!(guard.release().await.expect("release"));
             }
         }));
@@ -222,13 +226,91 @@ async fn fencing_tokens_strictly_increase_across_successive_holders(h: Harness) 
         // New clients, as successive holders in different processes would be.
         let client = h.client();
         let guard = client.lock("fenced").acquire().await.expect("acquire");
-        let token = guard.fencing_token();
+        let token = guard.fencing_token().expect("fenced");
         if let Some(previous) = previous {
             assert!(token > previous, "{token} after {previous}");
         }
         previous = Some(token);
         guard.release().await.expect("release");
     }
+}
+
+/// The efficiency mode (`fencing(false)` on a request, or on the config): the same exclusion,
+/// no token. A contended request goes on past its bare first `SET NX PX` through the scripts.
+async fn grants_without_fencing_exclude_each_other_and_carry_no_token(h: Harness) {
+    let client = h.client();
+    let plain = client
+        .lock("plain")
+        .fencing(false)
+        .lease(Duration::from_millis(500))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire");
+    assert_eq!(plain.fencing_token(), None, "no token to invent");
+    let refused = client
+        .lock("plain")
+        .fencing(false)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    let fenced = client.lock("plain").wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(fenced, Err(LockError::Timeout { .. })),
+        "{fenced:?}"
+    );
+    let read = client
+        .read_lock("plain")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(matches!(read, Err(LockError::Timeout { .. })), "{read:?}");
+    // Waiting: refused first (the holder keeps it for its whole 500 ms lease), then granted
+    // on a scripted try once the lease has run out.
+    let unfenced = Client::new(h.config.clone().fencing(false)).expect("valid config");
+    let guard = unfenced
+        .lock("plain")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire after the holder's lease ran out");
+    assert_eq!(
+        guard.fencing_token(),
+        None,
+        "Config::fencing(false) is the default of its requests"
+    );
+    assert!(
+        !plain.release().await.expect("release"),
+        "its lease ran out"
+    );
+    assert!(guard.release().await.expect("release"));
+    // Readers without fencing keep writers out, and carry no token either.
+    let reader = client
+        .read_lock("plain")
+        .fencing(false)
+        .acquire()
+        .await
+        .expect("read");
+    assert_eq!(reader.fencing_token(), None);
+    let writer = client
+        .lock("plain")
+        .fencing(false)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(writer, Err(LockError::Timeout { .. })),
+        "{writer:?}"
+    );
+    assert!(reader.release().await.expect("release"));
+    // A fenced grant after unfenced ones still gets a token.
+    let fenced = client.lock("plain").acquire().await.expect("acquire");
+    assert!(fenced.fencing_token().is_some());
+    assert!(fenced.release().await.expect("release"));
 }
 
 async fn an_unrenewed_lease_frees_the_lock_within_the_lease(h: Harness, mode: LockMode) {
@@ -444,7 +526,7 @@ async fn a_lock_held_for_its_max_hold_is_lost_and_no_longer_renewed(h: Harness, 
         .acquire()
         .await
         .expect("the lock is free within a lease after max_hold");
-    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(next.fencing_token().expect("fenced") > guard.fencing_token().expect("fenced"));
     next.release().await.expect("release");
     drop(guard);
 }
@@ -626,7 +708,7 @@ async fn a_waiting_writer_keeps_new_readers_out(h: Harness) {
             .acquire()
             .await
             .expect("the writer gets in once the reader leaves");
-        let token = guard.fencing_token();
+        let token = guard.fencing_token().expect("fenced");
         guard.release().await.expect("release");
         token
     });
@@ -678,7 +760,7 @@ async fn read_grants_carry_the_latest_write_token(h: Harness) {
         .acquire()
         .await
         .expect("write");
-    let first = write.fencing_token();
+    let first = write.fencing_token().expect("fenced");
     write.release().await.expect("release");
     let a = client.read_lock("fenced-rw").acquire().await.expect("read");
     let b = h
@@ -688,11 +770,15 @@ async fn read_grants_carry_the_latest_write_token(h: Harness) {
         .await
         .expect("read");
     assert_eq!(
-        a.fencing_token(),
+        a.fencing_token().expect("fenced"),
         first,
         "a read carries the latest write token"
     );
-    assert_eq!(b.fencing_token(), first, "and takes no new one");
+    assert_eq!(
+        b.fencing_token().expect("fenced"),
+        first,
+        "and takes no new one"
+    );
     a.release().await.expect("release");
     b.release().await.expect("release");
     let write = client
@@ -700,14 +786,14 @@ async fn read_grants_carry_the_latest_write_token(h: Harness) {
         .acquire()
         .await
         .expect("write");
-    let second = write.fencing_token();
+    let second = write.fencing_token().expect("fenced");
     assert!(
         second > first,
         "{second} after {first}: reads took no token"
     );
     write.release().await.expect("release");
     let c = client.read_lock("fenced-rw").acquire().await.expect("read");
-    assert_eq!(c.fencing_token(), second);
+    assert_eq!(c.fencing_token().expect("fenced"), second);
     c.release().await.expect("release");
 }
 
@@ -772,11 +858,11 @@ async fn the_lock_and_write_lock_are_the_same_lock(h: Harness) {
     assert_eq!(exclusive.mode(), LockMode::Write);
     assert_held_against(h.client().write_lock("same"), "write_lock beside lock").await;
     assert_held_against(h.client().read_lock("same"), "read_lock beside lock").await;
-    let first = exclusive.fencing_token();
+    let first = exclusive.fencing_token().expect("fenced");
     exclusive.release().await.expect("release");
     let write = client.write_lock("same").acquire().await.expect("write");
     assert!(
-        write.fencing_token() > first,
+        write.fencing_token().expect("fenced") > first,
         "one fencing counter for both"
     );
     assert_held_against(h.client().lock("same"), "lock beside write_lock").await;

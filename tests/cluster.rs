@@ -73,10 +73,13 @@ async fn exclusive_read_and_write_locks_work_on_the_cluster() {
         matches!(refused, Err(LockError::Timeout { .. })),
         "{refused:?}"
     );
-    let token = first.fencing_token();
+    let token = first.fencing_token().expect("fenced");
     assert!(first.release().await.expect("release"));
     let second = b.lock("basics:excl").acquire().await.expect("lock again");
-    assert!(second.fencing_token() > token, "fencing tokens increase");
+    assert!(
+        second.fencing_token().expect("fenced") > token,
+        "fencing tokens increase"
+    );
     assert!(second.release().await.expect("release"));
 
     let readers = [

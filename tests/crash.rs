@@ -60,7 +60,7 @@ fn hold_until_killed(role: &str) {
             _ => client.write_lock("crash"),
         };
         let guard = request.lease(LEASE).acquire().await.expect("acquire");
-        println!("acquired {}", guard.fencing_token());
+        println!("acquired {}", guard.fencing_token().expect("fenced"));
         std::future::pending::<()>().await;
     });
 }
@@ -125,7 +125,7 @@ fn a_crashed_holder_frees_the_lock_within_its_lease() {
             freed_after <= LEASE + Duration::from_millis(400),
             "freed {freed_after:?} after the kill; lease {LEASE:?}"
         );
-        assert!(guard.fencing_token().get() > held_token);
+        assert!(guard.fencing_token().expect("fenced").get() > held_token);
         assert!(guard.release().await.expect("release"));
     });
 }

@@ -63,7 +63,7 @@ fn runtimes_created_and_dropped_in_a_loop_keep_the_global_client_working() {
                 .acquire()
                 .await
                 .unwrap_or_else(|err| panic!("round {round}: {err}"));
-            let token = guard.fencing_token();
+            let token = guard.fencing_token().expect("fenced");
             if round % 2 == 0 {
                 assert!(guard.release().await.expect("release"));
             }

@@ -322,28 +322,30 @@ async fn write_tokens_keep_increasing_across_a_restart_and_reads_carry_them() {
         .acquire()
         .await
         .expect("write");
-    let token = before.fencing_token();
+    let token = before.fencing_token().expect("fenced");
     assert!(before.release().await.expect("release"));
     // A Redis without persistence: everything is gone after the restart.
     server.restart();
     let client = Client::new(Config::from_url(&url).expect("url")).expect("client");
     let reader = client.read_lock("restart").acquire().await.expect("read");
+    let read = reader.fencing_token().expect("fenced");
     assert!(
-        reader.fencing_token() < token,
-        "the counter is gone with the restart, and a read takes no new token"
+        read > token,
+        "the counter is gone with the restart: a read carries the clock, above every earlier \
+         write token ({read} after {token})"
     );
     assert!(reader.release().await.expect("release"));
     let after = client.write_lock("restart").acquire().await.expect("write");
     assert!(
-        after.fencing_token() > token,
-        "{} after {token} across a restart",
-        after.fencing_token()
+        after.fencing_token().expect("fenced") > read,
+        "{} after {token} and the read's {read} across a restart",
+        after.fencing_token().expect("fenced")
     );
-    let written = after.fencing_token();
+    let written = after.fencing_token().expect("fenced");
     assert!(after.release().await.expect("release"));
     let reader = client.read_lock("restart").acquire().await.expect("read");
     assert_eq!(
-        reader.fencing_token(),
+        reader.fencing_token().expect("fenced"),
         written,
         "a read carries the latest write token"
     );

@@ -47,7 +47,7 @@ async fn a_majority_grants_while_a_minority_is_down() {
     let mut masters = start_masters(3);
     let client = Client::new(redlock(&masters)).expect("client");
     let first = client.lock("job").acquire().await.expect("all up");
-    let first_token = first.fencing_token();
+    let first_token = first.fencing_token().expect("fenced");
     assert!(first.release().await.expect("release"));
     masters[2].stop();
     let second = client
@@ -55,7 +55,7 @@ async fn a_majority_grants_while_a_minority_is_down() {
         .acquire()
         .await
         .expect("two of three form a majority");
-    assert!(second.fencing_token() > first_token);
+    assert!(second.fencing_token().expect("fenced") > first_token);
     assert_eq!(lock_keys(&masters[0]).len(), 1);
     assert!(second.release().await.expect("release"));
     assert!(lock_keys(&masters[0]).is_empty());
@@ -193,15 +193,15 @@ async fn a_later_quorum_without_the_master_that_ran_ahead_still_hands_out_a_larg
         .expect("SET");
     let client = Client::new(redlock(&masters)).expect("client");
     let first = client.lock("job").acquire().await.expect("all up");
-    let first_token = first.fencing_token();
+    let first_token = first.fencing_token().expect("fenced");
     assert!(first_token.get() > ahead, "the largest token wins");
     first.release().await.expect("release");
     masters[0].stop();
     let second = client.lock("job").acquire().await.expect("majority up");
     assert!(
-        second.fencing_token() > first_token,
+        second.fencing_token().expect("fenced") > first_token,
         "{first_token} then {}: a later quorum went back",
-        second.fencing_token()
+        second.fencing_token().expect("fenced")
     );
     second.release().await.expect("release");
 }
@@ -247,7 +247,7 @@ async fn tokens_strictly_increase_over_thousands_of_grants_while_minorities_come
                 .acquire()
                 .await
                 .expect("a majority is up");
-            let token = guard.fencing_token().get();
+            let token = guard.fencing_token().expect("fenced").get();
             assert!(token > last, "token {token} after {last} in round {round}");
             last = token;
             guard.release().await.expect("release");

@@ -74,7 +74,7 @@ async fn assert_kept_out_until(client: &Client, key: &str, until: Instant) -> us
             Err(LockError::Timeout { .. }) => tries += 1,
             Ok(guard) => panic!(
                 "got `{key}` (token {}) {:?} before the stalled holder's lease could have expired",
-                guard.fencing_token(),
+                guard.fencing_token().expect("fenced"),
                 until.saturating_duration_since(Instant::now())
             ),
             Err(other) => panic!("a try for `{key}` failed unexpectedly: {other}"),
@@ -242,7 +242,7 @@ async fn stalled_holder_keeps_others_out(key: &str, watchdog: bool) {
         "B got the lock only {:?} after A's key expired",
         taken_at - free_no_later_than
     );
-    assert!(taken.fencing_token() > held.fencing_token());
+    assert!(taken.fencing_token().expect("fenced") > held.fencing_token().expect("fenced"));
     assert!(
         !held.is_held(),
         "A's guard still claims the lock B now holds"
@@ -277,7 +277,7 @@ async fn a_cut_connection_gives_clear_errors_and_recovers() {
         .acquire()
         .await
         .expect("acquire through the proxy");
-    let held_token = held.fencing_token();
+    let held_token = held.fencing_token().expect("fenced");
 
     proxy.set_mode(Mode::Drop);
     let started = Instant::now();
@@ -306,7 +306,7 @@ async fn a_cut_connection_gives_clear_errors_and_recovers() {
             }
             Ok(guard) => panic!(
                 "acquired `cut` (token {}) with the connection cut",
-                guard.fencing_token()
+                guard.fencing_token().expect("fenced")
             ),
             Err(other) => panic!("expected a backend error, got {other}"),
         }
@@ -338,14 +338,14 @@ async fn a_cut_connection_gives_clear_errors_and_recovers() {
             ),
         }
     };
-    assert!(guard.fencing_token() > held_token);
+    assert!(guard.fencing_token().expect("fenced") > held_token);
     let counter: Option<u64> = redis::cmd("GET")
         .arg(format!("{}:fence", lock_key("cut")))
         .query(&mut redis)
         .expect("GET fence");
     assert_eq!(
         counter,
-        Some(guard.fencing_token().get()),
+        Some(guard.fencing_token().expect("fenced").get()),
         "the grant after recovery is a real one on the server"
     );
     assert!(pttl(&mut redis, &lock_key("cut")) > 0);
@@ -401,7 +401,7 @@ async fn hold(
     };
     store.record(Section {
         holder,
-        token: guard.fencing_token(),
+        token: guard.fencing_token().expect("fenced"),
         start,
         end: Instant::now(),
         lost,

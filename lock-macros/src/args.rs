@@ -7,7 +7,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `mode`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `crate`";
+    "`key`, `mode`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `crate`";
 
 /// The arguments as written; rules across them are checked in `validate`.
 #[derive(Default)]
@@ -18,6 +18,7 @@ pub(crate) struct Args {
     pub(crate) wait: Option<LitStr>,
     pub(crate) max_hold: Option<LitStr>,
     pub(crate) watchdog: Option<LitBool>,
+    pub(crate) fencing: Option<LitBool>,
     pub(crate) on_lost: Option<LitStr>,
     pub(crate) krate: Option<LitStr>,
     /// `key` was written, even if its value was unusable (so "missing `key`" is not said too).
@@ -79,6 +80,7 @@ impl Args {
             "on_lost" => string(name, value).and_then(|v| set_once(&mut self.on_lost, name, v)),
             "crate" => string(name, value).and_then(|v| set_once(&mut self.krate, name, v)),
             "watchdog" => boolean(name, value).and_then(|v| set_once(&mut self.watchdog, name, v)),
+            "fencing" => boolean(name, value).and_then(|v| set_once(&mut self.fencing, name, v)),
             other => Err(syn::Error::new(
                 name.span(),
                 format!("unknown argument `{other}`; expected one of {NAMES}"),

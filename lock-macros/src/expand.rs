@@ -152,6 +152,10 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
     let wait = millis(checked.wait_ms);
     let max_hold = millis(checked.max_hold_ms);
     let watchdog = checked.watchdog;
+    let fencing = match checked.fencing {
+        Some(fencing) => quote!(::core::option::Option::Some(#fencing)),
+        None => quote!(::core::option::Option::None),
+    };
     let on_lost = if checked.abort_on_lost {
         quote!(#krate::__private::OnLost::Abort)
     } else {
@@ -162,7 +166,7 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
         Mode::Read => quote!(#krate::__private::LockMode::Read),
     };
     let spec = quote! {
-        #krate::__private::LockSpec { mode: #mode, lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost }
+        #krate::__private::LockSpec { mode: #mode, lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost, fencing: #fencing }
     };
     (key, spec)
 }

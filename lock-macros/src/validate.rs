@@ -23,6 +23,8 @@ pub(crate) struct Checked {
     pub(crate) wait_ms: Option<u64>,
     pub(crate) max_hold_ms: Option<u64>,
     pub(crate) watchdog: bool,
+    /// `fencing = …` as written; unset leaves it to the client's config.
+    pub(crate) fencing: Option<bool>,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
 }
@@ -208,6 +210,7 @@ pub(crate) fn check(
             wait_ms,
             max_hold_ms,
             watchdog: args.watchdog.is_none_or(|lit| lit.value),
+            fencing: args.fencing.map(|lit| lit.value),
             abort_on_lost,
             krate,
         }),

@@ -241,6 +241,7 @@ pub struct LockRequest {
     wait: Option<Duration>,
     max_hold: Option<Duration>,
     watchdog: bool,
+    fencing: Option<bool>,
 }
 
 impl LockRequest {
@@ -253,6 +254,7 @@ impl LockRequest {
             wait: None,
             max_hold: None,
             watchdog: true,
+            fencing: None,
         }
     }
 
@@ -283,6 +285,25 @@ impl LockRequest {
     /// hard time limit and the guard reports it lost when it runs out. Defaults to `true`.
     pub fn watchdog(mut self, renew: bool) -> Self {
         self.watchdog = renew;
+        self
+    }
+
+    /// Whether the grant carries a fencing token. Defaults to the client's
+    /// [`Config::fencing`] (`true`).
+    ///
+    /// `false` is the efficiency mode, for a lock that only keeps work from being done twice:
+    /// the first try of a write grant is a bare `SET NX PX` (no script), no fencing counter is
+    /// written, and [`LockGuard::fencing_token`] is `None` — there is no token to hand to a
+    /// store, so a holder paused past its lease can still write after the next holder.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let guard = distlock::lock("report:daily").fencing(false).acquire().await?;
+    /// assert_eq!(guard.fencing_token(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = Some(fencing);
         self
     }
 
@@ -324,6 +345,7 @@ impl LockRequest {
         // Registered on the first wait, kept for the rest of this request.
         let mut interest = None;
         let kind = self.kind;
+        let fencing = self.fencing.unwrap_or(config.fencing);
         let mut refused_before = false;
         loop {
             // Every try has an owner token of its own, so a try can never be mistaken for an
@@ -349,6 +371,7 @@ impl LockRequest {
                     lease,
                     writer_waiting,
                     refused_before,
+                    fencing,
                 })
                 .await;
             let remaining = match reply {

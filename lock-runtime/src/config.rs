@@ -96,6 +96,7 @@ pub struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) node_timeout: Duration,
     pub(crate) replicas: Option<ReplicaGuard>,
+    pub(crate) fencing: bool,
 }
 
 /// The failover guard ([`Config::replicas`]): a grant or renewal counts only once this many
@@ -121,6 +122,7 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_timeout: DEFAULT_NODE_TIMEOUT,
             replicas: None,
+            fencing: true,
         }
     }
 
@@ -362,6 +364,18 @@ impl Config {
     /// How long connecting to Redis may take. Defaults to [`DEFAULT_CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether grants carry fencing tokens, for requests that do not say
+    /// ([`LockRequest::fencing`](crate::LockRequest::fencing)). Defaults to `true`.
+    ///
+    /// `false` is the efficiency mode, for locks that only keep work from being done twice
+    /// (where a paused holder doing it again costs time, not correctness): a write grant is a
+    /// bare `SET NX PX`, no fencing counter is kept, and
+    /// [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is `None`.
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
         self
     }
 

@@ -62,10 +62,14 @@ impl LockGuard {
     }
 
     /// The fencing token of this grant: for a write (exclusive) grant, strictly greater than
-    /// the token of every earlier write grant of the same key; for a read grant, the latest
-    /// write token of the key (0 when none is known), shared with the other readers. Give it to the resource you protect and let it refuse writes carrying
-    /// a token lower than one it has already seen.
-    pub fn fencing_token(&self) -> FencingToken {
+    /// the token of every earlier write grant of the same key; for a read grant, no new token
+    /// but one that sorts between the write tokens around it (the latest write token of the
+    /// key, or the server clock once that is forgotten). Give it to the resource you protect
+    /// and let it refuse writes carrying a token lower than one it has already seen.
+    ///
+    /// `None` for a grant taken without fencing ([`LockRequest::fencing`](crate::LockRequest::fencing)`(false)`):
+    /// such a lock only avoids duplicate work, and there is no token to invent.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.lease.token
     }
 

@@ -64,7 +64,7 @@ pub(crate) struct Lease {
     pub(crate) kind: Kind,
     pub(crate) key: LockKey,
     pub(crate) owner: String,
-    pub(crate) token: FencingToken,
+    pub(crate) token: Option<FencingToken>,
     pub(crate) duration: Duration,
     /// Whether the watchdog renews it (else it is a hard time limit).
     pub(crate) renew: bool,
@@ -83,7 +83,7 @@ impl Lease {
         kind: Kind,
         key: LockKey,
         owner: String,
-        token: FencingToken,
+        token: Option<FencingToken>,
         duration: Duration,
         renew: bool,
         max_hold: Option<Duration>,
@@ -166,7 +166,7 @@ impl Lease {
             }
         });
         if marked {
-            tracing::warn!(key = %self.key.name, token = %self.token, "lease lost: {why}");
+            tracing::warn!(key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
         }
     }
 

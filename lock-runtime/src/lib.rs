@@ -63,7 +63,8 @@ pub enum LockMode {
 
 /// A fencing token: a number handed out with every grant of a key, strictly greater than every
 /// token handed out for that key before (also across a restart of a Redis without persistence,
-/// as long as the server's clock does not step back).
+/// as long as the server's clock does not step back; README, "Guarantees"). Grants taken with
+/// [`LockRequest::fencing`]`(false)` have none.
 ///
 /// A store that remembers the highest token it has accepted and refuses lower ones cannot be
 /// corrupted by a holder that was paused past its lease (Kleppmann's argument for fencing).
@@ -72,10 +73,10 @@ pub enum LockMode {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
 /// let client = distlock::Client::new(distlock::Config::in_memory())?;
 /// let first = client.lock("k").acquire().await?;
-/// let t1 = first.fencing_token();
+/// let t1 = first.fencing_token().expect("fencing is on by default");
 /// first.release().await?;
 /// let second = client.lock("k").acquire().await?;
-/// assert!(second.fencing_token() > t1);
+/// assert!(second.fencing_token() > Some(t1));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

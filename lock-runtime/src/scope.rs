@@ -55,7 +55,7 @@ impl Held {
 pub struct LockInfo {
     key: String,
     mode: LockMode,
-    fencing_token: FencingToken,
+    fencing_token: Option<FencingToken>,
 }
 
 impl LockInfo {
@@ -65,8 +65,8 @@ impl LockInfo {
     }
 
     /// The fencing token of the grant; pass it to the resource the lock protects. For a read
-    /// grant, the latest write token of the key.
-    pub fn fencing_token(&self) -> FencingToken {
+    /// grant, one that sorts between the write tokens around it. `None` with `fencing = false`.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fencing_token
     }
 
@@ -86,7 +86,7 @@ impl LockInfo {
 /// #[distlock::distributed_lock(key = "invoice:{id}")]
 /// async fn settle(id: u64) -> Result<(), AppError> {
 ///     let lock = distlock::current().expect("inside an annotated fn");
-///     println!("writing with fencing token {}", lock.fencing_token());
+///     println!("writing with fencing token {:?}", lock.fencing_token());
 ///     Ok(())
 /// }
 /// ```
@@ -144,6 +144,8 @@ pub struct LockSpec {
     pub max_hold: Option<Duration>,
     pub watchdog: bool,
     pub on_lost: OnLost,
+    /// `Some(false)`: no fencing token (`fencing = false`); `None`: the client's default.
+    pub fencing: Option<bool>,
 }
 
 /// The return types an annotated fn may have: `Result<T, E>` with `E: From<LockError>`.
@@ -260,6 +262,9 @@ async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
         LockMode::Read => crate::read_lock(key.to_owned()),
     };
     let mut request = request.watchdog(spec.watchdog);
+    if let Some(fencing) = spec.fencing {
+        request = request.fencing(fencing);
+    }
     if let Some(lease) = spec.lease {
         request = request.lease(lease);
     }

@@ -316,6 +316,7 @@ mod tests {
             lease: duration,
             writer_waiting: duration,
             refused_before: false,
+            fencing: true,
         };
         let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {

@@ -12,8 +12,9 @@
 -- ARGV[2]  lease in milliseconds
 -- (all keys share one hash tag)
 --
--- Returns {1, token} when granted, where token is the latest write token (0 when the counter
--- is gone), and {0, ms} when a writer holds the lock or waits for it: ms is how long that lasts
+-- Returns {1, token} when granted, where token is the latest write token while the key's
+-- fencing counter lives, else the server clock in microseconds: either way above every earlier
+-- write token and below every later one (see write/acquire.lua for the clock assumption). And {0, ms} when a writer holds the lock or waits for it: ms is how long that lasts
 -- at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
 --
 -- A call whose owner is already a reader is the same try sent again after its reply was lost:
@@ -44,5 +45,8 @@ redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
-local token = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local token = tonumber(redis.call('GET', KEYS[2]) or '')
+if not token then
+  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
 return {1, token}

@@ -7,14 +7,15 @@
 -- KEYS[3]  writer-waiting mark: while it lives, no new reader enters
 -- ARGV[1]  owner token (random, 128 bits)
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  time to live of the fencing counter in milliseconds
+-- ARGV[3]  time to live of the fencing counter in milliseconds; '0' for a grant without a
+--          fencing token (efficiency mode): the counter is neither read nor written
 -- ARGV[4]  time to live of the writer-waiting mark in milliseconds (0: no mark; a writer's
 --          last try, after which it will not try again)
 -- ARGV[5]  '1' when an earlier try of this request found the lock held (and may have set the
 --          mark): a grant deletes the mark. A first try does not look at it.
 -- (all keys share one hash tag)
 --
--- Returns {1, token} when granted, {0, ms} when held: ms is how long the current holders keep
+-- Returns {1, token} when granted ({1, -1} without a fencing token), {0, ms} when held: ms is how long the current holders keep
 -- it at most (the key's PTTL, which for readers is the last reader's expiry; -1 when the key
 -- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
 -- writer-waiting mark, so that readers cannot starve writers. An uncontended grant (a first
@@ -26,10 +27,16 @@
 -- again from now and a fresh token is handed out — so no grant is ever handed out with less
 -- lease than it asked for.
 --
--- A token is never below the server clock in microseconds, so tokens keep increasing when the
--- counter is lost (a restart without persistence, an expired counter) or goes back (a stale
--- snapshot, a failover to a lagging replica). This assumes the servers' clocks do not step
--- back, and that a key sees fewer grants than microseconds pass.
+-- Tokens: a grant's token is the server clock in microseconds, or one more than the counter
+-- when the counter is not below the clock; the counter keeps the last token for one lease
+-- (ARGV[3]), so no key is left behind for long. Strictly increasing per key, because
+--  - while the counter lives, a token is above it;
+--  - once it has expired, the clock has passed the last token by at least the counter's time
+--    to live (Redis expires keys on the same clock), assuming tokens do not run ahead of the
+--    clock by that much — true when a key sees fewer grants than microseconds pass;
+--  - after a restart without persistence (or a failover to a replica without the counter),
+--    the clock has passed every earlier token, assuming the server clocks do not step back
+--    (a step back shorter than the counter's time to live is covered while it lives).
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
@@ -45,19 +52,23 @@ if ARGV[5] == '1' then
   -- This writer waited: its mark has done its job.
   redis.call('DEL', KEYS[3])
 end
-local token = redis.pcall('INCR', KEYS[2])
-if type(token) == 'table' then
-  -- Scripts are not rolled back: undo the grant before reporting the error.
-  redis.call('DEL', KEYS[1])
-  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(token.err))
+if ARGV[3] == '0' then
+  return {1, -1}
 end
 -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
 local now = redis.call('TIME')
-local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if token < clock then
-  token = clock
-  redis.call('SET', KEYS[2], string.format('%d', clock), 'PX', ARGV[3])
-else
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+-- One write: the clock goes in, and the counter it replaces is checked afterwards. ('%d':
+-- Lua would write a number this large in exponent notation.)
+local last = redis.pcall('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
+if type(last) == 'table' and last.err then
+  -- Scripts are not rolled back: undo the grant before reporting the error.
+  redis.call('DEL', KEYS[1])
+  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(last.err))
+end
+last = tonumber(last)
+if last and last >= token then
+  token = last + 1
+  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
 end
 return {1, token}

@@ -24,7 +24,7 @@ use tokio::runtime::Handle;
 
 use super::redis::{Failure, NodeOptions};
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
@@ -129,15 +129,20 @@ impl ClusterBackend {
     async fn invoke_replicated<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
-        invocation: redis::ScriptInvocation<'_>,
+        invocation: Call<'_>,
     ) -> Result<(T, bool), LockError> {
         let Some(guard) = self.guard else {
-            return Ok((self.invoke(operation, invocation).await?, true));
+            let mut connection = self.connection().await?;
+            let value = invocation
+                .query(&mut connection)
+                .await
+                .map_err(|err| backend_error(operation, err))?;
+            return Ok((value, true));
         };
         let mut connection = self.connection().await?;
         let mut pipeline = redis::pipe();
+        invocation.add_to(&mut pipeline);
         pipeline
-            .invoke_script(&invocation)
             .cmd("WAIT")
             .arg(guard.replicas)
             .arg(kind::millis(guard.timeout));
@@ -151,7 +156,7 @@ impl ClusterBackend {
                     // After a `SCRIPT FLUSH`, a restart or a failover to a replica that never
                     // loaded it.
                     invocation
-                        .load_async(&mut connection)
+                        .load(&mut connection)
                         .await
                         .map_err(|err| backend_error(operation, err))?;
                     loaded = true;
@@ -177,11 +182,20 @@ impl LockBackend for ClusterBackend {
         // The cluster connection retries by itself (after a lost reply, a MOVED, a failover)
         // and reports only its last error, which may hide a try that ran: every failed try
         // is cleaned up.
-        let (reply, replicated) = self
-            .invoke_replicated("acquire", attempt.kind.acquire_call(attempt))
-            .await
-            .map_err(super::ambiguous)?;
-        let reply = kind::read_acquire_reply(attempt.key, reply)?;
+        let (reply, replicated) = match kind::plain_acquire(attempt) {
+            Some(set) => {
+                let (set, replicated) = self
+                    .invoke_replicated("acquire", Call::Command(&set))
+                    .await
+                    .map_err(super::ambiguous)?;
+                (kind::plain_acquire_reply(set), replicated)
+            }
+            None => self
+                .invoke_replicated("acquire", Call::Script(&attempt.kind.acquire_call(attempt)))
+                .await
+                .map_err(super::ambiguous)?,
+        };
+        let reply = kind::read_acquire_reply(attempt, reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
 
@@ -208,7 +222,7 @@ impl LockBackend for ClusterBackend {
         let batches = by_slot.into_values().map(|indices| async move {
             let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
             let (extended, replicated) = self
-                .invoke_replicated("renew", kind::extend_many_call(&batch))
+                .invoke_replicated("renew", Call::Script(&kind::extend_many_call(&batch)))
                 .await?;
             let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
             Ok((

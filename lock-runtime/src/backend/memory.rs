@@ -1,8 +1,9 @@
 //! In-process store: the same contract as Redis (leases expire, fencing tokens increase,
 //! compare-and-delete), kept in a map behind a mutex. Chosen only by
 //! [`Config::in_memory`](crate::Config::in_memory). It runs every kind's in-process twin
-//! (`kind/`) on the key's [`TwinEntry`]. As on Redis, entries expire: holders with their lease, a fencing counter two leases (at least a second) after its last grant, and new
-//! counters start from the clock, so tokens keep increasing after a counter was forgotten.
+//! (`kind/`) on the key's [`TwinEntry`]. As on Redis, entries expire: holders with their lease, a fencing counter one lease after
+//! its last grant; tokens never fall below the clock in microseconds, so they keep increasing
+//! after a counter was forgotten, and a read grant with no counter left carries the clock.
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
 //! (at least [`MIN_SWEEP_AFTER`]): amortised O(1) per grant, and the store's size follows the
 //! locks in use, not every key ever locked.
@@ -16,8 +17,6 @@ use crate::error::LockError;
 use crate::kind::{TwinEntry, TwinReply};
 use crate::FencingToken;
 
-/// How long a fencing counter outlives its last grant, at least; else two leases.
-const MIN_COUNTER_KEEP: Duration = Duration::from_secs(1);
 /// Grants between two sweeps, at least.
 const MIN_SWEEP_AFTER: usize = 1024;
 
@@ -52,12 +51,13 @@ struct Fence {
 }
 
 impl State {
-    /// The latest token of `key`'s live counter (0 if it has none), which read grants carry.
+    /// The token a read grant carries: the latest of `key`'s live counter, else the clock
+    /// (above every earlier write token, below every later one).
     fn current_token(&self, key: &str, now: Instant) -> u64 {
         self.fences
             .get(key)
             .filter(|fence| fence.expires_at > now)
-            .map_or(0, |fence| fence.last)
+            .map_or_else(clock_micros, |fence| fence.last)
     }
 
     /// Runs `f` on `key`'s entry, and forgets the entry if it is left empty.
@@ -88,13 +88,6 @@ impl State {
             },
         );
         token
-    }
-
-    /// Keeps `key`'s counter while its lock is renewed, so it outlives the lock.
-    fn keep_counter(&mut self, key: &str, lease: Duration, now: Instant) {
-        if let Some(fence) = self.fences.get_mut(key) {
-            fence.expires_at = fence.expires_at.max(counter_expiry(lease, now));
-        }
     }
 
     fn entries(&self) -> usize {
@@ -137,10 +130,10 @@ impl MemoryBackend {
     }
 }
 
-/// When a counter last used at `now` for a lock of `lease` may be forgotten.
+/// When a counter last used at `now` for a lock of `lease` may be forgotten: one lease later,
+/// as on Redis (`scripts/write/acquire.lua`).
 fn counter_expiry(lease: Duration, now: Instant) -> Instant {
-    let keep = lease.saturating_mul(2).max(MIN_COUNTER_KEEP);
-    now.checked_add(keep).unwrap_or(now + MIN_COUNTER_KEEP)
+    now.checked_add(lease).unwrap_or(now)
 }
 
 /// Microseconds since the Unix epoch: the floor of every fencing token, as on Redis.
@@ -164,10 +157,11 @@ impl LockBackend for MemoryBackend {
                 TwinReply::Granted => {
                     state.count_grant_and_sweep(now);
                     let token = match attempt.kind {
-                        Kind::Write => state.next_token(&key.fence, attempt.lease, now),
-                        Kind::Read => state.current_token(&key.fence, now),
+                        _ if !attempt.fencing => None,
+                        Kind::Write => Some(state.next_token(&key.fence, attempt.lease, now)),
+                        Kind::Read => Some(state.current_token(&key.fence, now)),
                     };
-                    AcquireReply::Acquired(FencingToken(token))
+                    AcquireReply::Acquired(token.map(FencingToken))
                 }
             }
         }))
@@ -186,13 +180,9 @@ impl LockBackend for MemoryBackend {
             leases
                 .iter()
                 .map(|r| {
-                    let ours = state.with_entry(&r.key.lock, |entry| {
+                    Renewed::from(state.with_entry(&r.key.lock, |entry| {
                         r.kind.extend_twin(entry, r.owner, r.lease, now)
-                    });
-                    if ours && r.kind == Kind::Write {
-                        state.keep_counter(&r.key.fence, r.lease, now);
-                    }
-                    Renewed::from(ours)
+                    }))
                 })
                 .collect()
         }))
@@ -225,9 +215,11 @@ mod tests {
             lease,
             writer_waiting: Duration::from_millis(100),
             refused_before: false,
+            fencing: true,
         };
         match backend.acquire(&attempt).await.expect("acquire") {
-            AcquireReply::Acquired(FencingToken(token)) => token,
+            AcquireReply::Acquired(Some(FencingToken(token))) => token,
+            AcquireReply::Acquired(None) => panic!("a grant without a token"),
             AcquireReply::Held(_) => panic!("{} is held", key.name),
         }
     }
@@ -255,9 +247,9 @@ mod tests {
                 .await
                 .expect("release"));
         }
-        // Expiry is a matter of time here, not an event: let every counter (kept a second
-        // after its grant, two 400 ms leases being less) expire.
-        std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(100));
+        // Expiry is a matter of time here, not an event: let every counter (kept one 400 ms
+        // lease after its grant) expire.
+        std::thread::sleep(Duration::from_millis(500));
         churn_one_key(&backend, 2 * 200_000).await;
         let entries = backend.entries();
         assert!(
@@ -277,7 +269,7 @@ mod tests {
             )
             .await;
         }
-        std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
         churn_one_key(&backend, 2 * 100_000).await;
         let entries = backend.entries();
         assert!(
@@ -302,7 +294,7 @@ mod tests {
                 .await
                 .expect("release"));
         }
-        std::thread::sleep(MIN_COUNTER_KEEP + Duration::from_millis(50));
+        std::thread::sleep(lease + Duration::from_millis(50));
         // Force a sweep so the counter is really forgotten, not just stale.
         backend.with_state(|state| state.grants_to_sweep = 1);
         let after = grant(&backend, &key, lease).await;
@@ -358,34 +350,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_renewed_lock_keeps_its_counter_past_two_leases() {
+    async fn a_read_after_the_counter_expired_sorts_between_the_write_tokens() {
         let backend = backend();
-        let key = key("renewed");
-        let lease = Duration::from_millis(400);
-        let first = grant(&backend, &key, lease).await;
-        // Renew for longer than the counter would be kept without renewals.
-        for _ in 0..6 {
-            std::thread::sleep(Duration::from_millis(200));
-            let renewal = Renewal {
-                kind: Kind::Write,
+        let key = key("read-after");
+        let lease = Duration::from_millis(20);
+        let written = grant(&backend, &key, lease).await;
+        assert!(backend
+            .release(Kind::Write, &key, "owner")
+            .await
+            .expect("release"));
+        std::thread::sleep(lease + Duration::from_millis(30));
+        let read = match backend
+            .acquire(&Try {
+                kind: Kind::Read,
                 key: &key,
-                owner: "owner",
+                owner: "reader",
                 lease,
-            };
-            assert_eq!(
-                backend.extend_many(&[renewal]).await.expect("extend"),
-                [Renewed::Yes]
-            );
-        }
-        let kept = backend.with_state(|state| {
-            state
-                .fences
-                .get(&key.fence)
-                .is_some_and(|fence| fence.expires_at > Instant::now() && fence.last == first)
-        });
-        assert!(
-            kept,
-            "the counter of a held lock expired while it was renewed"
-        );
+                writer_waiting: Duration::ZERO,
+                refused_before: false,
+                fencing: true,
+            })
+            .await
+            .expect("read")
+        {
+            AcquireReply::Acquired(Some(token)) => token.0,
+            AcquireReply::Acquired(None) => panic!("a grant without a token"),
+            AcquireReply::Held(_) => panic!("nobody holds the lock"),
+        };
+        assert!(read > written, "read {read} after write {written}");
+        assert!(backend
+            .release(Kind::Read, &key, "reader")
+            .await
+            .expect("release"));
+        let next = grant(&backend, &key, lease).await;
+        assert!(next > read, "write {next} after read {read}");
     }
 }

@@ -116,11 +116,56 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// One request of a lock operation as a store sends it: a script call, or a plain command
+/// (the first try of a grant without a fencing token, [`plain_acquire`](crate::kind::plain_acquire)).
+#[derive(Clone, Copy)]
+pub(crate) enum Call<'a> {
+    Script(&'a ::redis::ScriptInvocation<'a>),
+    Command(&'a ::redis::Cmd),
+}
+
+impl Call<'_> {
+    /// Sends the request (a script by its SHA, loading it on `NOSCRIPT`).
+    pub(crate) async fn query<T: ::redis::FromRedisValue>(
+        self,
+        connection: &mut impl ::redis::aio::ConnectionLike,
+    ) -> ::redis::RedisResult<T> {
+        match self {
+            Call::Script(invocation) => invocation.invoke_async(connection).await,
+            Call::Command(command) => command.query_async(connection).await,
+        }
+    }
+
+    /// Adds the request to `pipeline` (a script by its SHA only: see [`load`](Self::load)).
+    pub(crate) fn add_to(self, pipeline: &mut ::redis::Pipeline) {
+        match self {
+            Call::Script(invocation) => {
+                pipeline.invoke_script(invocation);
+            }
+            Call::Command(command) => {
+                pipeline.add_command(command.clone());
+            }
+        }
+    }
+
+    /// Loads the script, after a pipeline's `NOSCRIPT` (nothing to load for a command).
+    pub(crate) async fn load(
+        self,
+        connection: &mut impl ::redis::aio::ConnectionLike,
+    ) -> ::redis::RedisResult<()> {
+        match self {
+            Call::Script(invocation) => invocation.load_async(connection).await.map(drop),
+            Call::Command(_) => Ok(()),
+        }
+    }
+}
+
 /// What a single try to take a lock found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// Granted, with this fencing token.
-    Acquired(FencingToken),
+    /// Granted, with this fencing token (`None`: a grant without one, see
+    /// [`LockRequest::fencing`](crate::LockRequest::fencing)).
+    Acquired(Option<FencingToken>),
     /// Held by another owner, whose lease ends in this much time (`None`: unknown, e.g. the
     /// key has no expiry).
     Held(Option<Duration>),

@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
@@ -371,7 +371,7 @@ impl RedisBackend {
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
         Ok(self
-            .invoke_replicated(operation, invocation, None, |_| false)
+            .invoke_replicated(operation, Call::Script(&invocation), None, |_| false)
             .await?
             .0)
     }
@@ -383,7 +383,7 @@ impl RedisBackend {
     async fn invoke_replicated<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
-        invocation: redis::ScriptInvocation<'_>,
+        invocation: Call<'_>,
         guard: Option<ReplicaGuard>,
         needs_wait: impl Fn(&T) -> bool,
     ) -> Result<(T, bool), LockError> {
@@ -394,7 +394,7 @@ impl RedisBackend {
                 .connection()
                 .await
                 .map_err(|err| err.maybe_applied(maybe_applied))?;
-            let err = match invocation.invoke_async(&mut connection).await {
+            let err = match invocation.query(&mut connection).await {
                 Ok(value) => {
                     let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
                         return Ok((value, true));
@@ -498,13 +498,25 @@ impl Failure {
 
 impl LockBackend for RedisBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let call = attempt.kind.acquire_call(attempt);
-        let (reply, replicated) = self
-            .invoke_replicated("acquire", call, self.guard, |&(granted, _): &(i64, i64)| {
-                granted == 1
-            })
-            .await?;
-        let reply = kind::read_acquire_reply(attempt.key, reply)?;
+        let (reply, replicated) = match kind::plain_acquire(attempt) {
+            Some(set) => {
+                let (set, replicated) = self
+                    .invoke_replicated("acquire", Call::Command(&set), self.guard, Option::is_some)
+                    .await?;
+                (kind::plain_acquire_reply(set), replicated)
+            }
+            None => {
+                let call = attempt.kind.acquire_call(attempt);
+                self.invoke_replicated(
+                    "acquire",
+                    Call::Script(&call),
+                    self.guard,
+                    |&(granted, _): &(i64, i64)| granted == 1,
+                )
+                .await?
+            }
+        };
+        let reply = kind::read_acquire_reply(attempt, reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
 
@@ -517,9 +529,12 @@ impl LockBackend for RedisBackend {
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let (extended, replicated) = self
-            .invoke_replicated("renew", kind::extend_many_call(leases), self.guard, |_| {
-                true
-            })
+            .invoke_replicated(
+                "renew",
+                Call::Script(&kind::extend_many_call(leases)),
+                self.guard,
+                |_| true,
+            )
             .await?;
         let renewed = kind::read_extend_many_reply(leases.len(), extended)?;
         super::count_only_replicated_renewals(renewed, replicated)

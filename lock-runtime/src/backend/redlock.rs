@@ -13,9 +13,13 @@
 //! raises the counter of a majority to the chosen token t (`scripts/redlock/raise_fence.lua`).
 //! Any later quorum shares at least one master with that majority, whose counter is then at
 //! least t, so the next grant's token, the largest of its quorum, exceeds t. This needs
-//! counters that never go back (the clock floor covers a master restarted empty), and a token
-//! whose second round ends after the validity is discarded (the grant is undone). A read
-//! grant carries the largest latest-write token of its quorum, which for the same reason is
+//! counters that never go back: a counter lapses one lease after its last write (so keys stay
+//! bounded), and a master restarted empty has none; the clock floor covers both as long as
+//! the masters' clocks agree within one lease (the lapsed counter's master has passed t by a
+//! lease on its own clock). A token whose second round ends after the validity is discarded
+//! (the grant is undone). A read
+//! grant carries the largest latest-write token of its quorum (a master without a live
+//! counter answers its clock), which for the same reason is
 //! at least every write token handed out before it (it may be higher than any handed out: a
 //! write try that failed still counted up the counters of the masters it reached). Wake-ups
 //! come from one subscription on whichever master answers: a release is announced on every
@@ -319,15 +323,16 @@ impl LockBackend for RedlockBackend {
         let granted = tokens.len();
         let valid_until = started + attempt.lease - drift(attempt.lease);
         if granted >= self.quorum() && Instant::now() < valid_until {
-            let token = tokens.iter().copied().max().unwrap_or(FencingToken(0));
-            let token_stands = match attempt.kind {
-                Kind::Read => true,
-                Kind::Write => {
+            // `None` for every answer without fencing: then there is nothing to raise.
+            let token = tokens.iter().copied().max().flatten();
+            let token_stands = match (attempt.kind, token) {
+                (Kind::Write, Some(token)) => {
                     let raised = self
                         .raise_fence(attempt.key, token, attempt.lease, timeout)
                         .await;
                     raised >= self.quorum() && Instant::now() < valid_until
                 }
+                _ => true,
             };
             if token_stands {
                 return Ok(AcquireReply::Acquired(token));

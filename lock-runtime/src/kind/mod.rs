@@ -60,6 +60,9 @@ pub(crate) struct Try<'a> {
     /// writer-waiting mark; a write grant then takes the mark away (a first try does not look,
     /// which keeps an uncontended grant as cheap as without readers).
     pub(crate) refused_before: bool,
+    /// The grant carries a fencing token. Without one (efficiency mode) the counter is left
+    /// alone, and a writer's first try is a bare `SET NX PX` ([`plain_acquire`]).
+    pub(crate) fencing: bool,
 }
 
 impl Kind {
@@ -142,12 +145,41 @@ pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'st
     call
 }
 
+/// The first try of a write grant without a fencing token: a bare `SET key owner NX PX lease`,
+/// the cheapest grant Redis has (no script). It neither looks at nor sets the writer-waiting
+/// mark, like any first try; a refusal does not say how long the holder keeps the lock, so
+/// the next tries (which set the mark) are script calls. `None` for every other try.
+pub(crate) fn plain_acquire(attempt: &Try<'_>) -> Option<redis::Cmd> {
+    if attempt.fencing || attempt.refused_before || attempt.kind != Kind::Write {
+        return None;
+    }
+    let mut set = redis::cmd("SET");
+    set.arg(&attempt.key.lock)
+        .arg(attempt.owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(millis(attempt.lease));
+    Some(set)
+}
+
+/// Reads the reply of [`plain_acquire`]'s `SET` (`OK`, or nil when the key exists) as an
+/// acquire script's reply: `{1, -1}` granted without a token, `{0, -1}` held for a time not
+/// known.
+pub(crate) fn plain_acquire_reply(set: Option<String>) -> (i64, i64) {
+    (i64::from(set.is_some()), -1)
+}
+
 /// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
-/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once).
+/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once). A grant
+/// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
 pub(crate) fn read_acquire_reply(
-    key: &LockKey,
+    attempt: &Try<'_>,
     (granted, value): (i64, i64),
 ) -> Result<AcquireReply, LockError> {
+    let key = attempt.key;
+    if granted == 1 && !attempt.fencing {
+        return Ok(AcquireReply::Acquired(None));
+    }
     if granted == 1 {
         let token = u64::try_from(value).map_err(|_| {
             BackendError::new(
@@ -159,7 +191,7 @@ pub(crate) fn read_acquire_reply(
                 ),
             )
         })?;
-        return Ok(AcquireReply::Acquired(FencingToken(token)));
+        return Ok(AcquireReply::Acquired(Some(FencingToken(token))));
     }
     let remaining = match value {
         -2 => Some(Duration::ZERO),

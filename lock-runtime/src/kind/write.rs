@@ -12,24 +12,28 @@ use redis::{Script, ScriptInvocation};
 use super::{acquire_invocation, millis, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
-/// Time to live of a fencing counter after its last grant (at least twice the lease). Safe to
-/// let it lapse: tokens never fall below the server clock in microseconds, which has passed any
-/// value the old counter reached.
-const FENCE_COUNTER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/write/acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
 
-/// How long a fencing counter lives after a grant with this lease.
+/// How long a fencing counter lives after a grant with this lease: the lease, so that no key
+/// outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
+/// server clock in microseconds, which by then has passed any value the counter reached (the
+/// argument and its clock assumption: `scripts/write/acquire.lua`).
 pub(crate) fn fence_ttl(lease: Duration) -> Duration {
-    FENCE_COUNTER_TTL.max(lease.saturating_mul(2))
+    lease
 }
 
 pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
     let mut call = acquire_invocation(&ACQUIRE, attempt);
-    call.arg(millis(fence_ttl(attempt.lease)))
+    // '0': no fencing token, the counter is left alone.
+    let fence_ttl = if attempt.fencing {
+        millis(fence_ttl(attempt.lease))
+    } else {
+        0
+    };
+    call.arg(fence_ttl)
         // Zero (no mark) on a writer's last try.
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" });
