@@ -1,10 +1,28 @@
 //! distlock beside the raw Redis floor and the `rslock` crate, in one run, on servers started
 //! for the purpose.
 //!
-//!     cargo bench --bench locks                 # 3 alternating runs; medians reported
-//!     BENCH_RUNS=5 cargo bench --bench locks
+//!     cargo bench --bench locks                 # 5 alternating rounds, pinned; medians reported
+//!     BENCH_RUNS=9 cargo bench --bench locks
 //!     BENCH_LIBS=raw,distlock BENCH_WORKLOADS=W2 cargo bench --bench locks   # a subset
 //!     BENCH_DEPLOYMENTS=single,cluster,redlock cargo bench --bench locks     # deployments
+//!     BENCH_PIN=0 cargo bench --bench locks     # no pinning
+//!
+//! Pinning (issue 10): unless `BENCH_PIN=0`, the servers run on CPU 0 and this process on CPU 1,
+//! so client and servers never take turns on one core. Before any thread starts, the bench sets
+//! `DISTLOCK_SERVER_CPUS` (read by `tests/support`, which starts each `redis-server` under
+//! `taskset -c`) to `0` unless it is set already, and pins itself with `taskset -p -c` to
+//! `BENCH_CLIENT_CPUS` (default `1`); its threads inherit that, and the tokio runtime has one
+//! worker per client CPU. A machine with a single CPU is not pinned. The old way,
+//! `DISTLOCK_SERVER_CPUS=0 taskset -c 1 cargo bench --bench locks`, gives the same placement.
+//!
+//! Rounds (`BENCH_RUNS`, default 5): each round runs every selected workload with every library,
+//! one library after the other, the order rotated by one each round so that no library always
+//! goes first. Reported:
+//! - the median over the rounds of every metric, with its ratio to raw's median in brackets;
+//! - per-round ratios: each workload's main figures (W1 cycles/s and p50, W2 cycles/s, W3
+//!   grants/s, W4 requests and server commands), round by round, divided by raw's and by
+//!   rslock's figure of the same round and deployment, with the median of those ratios. A
+//!   ratio within one round cancels what drifts between rounds (the machine's other work).
 //!
 //! Deployments (`BENCH_DEPLOYMENTS`, default `single`), one after the other, each on its own
 //! servers (stopped before the next one starts):
@@ -15,7 +33,7 @@
 //!   distlock (`Config::redlock`), rslock and rslock-5ms (`LockManager` over the same 3). W1–W4.
 //!
 //! Workloads (issue 5):
-//! - W1: one task, 5,000 acquire+release cycles on fresh keys: cycle latency p50/p99.
+//! - W1: one task, 5,000 acquire+release cycles on fresh keys: cycle latency p50/p99, cycles/s.
 //! - W2: 64 tasks sharing one client, 500 cycles each on their own keys: cycles/s.
 //! - W3: 8 workers on one key, 2,000 grants, a non-atomic GET/SET increment inside, 1 ms outside
 //!   the lock after each release: grants/s, handoff latency (a release to the next grant by
@@ -25,16 +43,31 @@
 //!   one client, 300 cycles each, 90 % reads and 10 % writes on 16 keys chosen at random, each
 //!   held for a yield: cycles/s, and acquire latency p50/p99 of reads and of writes.
 //!
-//! "Requests" are counted by the servers (`INFO commandstats`, the commands each library sends
-//! at top level, summed over the servers that take writes: the cluster's primaries, every
-//! master), so every library is measured the same way. Prints a table; appends JSON lines to
-//! `target/bench.jsonl`. `DISTLOCK_SERVER_CPUS` (see `tests/support`) pins the servers.
+//! Costs, read before and after each (library, workload) measurement (on W4, around the hold):
+//! - `client_cpu_us_per_cycle` (W1, W2): this process's CPU time, user + system, all threads
+//!   (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, to the nanosecond).
+//! - `server_cpu_us_per_cycle` (W1, W2; `_per_grant` on W3; `server_cpu_us` in all on W4):
+//!   `used_cpu_sys` + `used_cpu_user` of `INFO cpu`, summed over the servers that take writes
+//!   (the one server, the cluster's primaries, every master; replicas are left out).
+//! - `server_commands_per_cycle` (W1, W2; `_per_grant` on W3; `server_commands` on W4): every
+//!   command call those servers count in `INFO commandstats` (top level and run inside
+//!   scripts), less the `INFO` calls that take the readings. W3's include the GET and SET of
+//!   the increment.
+//! - "Requests" (W3, W4): the calls of the commands each library sends at top level, from the
+//!   same readings, so every library is measured the same way.
+//!
+//! Output: a header (CPUs, CPU model, `redis-server` version, commit, date, pinning), a line per
+//! measurement on stderr, the table of medians, the per-round tables. JSON lines are appended
+//! to `target/bench.jsonl`: the header as `{"header": {...}}`, then one line per (deployment,
+//! workload, library) with the medians and the medians of the per-round ratios
+//! (`<metric>_vs_raw`, `<metric>_vs_rslock`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -78,15 +111,34 @@ enum Servers {
     Masters(Vec<RedisServer>),
 }
 
+impl Servers {
+    /// The servers that take the locks' writes, whose `INFO` counts the requests and the
+    /// servers' work: the one server, the cluster's primaries (replicas only replay them),
+    /// every master.
+    fn writable(&self) -> Vec<&RedisServer> {
+        match self {
+            Servers::Single(server) => vec![server],
+            Servers::Cluster(cluster) => cluster
+                .primaries()
+                .into_iter()
+                .map(|index| cluster.node(index))
+                .collect(),
+            Servers::Masters(masters) => masters.iter().collect(),
+        }
+    }
+}
+
 /// A deployment, running: its servers, a connection to each server a lock must be won on (a
-/// majority of them; on a cluster, one cluster-aware connection that routes by key), and a
+/// majority of them; on a cluster, one cluster-aware connection that routes by key), a
 /// connection of its own for the data the workloads keep beside the locks (W3's counter): to the
-/// one server, the cluster, the first master.
+/// one server, the cluster, the first master; and a connection to each writable server for
+/// reading its counters, opened once so that no connection setup falls into a measurement.
 struct Deployed {
     deployment: Deployment,
     servers: Servers,
     connections: Vec<Conn>,
     store: Conn,
+    probes: Vec<Mutex<redis::Connection>>,
 }
 
 impl Deployed {
@@ -99,11 +151,17 @@ impl Deployed {
         };
         let connections = Self::connect(&servers).await;
         let store = Self::connect(&servers).await.swap_remove(0);
+        let probes = servers
+            .writable()
+            .into_iter()
+            .map(|server| Mutex::new(server.connection()))
+            .collect();
         Self {
             deployment,
             servers,
             connections,
             store,
+            probes,
         }
     }
 
@@ -138,18 +196,9 @@ impl Deployed {
         .expect("urls")
     }
 
-    /// The servers that take the locks' writes, whose `INFO commandstats` count the requests:
-    /// the one server, the cluster's primaries (replicas only replay them), every master.
+    /// See [`Servers::writable`].
     fn writable(&self) -> Vec<&RedisServer> {
-        match &self.servers {
-            Servers::Single(server) => vec![server],
-            Servers::Cluster(cluster) => cluster
-                .primaries()
-                .into_iter()
-                .map(|index| cluster.node(index))
-                .collect(),
-            Servers::Masters(masters) => masters.iter().collect(),
-        }
+        self.servers.writable()
     }
 
     /// How many of `connections` a lock must be held on.
@@ -234,7 +283,10 @@ impl redis::aio::ConnectionLike for Conn {
 /// A library under test.
 #[derive(Clone)]
 enum Lib {
-    Distlock(distlock::Client),
+    /// A distlock client, the name it is reported under, and whether its locks take a fencing
+    /// token: "distlock" (with) now; "distlock-nofence" (efficiency mode) once the requests
+    /// can leave the token out (see [`Lib::acquire`]).
+    Distlock(distlock::Client, &'static str, bool),
     Raw(Raw),
     Rslock(Arc<rslock::LockManager>, &'static str),
 }
@@ -330,7 +382,7 @@ impl Raw {
 impl Lib {
     fn name(&self) -> String {
         match self {
-            Lib::Distlock(_) => "distlock".into(),
+            Lib::Distlock(_, name, _) => (*name).into(),
             Lib::Raw(_) => "raw".into(),
             Lib::Rslock(_, name) => (*name).into(),
         }
@@ -338,15 +390,16 @@ impl Lib {
 
     async fn acquire(&self, key: &str, lease: Duration) -> Held {
         match self {
-            Lib::Distlock(client) => Held::Distlock(
-                client
-                    .lock(key)
-                    .lease(lease)
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .expect("distlock acquire"),
-            ),
+            Lib::Distlock(client, _, fencing) => {
+                let request = client.lock(key).lease(lease).wait(Duration::from_secs(60));
+                // efficiency mode: `let request = request.fencing(*fencing);` here once
+                // `LockRequest::fencing` exists (issue 10); until then every request is fenced.
+                assert!(
+                    *fencing,
+                    "distlock without fencing needs LockRequest::fencing"
+                );
+                Held::Distlock(request.acquire().await.expect("distlock acquire"))
+            }
             Lib::Raw(raw) => {
                 let token = uuid::Uuid::new_v4().simple().to_string();
                 while !raw.try_acquire(key, &token, lease).await {
@@ -364,7 +417,7 @@ impl Lib {
 
     async fn release(&self, held: Held) {
         match (self, held) {
-            (Lib::Distlock(_), Held::Distlock(guard)) => {
+            (Lib::Distlock(..), Held::Distlock(guard)) => {
                 guard.release().await.expect("distlock release");
             }
             (Lib::Raw(raw), Held::Raw(key, token)) => raw.release(&key, &token).await,
@@ -374,13 +427,12 @@ impl Lib {
     }
 }
 
-/// Requests a library sent, counted by the servers that take writes: the calls of the commands
-/// it sends at top level (`INFO commandstats` also counts the commands scripts run inside,
-/// which are not requests). distlock sends only scripts and pub/sub; raw and rslock also send
-/// `SET`.
-fn requests(deployed: &Deployed, lib: &Lib) -> u64 {
-    let top_level: &[&str] = match lib {
-        Lib::Distlock(_) => &[
+/// The commands a library sends at top level, whose calls are its requests (`INFO
+/// commandstats` also counts the commands scripts run inside, which are not requests). distlock
+/// sends only scripts and pub/sub; raw and rslock also send `SET`.
+fn top_level(lib: &Lib) -> &'static [&'static str] {
+    match lib {
+        Lib::Distlock(..) => &[
             "evalsha",
             "eval",
             "script",
@@ -390,26 +442,145 @@ fn requests(deployed: &Deployed, lib: &Lib) -> u64 {
             "sunsubscribe",
         ],
         _ => &["set", "evalsha", "eval", "script"],
+    }
+}
+
+/// What the servers that take writes have done so far, summed over them: their CPU time and
+/// the calls of each command, top level and inside scripts (`INFO cpu`, `INFO commandstats`).
+#[derive(Default)]
+struct ServerCounters {
+    cpu: Duration,
+    calls: BTreeMap<String, u64>,
+}
+
+impl ServerCounters {
+    fn read(deployed: &Deployed) -> Self {
+        let mut total = Self::default();
+        for probe in &deployed.probes {
+            let mut connection = probe.lock().expect("probe");
+            let mut info = |section: &str| -> String {
+                redis::cmd("INFO")
+                    .arg(section)
+                    .query(&mut *connection)
+                    .expect("INFO")
+            };
+            total.cpu += server_cpu(&info("cpu"));
+            for (name, calls) in command_calls(&info("commandstats")) {
+                *total.calls.entry(name).or_default() += calls;
+            }
+        }
+        total
+    }
+
+    /// What was done since the `earlier` reading.
+    fn since(&self, earlier: &Self) -> Self {
+        let calls = self
+            .calls
+            .iter()
+            .map(|(name, calls)| {
+                let before = earlier.calls.get(name).copied().unwrap_or(0);
+                (name.clone(), calls.saturating_sub(before))
+            })
+            .collect();
+        Self {
+            cpu: self.cpu.saturating_sub(earlier.cpu),
+            calls,
+        }
+    }
+
+    /// The calls of the commands `names`.
+    fn calls_of(&self, names: &[&str]) -> u64 {
+        names.iter().filter_map(|name| self.calls.get(*name)).sum()
+    }
+
+    /// Every command call but the `INFO`s that took the readings.
+    fn commands(&self) -> u64 {
+        let info = self.calls.get("info").copied().unwrap_or(0);
+        self.calls.values().sum::<u64>() - info
+    }
+}
+
+/// `used_cpu_sys` + `used_cpu_user` of an `INFO cpu` reply (seconds, to the microsecond).
+fn server_cpu(info: &str) -> Duration {
+    let seconds = |field| {
+        support::info_field(info, field)
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {field} in INFO cpu"))
     };
-    deployed
-        .writable()
-        .into_iter()
-        .map(|server| {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut server.connection())
-                .expect("INFO");
-            info.lines()
-                .filter_map(|line| {
-                    let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-                    let calls = stats.split("calls=").nth(1)?.split(',').next()?;
-                    top_level
-                        .contains(&name)
-                        .then(|| calls.parse::<u64>().ok())?
-                })
-                .sum::<u64>()
-        })
-        .sum()
+    Duration::from_secs_f64(seconds("used_cpu_sys") + seconds("used_cpu_user"))
+}
+
+/// (command, calls) of each `cmdstat_<command>:calls=N,...` line of an `INFO commandstats` reply.
+fn command_calls(info: &str) -> impl Iterator<Item = (String, u64)> + '_ {
+    info.lines().filter_map(|line| {
+        let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+        let calls = stats.split("calls=").nth(1)?.split(',').next()?;
+        Some((name.to_owned(), calls.parse().ok()?))
+    })
+}
+
+/// A stretch of a workload under measurement: its wall time, this process's CPU time and the
+/// writable servers' counters. The servers are read outside the clocks: before they start,
+/// after they stop.
+struct Window {
+    servers: ServerCounters,
+    client_cpu: Duration,
+    started: Instant,
+}
+
+impl Window {
+    fn open(deployed: &Deployed) -> Self {
+        let servers = ServerCounters::read(deployed);
+        Self {
+            servers,
+            client_cpu: process_cpu(),
+            started: Instant::now(),
+        }
+    }
+
+    fn close(self, deployed: &Deployed) -> Cost {
+        let elapsed = self.started.elapsed();
+        let client_cpu = process_cpu() - self.client_cpu;
+        Cost {
+            elapsed,
+            client_cpu,
+            servers: ServerCounters::read(deployed).since(&self.servers),
+        }
+    }
+}
+
+/// What a [`Window`] took.
+struct Cost {
+    elapsed: Duration,
+    client_cpu: Duration,
+    servers: ServerCounters,
+}
+
+impl Cost {
+    /// The requests `lib` sent: the calls of its top-level commands.
+    fn requests(&self, lib: &Lib) -> u64 {
+        self.servers.calls_of(top_level(lib))
+    }
+
+    fn server_cpu_us(&self) -> f64 {
+        self.servers.cpu.as_secs_f64() * 1e6
+    }
+
+    /// W1's and W2's figures per acquire+release cycle: cycles/s and the costs.
+    fn per_cycle(&self, cycles: f64) -> [(&'static str, f64); 4] {
+        [
+            ("cycles_per_s", cycles / self.elapsed.as_secs_f64()),
+            (
+                "client_cpu_us_per_cycle",
+                self.client_cpu.as_secs_f64() * 1e6 / cycles,
+            ),
+            ("server_cpu_us_per_cycle", self.server_cpu_us() / cycles),
+            (
+                "server_commands_per_cycle",
+                self.servers.commands() as f64 / cycles,
+            ),
+        ]
+    }
 }
 
 fn pct(samples: &mut [Duration], q: f64) -> f64 {
@@ -419,50 +590,67 @@ fn pct(samples: &mut [Duration], q: f64) -> f64 {
 
 type Row = BTreeMap<&'static str, f64>;
 
-/// CPU time this process has used (user + system), from `/proc/self/stat`.
+/// CPU time this process has used (user + system, every thread, ended ones included), to the
+/// nanosecond: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, declared here as the `libc` crate is
+/// no dependency (the 64-bit Linux layout of `struct timespec`).
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
 fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let field = |i: usize| -> u64 { fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0) };
-    let ticks = field(11) + field(12);
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
+    }
+    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+    let mut time = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a `struct timespec`, writable for the whole call.
+    let status = unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut time) };
+    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
 }
 
-async fn w1(lib: &Lib) -> Row {
+/// Elsewhere the client's CPU is not measured (reads zero).
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn process_cpu() -> Duration {
+    Duration::ZERO
+}
+
+async fn w1(lib: &Lib, deployed: &Deployed) -> Row {
+    const CYCLES: usize = 5000;
     let tag = lib.name();
-    let mut samples = Vec::with_capacity(5000);
-    let cpu = process_cpu();
-    let started = Instant::now();
-    for i in 0..5000 {
+    let mut samples = Vec::with_capacity(CYCLES);
+    let window = Window::open(deployed);
+    for i in 0..CYCLES {
         let key = format!("w1:{tag}:{i}:{}", fastrand::u64(..));
         let t = Instant::now();
         let held = lib.acquire(&key, LEASE).await;
         lib.release(held).await;
         samples.push(t.elapsed());
     }
-    let cycles_per_s = 5000.0 / started.elapsed().as_secs_f64();
-    Row::from([
+    let cost = window.close(deployed);
+    let mut row = Row::from([
         ("p50_ms", pct(&mut samples, 0.5)),
         ("p99_ms", pct(&mut samples, 0.99)),
-        ("cycles_per_s", cycles_per_s),
-        (
-            "client_cpu_us_per_cycle",
-            (process_cpu() - cpu).as_secs_f64() * 1e6 / 5000.0,
-        ),
-    ])
+    ]);
+    row.extend(cost.per_cycle(CYCLES as f64));
+    row
 }
 
-async fn w2(lib: &Lib) -> Row {
-    let cpu = process_cpu();
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..64)
+async fn w2(lib: &Lib, deployed: &Deployed) -> Row {
+    const TASKS: usize = 64;
+    const CYCLES: usize = 500;
+    let window = Window::open(deployed);
+    let tasks: Vec<_> = (0..TASKS)
         .map(|t| {
             let lib = lib.clone();
             tokio::spawn(async move {
                 let tag = lib.name();
-                for i in 0..500 {
+                for i in 0..CYCLES {
                     let key = format!("w2:{tag}:{t}:{i}:{}", fastrand::u64(..));
                     let held = lib.acquire(&key, LEASE).await;
                     lib.release(held).await;
@@ -473,16 +661,8 @@ async fn w2(lib: &Lib) -> Row {
     for task in tasks {
         task.await.expect("w2 task");
     }
-    Row::from([
-        (
-            "cycles_per_s",
-            64.0 * 500.0 / started.elapsed().as_secs_f64(),
-        ),
-        (
-            "client_cpu_us_per_cycle",
-            (process_cpu() - cpu).as_secs_f64() * 1e6 / (64.0 * 500.0),
-        ),
-    ])
+    let cost = window.close(deployed);
+    Row::from(cost.per_cycle((TASKS * CYCLES) as f64))
 }
 
 async fn w3(lib: &Lib, deployed: &Deployed) -> Row {
@@ -493,8 +673,7 @@ async fn w3(lib: &Lib, deployed: &Deployed) -> Row {
     // (worker, released at) of the last release, to measure handoffs.
     let last_release: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
     let handoffs = Arc::new(Mutex::new(Vec::new()));
-    let before = requests(deployed, lib);
-    let started = Instant::now();
+    let window = Window::open(deployed);
     let workers: Vec<_> = (0..8)
         .map(|worker| {
             let (lib, key, counter) = (lib.clone(), key.clone(), counter.clone());
@@ -535,14 +714,14 @@ async fn w3(lib: &Lib, deployed: &Deployed) -> Row {
     for worker in workers {
         worker.await.expect("w3 worker");
     }
-    let elapsed = started.elapsed();
+    let cost = window.close(deployed);
     // The increment's SET is the work, not the lock's request.
-    let work = if matches!(lib, Lib::Distlock(_)) {
+    let work = if matches!(lib, Lib::Distlock(..)) {
         0
     } else {
         GRANTS
     };
-    let requests = requests(deployed, lib) - before - work;
+    let requests = cost.requests(lib) - work;
     let final_value: Option<u64> = redis::cmd("GET")
         .arg(&counter)
         .query_async(&mut deployed.store())
@@ -550,10 +729,18 @@ async fn w3(lib: &Lib, deployed: &Deployed) -> Row {
         .expect("GET");
     let mut handoffs = handoffs.lock().unwrap().clone();
     Row::from([
-        ("grants_per_s", GRANTS as f64 / elapsed.as_secs_f64()),
+        ("grants_per_s", GRANTS as f64 / cost.elapsed.as_secs_f64()),
         ("handoff_p50_ms", pct(&mut handoffs, 0.5)),
         ("handoff_p99_ms", pct(&mut handoffs, 0.99)),
         ("requests_per_grant", requests as f64 / GRANTS as f64),
+        (
+            "server_cpu_us_per_grant",
+            cost.server_cpu_us() / GRANTS as f64,
+        ),
+        (
+            "server_commands_per_grant",
+            cost.servers.commands() as f64 / GRANTS as f64,
+        ),
         ("lost_updates", (GRANTS - final_value.unwrap_or(0)) as f64),
     ])
 }
@@ -566,7 +753,7 @@ async fn w4(lib: &Lib, deployed: &Deployed) -> Row {
     for i in 0..1000 {
         held.push(lib.acquire(&format!("w4:{tag}:{i}"), lease).await);
     }
-    let before = requests(deployed, lib);
+    let window = Window::open(deployed);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // Libraries without a watchdog renew each lock themselves, once per third of the lease:
     // a task per lock owns it while the locks are held and hands it back at the end.
@@ -594,7 +781,8 @@ async fn w4(lib: &Lib, deployed: &Deployed) -> Row {
     }
     tokio::time::sleep(hold).await;
     stop.store(true, Ordering::Relaxed);
-    let requests = requests(deployed, lib) - before;
+    let cost = window.close(deployed);
+    let requests = cost.requests(lib);
     for renewer in renewers {
         watched.push(renewer.await.expect("renewer"));
     }
@@ -621,6 +809,8 @@ async fn w4(lib: &Lib, deployed: &Deployed) -> Row {
             "fraction_of_per_lock_renewal",
             requests as f64 / per_lock_per_period as f64,
         ),
+        ("server_commands", cost.servers.commands() as f64),
+        ("server_cpu_us", cost.server_cpu_us()),
     ])
 }
 
@@ -689,7 +879,12 @@ async fn libraries(deployed: &Deployed) -> Vec<Lib> {
         poll: Duration::from_millis(1),
     };
     let distlock = distlock::Client::new(deployed.distlock_config()).expect("client");
-    let mut libs = vec![Lib::Raw(raw), Lib::Distlock(distlock)];
+    let mut libs = vec![
+        Lib::Raw(raw),
+        Lib::Distlock(distlock.clone(), "distlock", true),
+        // Once `LockRequest::fencing` exists (see `Lib::acquire`):
+        // Lib::Distlock(distlock.clone(), "distlock-nofence", false),
+    ];
     if deployed.deployment != Deployment::Cluster {
         let rslock_default = rslock::LockManager::new(deployed.urls());
         let mut rslock_5ms = rslock::LockManager::new(deployed.urls());
@@ -710,10 +905,13 @@ fn selected(var: &str, name: &str, default: bool) -> bool {
     std::env::var(var).map_or(default, |list| list.split(',').any(|item| item == name))
 }
 
-/// (deployment, workload, library) -> one row per run.
-type Results = BTreeMap<(Deployment, String, String), Vec<Row>>;
+/// (deployment, workload, library).
+type Key = (Deployment, String, String);
 
-/// Runs the selected workloads `runs` times on one deployment, then prints its servers' time
+/// One row per round, in round order (every library runs every workload once a round).
+type Results = BTreeMap<Key, Vec<Row>>;
+
+/// Runs the selected workloads `runs` rounds on one deployment, then prints its servers' time
 /// per call of each command (scripts include the commands they run).
 async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
     let deployment = deployed.deployment;
@@ -723,10 +921,10 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
         let held = lib.acquire("warm-up", LEASE).await;
         lib.release(held).await;
     }
-    for run in 0..runs {
-        // Alternate the order between runs so no library always goes first.
+    for round in 0..runs {
+        // Alternate the order between rounds so no library always goes first.
         let mut order: Vec<&Lib> = libs.iter().collect();
-        order.rotate_left(run % libs.len());
+        order.rotate_left(round % libs.len());
         for workload in ["W1", "W2", "W3", "W4", "W5"] {
             if !selected("BENCH_WORKLOADS", workload, true) {
                 continue;
@@ -736,12 +934,13 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
                 .filter(|lib| selected("BENCH_LIBS", &lib.name(), true))
             {
                 let row = match workload {
-                    "W1" if lib.name() != "rslock-5ms" => w1(lib).await,
-                    "W2" if lib.name() != "rslock-5ms" => w2(lib).await,
+                    "W1" if lib.name() != "rslock-5ms" => w1(lib, deployed).await,
+                    "W2" if lib.name() != "rslock-5ms" => w2(lib, deployed).await,
                     "W3" => w3(lib, deployed).await,
                     "W4" if lib.name() != "rslock-5ms" => w4(lib, deployed).await,
+                    // (Read/write locks take no `fencing` setting: the fenced variant only.)
                     "W5" => match lib {
-                        Lib::Distlock(client) if deployment == Deployment::Single => {
+                        Lib::Distlock(client, _, true) if deployment == Deployment::Single => {
                             w5(client).await
                         }
                         _ => continue,
@@ -749,7 +948,7 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
                     _ => continue,
                 };
                 eprintln!(
-                    "run {run} {:<7} {workload} {:<11} {row:?}",
+                    "round {round} {:<7} {workload} {:<11} {row:?}",
                     deployment.name(),
                     lib.name()
                 );
@@ -785,12 +984,422 @@ fn private_temp_dir() -> std::path::PathBuf {
     dir
 }
 
+/// The libraries each one's figures are divided by, round by round.
+const BASELINES: [&str; 2] = ["raw", "rslock"];
+
+/// The figures compared round by round: each workload's main ones.
+fn main_metrics(workload: &str) -> &'static [&'static str] {
+    match workload {
+        "W1" => &["cycles_per_s", "p50_ms"],
+        "W2" => &["cycles_per_s"],
+        "W3" => &["grants_per_s"],
+        "W4" => &["requests", "server_commands"],
+        _ => &[],
+    }
+}
+
+/// `key`'s `metric` over `baseline`'s, round by round (`None` where the baseline's is zero), or
+/// `None` if the baseline is `key`'s own library or did not run.
+fn round_ratios(
+    results: &Results,
+    key: &Key,
+    baseline: &str,
+    metric: &str,
+) -> Option<Vec<Option<f64>>> {
+    let (deployment, workload, lib) = key;
+    if lib == baseline {
+        return None;
+    }
+    let base = results.get(&(*deployment, workload.clone(), baseline.to_owned()))?;
+    let ratios = results[key]
+        .iter()
+        .zip(base)
+        .map(|(row, base)| {
+            let (value, base) = (row.get(metric)?, base.get(metric)?);
+            (*base != 0.0).then(|| value / base)
+        })
+        .collect();
+    Some(ratios)
+}
+
+/// The median of the ratios there are.
+fn ratio_median(ratios: &[Option<f64>]) -> Option<f64> {
+    let mut values: Vec<f64> = ratios.iter().flatten().copied().collect();
+    (!values.is_empty()).then(|| median(&mut values))
+}
+
+/// A figure for the tables: whole numbers with thousands separators from 100 up (and whole
+/// counts), three decimals below.
+fn figure(value: f64) -> String {
+    if value.abs() < 100.0 && value.fract() != 0.0 {
+        return format!("{value:.3}");
+    }
+    let digits = format!("{:.0}", value.abs());
+    let mut grouped = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if value < 0.0 {
+        grouped.insert(0, '-');
+    }
+    grouped
+}
+
+/// Two decimals; four below 0.1 (W4's requests), so that no ratio shows as zero.
+fn shown_ratio(ratio: f64) -> String {
+    if ratio.abs() < 0.1 {
+        format!("{ratio:.4}")
+    } else {
+        format!("{ratio:.2}")
+    }
+}
+
+/// `vs raw: 0.41 0.40 - (median 0.41)`, or nothing when there is no such comparison.
+fn ratio_cell(baseline: &str, ratios: Option<Vec<Option<f64>>>) -> String {
+    let Some(ratios) = ratios else {
+        return String::new();
+    };
+    let rounds: Vec<String> = ratios
+        .iter()
+        .map(|ratio| ratio.map_or("-".to_owned(), shown_ratio))
+        .collect();
+    let median = ratio_median(&ratios).map_or("-".to_owned(), shown_ratio);
+    format!("vs {baseline}: {} (median {median})", rounds.join(" "))
+}
+
+/// Prints rows of cells, each column as wide as its widest cell.
+fn print_aligned(rows: &[Vec<String>]) {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            let width = |row: &Vec<String>| row.get(c).map_or(0, |cell| cell.chars().count());
+            rows.iter().map(width).max().unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &width)| format!("{cell:<width$}"))
+            .collect();
+        println!("  {}", cells.join(" | ").trim_end_matches([' ', '|']));
+    }
+}
+
+/// Per deployment, workload and main figure: each library's figure round by round and its
+/// ratios to the baselines' of the same round.
+fn print_round_ratios(results: &Results) {
+    println!("\nper round: each library's figure, then its ratio to raw's and rslock's of the same round");
+    let mut libs_of: BTreeMap<(Deployment, &str), Vec<&Key>> = BTreeMap::new();
+    for key in results.keys() {
+        libs_of
+            .entry((key.0, key.1.as_str()))
+            .or_default()
+            .push(key);
+    }
+    for ((deployment, workload), keys) in libs_of {
+        for metric in main_metrics(workload) {
+            println!("\n{} {workload} {metric}", deployment.name());
+            let values = |key: &Key| -> Vec<String> {
+                let value = |row: &Row| row.get(metric).map_or("-".to_owned(), |v| figure(*v));
+                results[key].iter().map(value).collect()
+            };
+            let width = keys.iter().flat_map(|key| values(key)).map(|v| v.len());
+            let width = width.max().unwrap_or(0);
+            let rows: Vec<Vec<String>> = keys
+                .iter()
+                .map(|key| {
+                    let values: Vec<String> =
+                        values(key).iter().map(|v| format!("{v:>width$}")).collect();
+                    let mut cells = vec![format!("{:<11} {}", key.2, values.join(" "))];
+                    for baseline in BASELINES {
+                        cells.push(ratio_cell(
+                            baseline,
+                            round_ratios(results, key, baseline, metric),
+                        ));
+                    }
+                    cells
+                })
+                .collect();
+            print_aligned(&rows);
+        }
+    }
+}
+
+/// The median over the rounds of every metric.
+fn medians(results: &Results) -> BTreeMap<Key, Row> {
+    results
+        .iter()
+        .map(|(key, rows)| {
+            let mut row = Row::new();
+            for metric in rows[0].keys() {
+                let mut values: Vec<f64> = rows.iter().map(|r| r[metric]).collect();
+                row.insert(metric, median(&mut values));
+            }
+            (key.clone(), row)
+        })
+        .collect()
+}
+
+fn print_medians(medians: &BTreeMap<Key, Row>, runs: usize) {
+    println!("\nmedians of {runs} alternating rounds (ratio to the raw floor in brackets)\n");
+    for ((deployment, workload, lib), row) in medians {
+        let floor = medians.get(&(*deployment, workload.clone(), "raw".to_owned()));
+        let cells: Vec<String> = row
+            .iter()
+            .map(|(metric, value)| match floor.and_then(|f| f.get(metric)) {
+                Some(base) if *base != 0.0 && lib != "raw" => {
+                    format!("{metric}={value:.3} [{:.2}x]", value / base)
+                }
+                _ => format!("{metric}={value:.3}"),
+            })
+            .collect();
+        let deployment = deployment.name();
+        println!("{deployment:<7} {workload} {lib:<11} {}", cells.join("  "));
+    }
+}
+
+/// The JSON line of one (deployment, workload, library): its medians, then the medians of its
+/// per-round ratios to the baselines (`<metric>_vs_<baseline>`).
+fn result_line(results: &Results, key: &Key, medians: &Row, runs: usize) -> String {
+    let (deployment, workload, lib) = key;
+    let mut fields: Vec<String> = medians
+        .iter()
+        .map(|(k, v)| format!("\"{k}\": {v:.4}"))
+        .collect();
+    for metric in main_metrics(workload) {
+        for baseline in BASELINES {
+            let ratios = round_ratios(results, key, baseline, metric);
+            if let Some(median) = ratios.as_deref().and_then(ratio_median) {
+                fields.push(format!("\"{metric}_vs_{baseline}\": {median:.4}"));
+            }
+        }
+    }
+    format!(
+        "{{\"deployment\": \"{}\", \"workload\": \"{workload}\", \"library\": \"{lib}\", \"runs\": {runs}, {}}}",
+        deployment.name(),
+        fields.join(", ")
+    )
+}
+
+/// Appends the header and a line per (deployment, workload, library) to `target/bench.jsonl`.
+fn write_jsonl(header: &Header, results: &Results, medians: &BTreeMap<Key, Row>, runs: usize) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.jsonl");
+    let _ = std::fs::create_dir_all(path.parent().expect("a parent"));
+    let mut jsonl = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open target/bench.jsonl");
+    let _ = writeln!(jsonl, "{}", header.json());
+    for (key, row) in medians {
+        let _ = writeln!(jsonl, "{}", result_line(results, key, row, runs));
+    }
+}
+
+/// Stops the bench with `message`.
+fn fail(message: &str) -> ! {
+    eprintln!("benches/locks.rs: {message}");
+    std::process::exit(2)
+}
+
+/// How many CPUs a list like `0-3,6` (the kernel's notation) names.
+fn cpu_count(list: &str) -> usize {
+    list.trim()
+        .split(',')
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.split_once('-') {
+            Some((first, last)) => {
+                let number = |n: &str| n.parse::<usize>().unwrap_or(0);
+                (number(last) + 1).saturating_sub(number(first))
+            }
+            None => 1,
+        })
+        .sum()
+}
+
+/// The CPUs online, as `nproc --all` counts them.
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|list| cpu_count(&list))
+        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list` of `/proc/self/status`).
+fn allowed_cpus() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    support::info_field(&status, "Cpus_allowed_list")
+        .map_or("?".to_owned(), |list| list.trim().to_owned())
+}
+
+/// Pins this process to `cpus` with `taskset`. Done while it has a single thread: the threads
+/// created later inherit its CPUs.
+fn pin_process(cpus: &str) {
+    let pid = std::process::id().to_string();
+    let output = Command::new("taskset")
+        .args(["-p", "-c", cpus, &pid])
+        .output()
+        .unwrap_or_else(|err| {
+            fail(&format!(
+                "cannot run taskset to pin the client ({err}); install util-linux or set BENCH_PIN=0"
+            ))
+        });
+    if !output.status.success() {
+        fail(&format!(
+            "`taskset -p -c {cpus} {pid}` failed: {}; set BENCH_CLIENT_CPUS, or BENCH_PIN=0",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+}
+
+/// Puts the servers on CPU 0 (`DISTLOCK_SERVER_CPUS`, unless set) and this process on
+/// `BENCH_CLIENT_CPUS` (default 1), unless `BENCH_PIN=0` or the machine has one CPU. Must run
+/// before any thread starts. Returns what was done, for the header.
+fn pin() -> String {
+    if std::env::var("BENCH_PIN").as_deref() == Ok("0") {
+        return format!("not pinned (BENCH_PIN=0): {}", placement());
+    }
+    if online_cpus() < 2 {
+        return format!("not pinned (a single CPU): {}", placement());
+    }
+    if std::env::var_os("DISTLOCK_SERVER_CPUS").is_none() {
+        std::env::set_var("DISTLOCK_SERVER_CPUS", "0");
+    }
+    pin_process(&std::env::var("BENCH_CLIENT_CPUS").unwrap_or_else(|_| "1".to_owned()));
+    placement()
+}
+
+/// Where the servers and this process run.
+fn placement() -> String {
+    let servers = std::env::var("DISTLOCK_SERVER_CPUS").unwrap_or_else(|_| "any".to_owned());
+    format!(
+        "servers on CPUs {servers}, client on CPUs {}",
+        allowed_cpus()
+    )
+}
+
+/// The first line of what `program args` prints, if it runs and succeeds.
+fn command_line(program: &str, args: &[&str]) -> Option<String> {
+    let output = Command::new(program).args(args).output().ok()?;
+    let stdout = String::from_utf8(output.stdout).ok()?;
+    let line = stdout.lines().next()?.trim().to_owned();
+    (output.status.success() && !line.is_empty()).then_some(line)
+}
+
+/// The commit of this checkout, `-dirty` if it has changes to tracked files.
+fn commit() -> Option<String> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let hash = command_line("git", &["-C", dir, "rev-parse", "--short", "HEAD"])?;
+    let dirty = command_line("git", &["-C", dir, "status", "--porcelain", "-uno"]).is_some();
+    Some(if dirty { format!("{hash}-dirty") } else { hash })
+}
+
+/// The `model name` of the first CPU in `/proc/cpuinfo`.
+fn cpu_model() -> Option<String> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = cpuinfo
+        .lines()
+        .find(|line| line.starts_with("model name"))?;
+    Some(line.split_once(':')?.1.trim().to_owned())
+}
+
+/// The machine and the build a run is read against.
+struct Header {
+    fields: Vec<(&'static str, Fact)>,
+}
+
+/// One value of the header: text, or a count (a number in JSON).
+enum Fact {
+    Text(String),
+    Count(usize),
+}
+
+impl Fact {
+    fn json(&self) -> String {
+        match self {
+            Fact::Text(text) => json_string(text),
+            Fact::Count(count) => count.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Fact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fact::Text(text) => f.write_str(text),
+            Fact::Count(count) => write!(f, "{count}"),
+        }
+    }
+}
+
+impl Header {
+    fn collect(pinning: String, runs: usize) -> Self {
+        let text = |value: Option<String>| Fact::Text(value.unwrap_or_else(|| "?".to_owned()));
+        let fields = vec![
+            (
+                "date",
+                text(command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])),
+            ),
+            ("commit", text(commit())),
+            ("nproc", Fact::Count(online_cpus())),
+            ("cpu", text(cpu_model())),
+            (
+                "redis_server",
+                text(command_line("redis-server", &["--version"])),
+            ),
+            ("pinning", Fact::Text(pinning)),
+            ("rounds", Fact::Count(runs)),
+        ];
+        Self { fields }
+    }
+
+    fn print(&self) {
+        for (name, value) in &self.fields {
+            println!("{name:<12} {value}");
+        }
+    }
+
+    /// `{"header": {"date": "...", ...}}`
+    fn json(&self) -> String {
+        let fields: Vec<String> = self
+            .fields
+            .iter()
+            .map(|(name, value)| format!("\"{name}\": {}", value.json()))
+            .collect();
+        format!("{{\"header\": {{{}}}}}", fields.join(", "))
+    }
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    let mut quoted = String::from('"');
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            c if c.is_control() => quoted.push_str(&format!("\\u{:04x}", c as u32)),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
 fn main() {
+    // First, while this process has one thread.
+    let pinning = pin();
     let temp_dir = private_temp_dir();
     let runs: usize = std::env::var("BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(5);
+    let header = Header::collect(pinning, runs);
+    header.print();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -812,44 +1421,8 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(temp_dir);
 
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.jsonl");
-    let _ = std::fs::create_dir_all(path.parent().expect("a parent"));
-    let mut jsonl = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open target/bench.jsonl");
-    let mut medians: BTreeMap<(Deployment, String, String), Row> = BTreeMap::new();
-    for (key, rows) in &results {
-        let mut row = Row::new();
-        for metric in rows[0].keys() {
-            let mut values: Vec<f64> = rows.iter().map(|r| r[metric]).collect();
-            row.insert(metric, median(&mut values));
-        }
-        medians.insert(key.clone(), row);
-    }
-    println!("\nmedians of {runs} alternating runs (ratio to the raw floor in brackets)\n");
-    for ((deployment, workload, lib), row) in &medians {
-        let floor = medians.get(&(*deployment, workload.clone(), "raw".to_owned()));
-        let cells: Vec<String> = row
-            .iter()
-            .map(|(metric, value)| match floor.and_then(|f| f.get(metric)) {
-                Some(base) if *base != 0.0 && lib != "raw" => {
-                    format!("{metric}={value:.3} [{:.2}x]", value / base)
-                }
-                _ => format!("{metric}={value:.3}"),
-            })
-            .collect();
-        let deployment = deployment.name();
-        println!("{deployment:<7} {workload} {lib:<11} {}", cells.join("  "));
-        let fields: Vec<String> = row
-            .iter()
-            .map(|(k, v)| format!("\"{k}\": {v:.4}"))
-            .collect();
-        let _ = writeln!(
-            jsonl,
-            "{{\"deployment\": \"{deployment}\", \"workload\": \"{workload}\", \"library\": \"{lib}\", \"runs\": {runs}, {}}}",
-            fields.join(", ")
-        );
-    }
+    let medians = medians(&results);
+    print_medians(&medians, runs);
+    print_round_ratios(&results);
+    write_jsonl(&header, &results, &medians, runs);
 }
