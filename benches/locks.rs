@@ -284,8 +284,8 @@ impl redis::aio::ConnectionLike for Conn {
 #[derive(Clone)]
 enum Lib {
     /// A distlock client, the name it is reported under, and whether its locks take a fencing
-    /// token: "distlock" (with) now; "distlock-nofence" (efficiency mode) once the requests
-    /// can leave the token out (see [`Lib::acquire`]).
+    /// token: "distlock" (with, the default) and "distlock-nofence" (the efficiency mode,
+    /// `LockRequest::fencing(false)`).
     Distlock(distlock::Client, &'static str, bool),
     Raw(Raw),
     Rslock(Arc<rslock::LockManager>, &'static str),
@@ -391,13 +391,11 @@ impl Lib {
     async fn acquire(&self, key: &str, lease: Duration) -> Held {
         match self {
             Lib::Distlock(client, _, fencing) => {
-                let request = client.lock(key).lease(lease).wait(Duration::from_secs(60));
-                // efficiency mode: `let request = request.fencing(*fencing);` here once
-                // `LockRequest::fencing` exists (issue 10); until then every request is fenced.
-                assert!(
-                    *fencing,
-                    "distlock without fencing needs LockRequest::fencing"
-                );
+                let request = client
+                    .lock(key)
+                    .lease(lease)
+                    .wait(Duration::from_secs(60))
+                    .fencing(*fencing);
                 Held::Distlock(request.acquire().await.expect("distlock acquire"))
             }
             Lib::Raw(raw) => {
@@ -878,12 +876,12 @@ async fn libraries(deployed: &Deployed) -> Vec<Lib> {
         )),
         poll: Duration::from_millis(1),
     };
-    let distlock = distlock::Client::new(deployed.distlock_config()).expect("client");
+    // A client each, as two services would have.
+    let client = || distlock::Client::new(deployed.distlock_config()).expect("client");
     let mut libs = vec![
         Lib::Raw(raw),
-        Lib::Distlock(distlock.clone(), "distlock", true),
-        // Once `LockRequest::fencing` exists (see `Lib::acquire`):
-        // Lib::Distlock(distlock.clone(), "distlock-nofence", false),
+        Lib::Distlock(client(), "distlock", true),
+        Lib::Distlock(client(), "distlock-nofence", false),
     ];
     if deployed.deployment != Deployment::Cluster {
         let rslock_default = rslock::LockManager::new(deployed.urls());
@@ -936,9 +934,12 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
                 let row = match workload {
                     "W1" if lib.name() != "rslock-5ms" => w1(lib, deployed).await,
                     "W2" if lib.name() != "rslock-5ms" => w2(lib, deployed).await,
-                    "W3" => w3(lib, deployed).await,
-                    "W4" if lib.name() != "rslock-5ms" => w4(lib, deployed).await,
-                    // (Read/write locks take no `fencing` setting: the fenced variant only.)
+                    // The efficiency mode's targets are W1 and W2.
+                    "W3" if lib.name() != "distlock-nofence" => w3(lib, deployed).await,
+                    "W4" if !matches!(lib.name().as_str(), "rslock-5ms" | "distlock-nofence") => {
+                        w4(lib, deployed).await
+                    }
+                    // W5: the default (fenced) client only.
                     "W5" => match lib {
                         Lib::Distlock(client, _, true) if deployment == Deployment::Single => {
                             w5(client).await

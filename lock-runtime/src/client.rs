@@ -17,6 +17,7 @@ use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::io::IoRuntime;
+use crate::kind::Tokens;
 use crate::lease::{drift, Lease};
 use crate::release::Releaser;
 use crate::watchdog::Watchdog;
@@ -91,8 +92,8 @@ pub fn write_lock(key: impl Into<String>) -> LockRequest {
 /// client: shared with other readers, excluding writers. A waiting writer keeps new readers
 /// out, so readers cannot starve writers.
 ///
-/// Every reader has its own lease, renewed by the watchdog; its guard's fencing token is the
-/// latest write token of the key (0 when none is known), not a new one.
+/// Every reader has its own lease, renewed by the watchdog; its guard's fencing token is not a
+/// new one but sorts between the write tokens around it (see [`LockGuard::fencing_token`]).
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), distlock::LockError> {
@@ -149,6 +150,7 @@ impl Client {
             require_primary: false,
             guard: config.replicas,
             wake_ups: true,
+            tokens: Tokens::Clock,
         };
         let backend = Arc::new(match &config.backend {
             BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(

@@ -63,8 +63,8 @@ impl LockGuard {
 
     /// The fencing token of this grant: for a write (exclusive) grant, strictly greater than
     /// the token of every earlier write grant of the same key; for a read grant, no new token
-    /// but one that sorts between the write tokens around it (the latest write token of the
-    /// key, or the server clock once that is forgotten). Give it to the resource you protect
+    /// but one that sorts between the write tokens around it (the server clock at the read;
+    /// on Redlock, the latest write token while the key's counter lives). Give it to the resource you protect
     /// and let it refuse writes carrying a token lower than one it has already seen.
     ///
     /// `None` for a grant taken without fencing ([`LockRequest::fencing`](crate::LockRequest::fencing)`(false)`):

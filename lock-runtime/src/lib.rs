@@ -56,8 +56,8 @@ pub enum LockMode {
     /// Exclusive: no other writer and no reader holds the key meanwhile. Every write grant has
     /// a fencing token of its own, greater than every earlier write token of the key.
     Write,
-    /// Shared among readers, excluding writers. A read grant carries the latest write token of
-    /// the key (0 if none is known), without taking a new one.
+    /// Shared among readers, excluding writers. A read grant takes no token of its own: its
+    /// token sorts between the write tokens of the key around it.
     Read,
 }
 

@@ -6,16 +6,18 @@
 -- there were no readers at all.
 --
 -- KEYS[1]  lock key (a string while a writer holds it, the readers' sorted set while readers do)
--- KEYS[2]  fencing counter (read, never incremented)
--- KEYS[3]  writer-waiting mark
+-- KEYS[2]  writer-waiting mark
+-- KEYS[3]  fencing counter (read, never written), only where tokens come from a counter
+--          (Redlock); see write/acquire.lua
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in milliseconds
 -- (all keys share one hash tag)
 --
 -- Returns {1, token} when granted, where token is the latest write token while the key's
--- fencing counter lives, else the server clock in microseconds: either way above every earlier
--- write token and below every later one (see write/acquire.lua for the clock assumption). And {0, ms} when a writer holds the lock or waits for it: ms is how long that lasts
--- at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
+-- fencing counter lives, else the server clock in microseconds: either way at least every
+-- earlier write token and below every later one (see write/acquire.lua for the clock
+-- assumption). And {0, ms} when a writer holds the lock or waits for it: ms is how long that
+-- lasts at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
 --
 -- A call whose owner is already a reader is the same try sent again after its reply was lost:
 -- it is granted again, with the lease starting from now.
@@ -35,7 +37,7 @@ if held == 'zset' then
   member = redis.call('ZSCORE', KEYS[1], ARGV[1])
 end
 if not member then
-  local waiting = redis.call('PTTL', KEYS[3])
+  local waiting = redis.call('PTTL', KEYS[2])
   if waiting ~= -2 then
     return {0, waiting}
   end
@@ -45,7 +47,7 @@ redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
-local token = tonumber(redis.call('GET', KEYS[2]) or '')
+local token = KEYS[3] and tonumber(redis.call('GET', KEYS[3]) or '')
 if not token then
   token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 end

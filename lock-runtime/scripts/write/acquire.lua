@@ -3,20 +3,24 @@
 --
 -- KEYS[1]  lock key: a string holding the writer's owner token while a writer holds it, a
 --          sorted set of reader owner tokens while readers hold it (see read/acquire.lua)
--- KEYS[2]  fencing counter
--- KEYS[3]  writer-waiting mark: while it lives, no new reader enters
+-- KEYS[2]  writer-waiting mark: while it lives, no new reader enters
+-- KEYS[3]  fencing counter, only with counter tokens (Redlock): a key a call does not use is
+--          not passed, since on Cluster a key that does not exist makes a call during a slot
+--          migration fail (TRYAGAIN)
 -- ARGV[1]  owner token (random, 128 bits)
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  time to live of the fencing counter in milliseconds; '0' for a grant without a
---          fencing token (efficiency mode): the counter is neither read nor written
+-- ARGV[3]  where the fencing token comes from: 'clock' (the server clock in microseconds;
+--          single node, Sentinel, Cluster), '0' (no token: efficiency mode), or the counter's
+--          time to live in milliseconds (Redlock: the clock, or the counter + 1 when the
+--          counter is not below it, see below)
 -- ARGV[4]  time to live of the writer-waiting mark in milliseconds (0: no mark; a writer's
 --          last try, after which it will not try again)
 -- ARGV[5]  '1' when an earlier try of this request found the lock held (and may have set the
 --          mark): a grant deletes the mark. A first try does not look at it.
 -- (all keys share one hash tag)
 --
--- Returns {1, token} when granted ({1, -1} without a fencing token), {0, ms} when held: ms is how long the current holders keep
--- it at most (the key's PTTL, which for readers is the last reader's expiry; -1 when the key
+-- Returns {1, token} when granted ({1, -1} without a fencing token), {0, ms} when held: ms is
+-- how long the current holders keep it at most (the key's PTTL, which for readers is the last reader's expiry; -1 when the key
 -- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
 -- writer-waiting mark, so that readers cannot starve writers. An uncontended grant (a first
 -- try) touches neither the readers nor the mark: it costs what it would without readers.
@@ -27,22 +31,22 @@
 -- again from now and a fresh token is handed out — so no grant is ever handed out with less
 -- lease than it asked for.
 --
--- Tokens: a grant's token is the server clock in microseconds, or one more than the counter
--- when the counter is not below the clock; the counter keeps the last token for one lease
--- (ARGV[3]), so no key is left behind for long. Strictly increasing per key, because
---  - while the counter lives, a token is above it;
---  - once it has expired, the clock has passed the last token by at least the counter's time
---    to live (Redis expires keys on the same clock), assuming tokens do not run ahead of the
---    clock by that much — true when a key sees fewer grants than microseconds pass;
---  - after a restart without persistence (or a failover to a replica without the counter),
---    the clock has passed every earlier token, assuming the server clocks do not step back
---    (a step back shorter than the counter's time to live is covered while it lives).
+-- Tokens from the clock: two grants of one key are at least a round trip apart (a release
+-- or a clean-up is sent only once the grant's reply came or timed out; an expiry takes a
+-- lease), so the clock has moved on between them; this assumes the server clock does not step back, also across a restart without
+-- persistence or a failover (README, "Guarantees").
+--
+-- Tokens from the counter (Redlock, whose quorums compare tokens of different masters and
+-- raise the counters of a majority, see redlock.rs): the clock, or one more than the counter
+-- when the counter is not below the clock; the counter keeps the last token for ARGV[3] ms
+-- (one lease), so no key is left behind for long. Once it has expired, the clock has passed
+-- its value by that time to live (Redis expires keys on the same clock).
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
   if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
     if ARGV[4] ~= '0' then
-      redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+      redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
     end
     return {0, redis.call('PTTL', KEYS[1])}
   end
@@ -50,7 +54,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 if ARGV[5] == '1' then
   -- This writer waited: its mark has done its job.
-  redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[2])
 end
 if ARGV[3] == '0' then
   return {1, -1}
@@ -58,17 +62,20 @@ end
 -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
 local now = redis.call('TIME')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if ARGV[3] == 'clock' then
+  return {1, token}
+end
 -- One write: the clock goes in, and the counter it replaces is checked afterwards. ('%d':
 -- Lua would write a number this large in exponent notation.)
-local last = redis.pcall('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
+local last = redis.pcall('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[3], 'GET')
 if type(last) == 'table' and last.err then
   -- Scripts are not rolled back: undo the grant before reporting the error.
   redis.call('DEL', KEYS[1])
-  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(last.err))
+  return redis.error_reply('ERR fencing counter ' .. KEYS[3] .. ' is unusable: ' .. tostring(last.err))
 end
 last = tonumber(last)
 if last and last >= token then
   token = last + 1
-  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+  redis.call('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[3])
 end
 return {1, token}

@@ -27,7 +27,7 @@ use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::kind;
+use crate::kind::{self, FirstTry, Tokens};
 
 pub(crate) struct ClusterBackend {
     client: ClusterClient,
@@ -182,16 +182,22 @@ impl LockBackend for ClusterBackend {
         // The cluster connection retries by itself (after a lost reply, a MOVED, a failover)
         // and reports only its last error, which may hide a try that ran: every failed try
         // is cleaned up.
-        let (reply, replicated) = match kind::plain_acquire(attempt) {
-            Some(set) => {
-                let (set, replicated) = self
-                    .invoke_replicated("acquire", Call::Command(&set))
+        // No transaction on a cluster (`TIME` has no key to route by), and with the guard the
+        // try shares a pipeline with `WAIT`: then the script, whatever the try.
+        let first = FirstTry::of(attempt, Tokens::Clock, false).filter(|_| self.guard.is_none());
+        let (reply, replicated) = match first {
+            Some(first) => {
+                let (reply, replicated) = self
+                    .invoke_replicated::<redis::Value>("acquire", first.call())
                     .await
                     .map_err(super::ambiguous)?;
-                (kind::plain_acquire_reply(set), replicated)
+                (first.read(attempt.owner, &reply)?, replicated)
             }
             None => self
-                .invoke_replicated("acquire", Call::Script(&attempt.kind.acquire_call(attempt)))
+                .invoke_replicated(
+                    "acquire",
+                    Call::Script(&attempt.kind.acquire_call(attempt, Tokens::Clock)),
+                )
                 .await
                 .map_err(super::ambiguous)?,
         };

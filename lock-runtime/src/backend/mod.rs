@@ -116,12 +116,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// One request of a lock operation as a store sends it: a script call, or a plain command
-/// (the first try of a grant without a fencing token, [`plain_acquire`](crate::kind::plain_acquire)).
+/// One request of a lock operation as a store sends it: a script call, or (a first try that
+/// needs no script, [`FirstTry`](crate::kind::FirstTry)) commands in one pipeline.
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
     Script(&'a ::redis::ScriptInvocation<'a>),
-    Command(&'a ::redis::Cmd),
+    /// Commands sent together, in one `MULTI`/`EXEC` when `atomic`. The reply is an array of
+    /// theirs, error replies included as values (a refusal can be an answer, not a failure).
+    Commands {
+        commands: &'a [::redis::Cmd],
+        atomic: bool,
+    },
 }
 
 impl Call<'_> {
@@ -132,7 +137,16 @@ impl Call<'_> {
     ) -> ::redis::RedisResult<T> {
         match self {
             Call::Script(invocation) => invocation.invoke_async(connection).await,
-            Call::Command(command) => command.query_async(connection).await,
+            Call::Commands { commands, atomic } => {
+                let mut pipeline = ::redis::pipe();
+                if atomic {
+                    pipeline.atomic();
+                }
+                for command in commands {
+                    pipeline.add_command(command.clone());
+                }
+                pipeline.ignore_errors().query_async(connection).await
+            }
         }
     }
 
@@ -142,20 +156,31 @@ impl Call<'_> {
             Call::Script(invocation) => {
                 pipeline.invoke_script(invocation);
             }
-            Call::Command(command) => {
-                pipeline.add_command(command.clone());
+            Call::Commands { commands, atomic } => {
+                if atomic {
+                    pipeline.cmd("MULTI").ignore();
+                }
+                for command in commands {
+                    pipeline.add_command(command.clone());
+                    if atomic {
+                        pipeline.ignore();
+                    }
+                }
+                if atomic {
+                    pipeline.cmd("EXEC");
+                }
             }
         }
     }
 
-    /// Loads the script, after a pipeline's `NOSCRIPT` (nothing to load for a command).
+    /// Loads the script, after a pipeline's `NOSCRIPT` (nothing to load for commands).
     pub(crate) async fn load(
         self,
         connection: &mut impl ::redis::aio::ConnectionLike,
     ) -> ::redis::RedisResult<()> {
         match self {
             Call::Script(invocation) => invocation.load_async(connection).await.map(drop),
-            Call::Command(_) => Ok(()),
+            Call::Commands { .. } => Ok(()),
         }
     }
 }

@@ -26,7 +26,7 @@ use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::kind;
+use crate::kind::{self, FirstTry, Tokens};
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
 struct Current {
@@ -80,6 +80,8 @@ pub(crate) struct NodeOptions {
     /// Whether waiters subscribe to this server for wake-ups (not Redlock's masters: their
     /// store subscribes to any one of them).
     pub(crate) wake_ups: bool,
+    /// Where fencing tokens come from: the clock, or (Redlock's masters) the counter.
+    pub(crate) tokens: Tokens,
 }
 
 pub(crate) struct RedisBackend {
@@ -90,6 +92,7 @@ pub(crate) struct RedisBackend {
     /// Why the server was refused as a primary, when the last connection found it a replica.
     refusal: Mutex<Option<String>>,
     guard: Option<ReplicaGuard>,
+    tokens: Tokens,
     connection_config: AsyncConnectionConfig,
     io: Handle,
     current: Mutex<Option<Current>>,
@@ -117,6 +120,7 @@ impl RedisBackend {
             require_primary: options.require_primary || endpoint.is_sentinel(),
             refusal: Mutex::new(None),
             guard: options.guard,
+            tokens: options.tokens,
             endpoint,
             connection_config: AsyncConnectionConfig::new()
                 .set_response_timeout(Some(options.response_timeout))
@@ -498,15 +502,21 @@ impl Failure {
 
 impl LockBackend for RedisBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let (reply, replicated) = match kind::plain_acquire(attempt) {
-            Some(set) => {
-                let (set, replicated) = self
-                    .invoke_replicated("acquire", Call::Command(&set), self.guard, Option::is_some)
+        let (reply, replicated) = match FirstTry::of(attempt, self.tokens, true) {
+            Some(first) => {
+                // A `WAIT` only after a grant; a reply that does not read is no grant.
+                let granted = |reply: &redis::Value| {
+                    first
+                        .read(attempt.owner, reply)
+                        .is_ok_and(|(granted, _)| granted == 1)
+                };
+                let (reply, replicated) = self
+                    .invoke_replicated("acquire", first.call(), self.guard, granted)
                     .await?;
-                (kind::plain_acquire_reply(set), replicated)
+                (first.read(attempt.owner, &reply)?, replicated)
             }
             None => {
-                let call = attempt.kind.acquire_call(attempt);
+                let call = attempt.kind.acquire_call(attempt, self.tokens);
                 self.invoke_replicated(
                     "acquire",
                     Call::Script(&call),

@@ -42,7 +42,7 @@ use super::redis::{NodeOptions, RedisBackend};
 use super::wake::{Transport, Waker};
 use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::kind::{self, write::fence_ttl};
+use crate::kind::{self, write::fence_ttl, Tokens};
 use crate::lease::drift;
 use crate::FencingToken;
 
@@ -107,6 +107,7 @@ impl RedlockBackend {
             require_primary: true,
             guard: None,
             wake_ups: false,
+            tokens: Tokens::Counter,
             ..options
         };
         Self {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use crate::backend::{AcquireReply, Announce, LockKey, Renewal, Renewed};
+use crate::backend::{AcquireReply, Announce, Call, LockKey, Renewal, Renewed};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::{FencingToken, LockMode};
 
@@ -46,6 +46,19 @@ impl From<Kind> for LockMode {
     }
 }
 
+/// Where a store's fencing tokens come from (the request may want none: [`Try::fencing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tokens {
+    /// The server clock in microseconds at the grant, read in the same transaction or script
+    /// (one node: single, Sentinel, Cluster). Two grants of a key are at least a round trip
+    /// apart, so the clock has moved on between them; no key is written for it.
+    Clock,
+    /// The clock, or the key's counter + 1 when the counter is not below it; the counter
+    /// lives one lease ([`write::fence_ttl`]). Redlock: its quorums compare and raise the
+    /// counters of different masters (`backend/redlock.rs`).
+    Counter,
+}
+
 /// One try to take a grant, as the acquire loop sends it to a store.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Try<'a> {
@@ -60,17 +73,21 @@ pub(crate) struct Try<'a> {
     /// writer-waiting mark; a write grant then takes the mark away (a first try does not look,
     /// which keeps an uncontended grant as cheap as without readers).
     pub(crate) refused_before: bool,
-    /// The grant carries a fencing token. Without one (efficiency mode) the counter is left
-    /// alone, and a writer's first try is a bare `SET NX PX` ([`plain_acquire`]).
+    /// The grant carries a fencing token. Without one (efficiency mode) no token is read or
+    /// written, and a writer's first try is a bare `SET NX PX` ([`FirstTry`]).
     pub(crate) fencing: bool,
 }
 
 impl Kind {
-    /// The script call of one try.
-    pub(crate) fn acquire_call(self, attempt: &Try<'_>) -> ScriptInvocation<'static> {
+    /// The script call of one try, on a store whose tokens come from `tokens`.
+    pub(crate) fn acquire_call(
+        self,
+        attempt: &Try<'_>,
+        tokens: Tokens,
+    ) -> ScriptInvocation<'static> {
         match self {
-            Kind::Write => write::acquire_call(attempt),
-            Kind::Read => read::acquire_call(attempt),
+            Kind::Write => write::acquire_call(attempt, tokens),
+            Kind::Read => read::acquire_call(attempt, tokens),
         }
     }
 
@@ -145,28 +162,97 @@ pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'st
     call
 }
 
-/// The first try of a write grant without a fencing token: a bare `SET key owner NX PX lease`,
-/// the cheapest grant Redis has (no script). It neither looks at nor sets the writer-waiting
-/// mark, like any first try; a refusal does not say how long the holder keeps the lock, so
-/// the next tries (which set the mark) are script calls. `None` for every other try.
-pub(crate) fn plain_acquire(attempt: &Try<'_>) -> Option<redis::Cmd> {
-    if attempt.fencing || attempt.refused_before || attempt.kind != Kind::Write {
-        return None;
-    }
-    let mut set = redis::cmd("SET");
-    set.arg(&attempt.key.lock)
-        .arg(attempt.owner)
-        .arg("NX")
-        .arg("PX")
-        .arg(millis(attempt.lease));
-    Some(set)
+/// The first try of a write grant, when it needs no script: a bare `SET key owner NX PX lease
+/// GET` without a fencing token, and on a store with [`Tokens::Clock`] that `SET` and `TIME`
+/// in one `MULTI`/`EXEC` — about a microsecond of server time more than the `SET`, where a
+/// script call costs several. It neither looks at nor sets the writer-waiting mark, and a
+/// refusal does not say how long the holder keeps the lock: so a refused first try is
+/// followed at once by the script, which sets the mark (keeping new readers out, and asking
+/// the last reader's release to wake this writer) and says how long to wait. `GET` makes the same try sent again
+/// (after a lost reply) a grant, as the script does, but without restarting the lease: the
+/// caller's deadline runs from before the first send, so it ends before the key's.
+pub(crate) enum FirstTry {
+    /// `SET … NX PX … GET`: no token.
+    Set(redis::Cmd),
+    /// `MULTI`, the `SET`, `TIME`, `EXEC`: the token is the clock.
+    SetAndClock([redis::Cmd; 2]),
 }
 
-/// Reads the reply of [`plain_acquire`]'s `SET` (`OK`, or nil when the key exists) as an
-/// acquire script's reply: `{1, -1}` granted without a token, `{0, -1}` held for a time not
-/// known.
-pub(crate) fn plain_acquire_reply(set: Option<String>) -> (i64, i64) {
-    (i64::from(set.is_some()), -1)
+impl FirstTry {
+    /// The try's first request, if it can be one without a script: a store that reads tokens
+    /// from a counter, or cannot run a transaction (`transactions` false: Cluster, where
+    /// `TIME` has no key to route by), sends the script.
+    pub(crate) fn of(attempt: &Try<'_>, tokens: Tokens, transactions: bool) -> Option<Self> {
+        if attempt.refused_before || attempt.kind != Kind::Write {
+            return None;
+        }
+        let mut set = redis::cmd("SET");
+        set.arg(&attempt.key.lock)
+            .arg(attempt.owner)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(attempt.lease))
+            .arg("GET");
+        match (attempt.fencing, tokens) {
+            (false, _) => Some(FirstTry::Set(set)),
+            (true, Tokens::Clock) if transactions => {
+                Some(FirstTry::SetAndClock([set, redis::cmd("TIME")]))
+            }
+            (true, _) => None,
+        }
+    }
+
+    /// The request to send.
+    pub(crate) fn call(&self) -> Call<'_> {
+        match self {
+            FirstTry::Set(set) => Call::Commands {
+                commands: std::slice::from_ref(set),
+                atomic: false,
+            },
+            FirstTry::SetAndClock(commands) => Call::Commands {
+                commands,
+                atomic: true,
+            },
+        }
+    }
+
+    /// Reads the reply as an acquire script's `{granted, value}`: `{1, token}` (`{1, -1}`
+    /// without a token), or `{0, -2}` when held ("try again at once", through the script).
+    pub(crate) fn read(&self, owner: &str, reply: &redis::Value) -> Result<(i64, i64), LockError> {
+        let unexpected = || {
+            LockError::from(BackendError::new(
+                "acquire",
+                BackendErrorKind::Server,
+                format!("unexpected reply to the first try: {reply:?}"),
+            ))
+        };
+        // One reply per command: the `SET`'s, and `TIME`'s after it.
+        let (set, clock) = match (self, reply) {
+            (FirstTry::Set(_), redis::Value::Array(items)) if items.len() == 1 => (&items[0], None),
+            (FirstTry::SetAndClock(_), redis::Value::Array(items)) if items.len() == 2 => {
+                (&items[0], Some(&items[1]))
+            }
+            _ => return Err(unexpected()),
+        };
+        let granted = match set {
+            // Nothing was there: set.
+            redis::Value::Nil => true,
+            // Our own try, sent again after its reply was lost.
+            redis::Value::BulkString(held) => held == owner.as_bytes(),
+            // Readers hold the lock (a sorted set): `GET` refuses, nothing was set.
+            redis::Value::ServerError(err) if err.code() == "WRONGTYPE" => false,
+            _ => return Err(unexpected()),
+        };
+        if !granted {
+            return Ok((0, -2));
+        }
+        let Some(clock) = clock else {
+            return Ok((1, -1));
+        };
+        let (seconds, micros): (i64, i64) =
+            redis::from_redis_value_ref(clock).map_err(|_| unexpected())?;
+        Ok((1, seconds.saturating_mul(1_000_000).saturating_add(micros)))
+    }
 }
 
 /// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
@@ -224,16 +310,22 @@ pub(crate) fn read_extend_many_reply(
         .collect())
 }
 
-/// A try's call of `script`, which every acquire script takes alike: the lock key, the fencing
-/// counter and the writer-waiting mark; the owner token and the lease in ms.
-fn acquire_invocation(script: &'static Script, attempt: &Try<'_>) -> ScriptInvocation<'static> {
+/// A try's call of `script`, which every acquire script takes alike: the lock key, the
+/// writer-waiting mark, and the fencing counter where tokens come from one (only: a key the
+/// call does not use would make it fail during a Cluster slot migration, `TRYAGAIN`); the
+/// owner token and the lease in ms.
+fn acquire_invocation(
+    script: &'static Script,
+    attempt: &Try<'_>,
+    tokens: Tokens,
+) -> ScriptInvocation<'static> {
     let key = attempt.key;
     let mut call = script.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.fence)
-        .key(&key.writer_waiting)
-        .arg(attempt.owner)
-        .arg(millis(attempt.lease));
+    call.key(&key.lock).key(&key.writer_waiting);
+    if tokens == Tokens::Counter {
+        call.key(&key.fence);
+    }
+    call.arg(attempt.owner).arg(millis(attempt.lease));
     call
 }
 

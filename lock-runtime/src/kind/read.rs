@@ -2,7 +2,8 @@
 //! once, no writer meanwhile. Every reader has its own owner token and lease — while readers
 //! hold the lock, its key is a sorted set of their tokens, each scored by when its lease ends —
 //! so no reader's release, crash or expiry frees another. A reader does not enter while a writer holds the lock or waits for it
-//! (writer preference), and its grant carries the latest write token without taking a new one.
+//! (writer preference), and its grant takes no token of its own: the server clock (or, where a
+//! counter lives, the latest write token), which sorts between the write tokens around it.
 //! Scripts: `scripts/read/{acquire,release}.lua`; renewals share `scripts/extend_many.lua`.
 
 use std::sync::LazyLock;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use super::{acquire_invocation, Try, TwinEntry, TwinReply};
+use super::{acquire_invocation, Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
@@ -18,8 +19,8 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/read/release.lua")));
 
-pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
-    acquire_invocation(&ACQUIRE, attempt)
+pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
+    acquire_invocation(&ACQUIRE, attempt, tokens)
 }
 
 pub(super) fn release_call(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use super::{acquire_invocation, millis, Try, TwinEntry, TwinReply};
+use super::{acquire_invocation, millis, Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
@@ -17,23 +17,22 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
 
-/// How long a fencing counter lives after a grant with this lease: the lease, so that no key
-/// outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
+/// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
+/// lease, so that no key outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
 /// server clock in microseconds, which by then has passed any value the counter reached (the
 /// argument and its clock assumption: `scripts/write/acquire.lua`).
 pub(crate) fn fence_ttl(lease: Duration) -> Duration {
     lease
 }
 
-pub(super) fn acquire_call(attempt: &Try<'_>) -> ScriptInvocation<'static> {
-    let mut call = acquire_invocation(&ACQUIRE, attempt);
-    // '0': no fencing token, the counter is left alone.
-    let fence_ttl = if attempt.fencing {
-        millis(fence_ttl(attempt.lease))
-    } else {
-        0
+pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
+    let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
+    let tokens = match (attempt.fencing, tokens) {
+        (false, _) => "0".to_owned(),
+        (true, Tokens::Clock) => "clock".to_owned(),
+        (true, Tokens::Counter) => millis(fence_ttl(attempt.lease)).to_string(),
     };
-    call.arg(fence_ttl)
+    call.arg(tokens)
         // Zero (no mark) on a writer's last try.
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" });
