@@ -76,3 +76,43 @@ fn runtimes_created_and_dropped_in_a_loop_keep_the_global_client_working() {
         last_token = Some(token);
     }
 }
+
+fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A multi-thread runtime that asks for a connection gets its driver on itself (no hop to the
+/// client's thread per request); when that runtime is dropped, the watchdog, which runs on the
+/// client's own runtime, must still renew: its next request finds the connection broken and is
+/// sent again on a new one.
+#[test]
+fn a_lease_taken_in_a_multi_thread_runtime_is_renewed_after_that_runtime_is_gone() {
+    init_once();
+    let lease = Duration::from_millis(300);
+    for round in 0..4 {
+        let first = multi_thread_runtime();
+        let guard = first.block_on(async {
+            distlock::lock(format!("global:outlives:{round}"))
+                .lease(lease)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap_or_else(|err| panic!("round {round}: {err}"))
+        });
+        drop(first);
+        // Four leases: the subject is time passing with nobody but the watchdog at work.
+        std::thread::sleep(lease * 4);
+        assert!(
+            guard.is_held(),
+            "round {round}: the lease was lost once the runtime that connected was gone"
+        );
+        let second = multi_thread_runtime();
+        second.block_on(async {
+            assert!(guard.release().await.expect("release"), "round {round}");
+        });
+    }
+}

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::endpoint::Endpoint;
 use super::wake::{Transport, Waker};
@@ -143,9 +143,17 @@ impl RedisBackend {
             .map(|c| (c.generation, c.connection.clone()))
     }
 
-    /// The connection in use, connecting (on the I/O runtime) when there is none. The flag
-    /// says whether the connection is new (`false`: it was in use before and may have broken
-    /// since).
+    /// The connection in use, connecting when there is none. The flag says whether the
+    /// connection is new (`false`: it was in use before and may have broken since).
+    ///
+    /// Where the connection's driver runs: on the caller's runtime when that is a multi-thread
+    /// runtime — requests and replies then need no hop to another thread, which costs a wake-up
+    /// of the I/O thread per request and of the caller per reply (most of the client's CPU per
+    /// lock cycle otherwise) — and on the client's own I/O runtime when called from a
+    /// current-thread runtime (whose tasks do not run between its `block_on`s: a driver there
+    /// would stall the watchdog) or from the I/O runtime itself. When the runtime that holds the
+    /// driver shuts down, the next request finds the connection broken and is sent again on a
+    /// new one, made where that request runs.
     async fn connection(&self) -> Result<(u64, MultiplexedConnection, bool), BackendError> {
         if let Some((generation, connection)) = self.cached() {
             return Ok((generation, connection, false));
@@ -162,10 +170,12 @@ impl RedisBackend {
         }
         let endpoint = self.endpoint.clone();
         let config = self.connection_config.clone();
-        // The connection's driver task is spawned on the runtime that connects: make that the
-        // client's own, so the connection outlives the caller's runtime.
-        let connected = self
-            .io
+        // The connection's driver task is spawned on the runtime that connects.
+        let runtime = Handle::try_current()
+            .ok()
+            .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::MultiThread)
+            .unwrap_or_else(|| self.io.clone());
+        let connected = runtime
             .spawn(async move {
                 endpoint
                     .resolve()
@@ -467,6 +477,21 @@ pub(crate) struct Failure {
 
 impl Failure {
     pub(crate) fn of(err: &RedisError) -> Self {
+        // A transaction the server refused at a command (`EXECABORT`: a replica's `READONLY`,
+        // say) fails as that command did; nothing of it ran.
+        if err.kind() == ErrorKind::Server(ServerErrorKind::ExecAbort) {
+            let first = err.clone().into_server_errors().and_then(|errors| {
+                errors
+                    .first()
+                    .map(|(_, error)| RedisError::from(error.clone()))
+            });
+            if let Some(first) = first {
+                return Self {
+                    maybe_applied: false,
+                    ..Self::of(&first)
+                };
+            }
+        }
         let (kind, reconnect, maybe_applied) = if err.is_timeout() {
             (BackendErrorKind::Timeout, true, true)
         } else if err.code() == Some("NOAUTH") {
