@@ -14,7 +14,7 @@
 //! connection (held up in the network, say) can then no longer run after the requests that
 //! follow, such as the compare-and-delete that gives back a grant whose reply never came.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -34,6 +34,52 @@ struct Current {
     connection: MultiplexedConnection,
     /// How the server knows it (`None` when it would not say).
     server_side: Option<ServerSideClient>,
+    /// Whether the runtime its driver runs on still runs (`None`: the client's own).
+    driver: Option<DriverRuntime>,
+}
+
+/// A caller's runtime that holds a connection's driver, watched by a task of its own there:
+/// the task (and the `Arc` it holds) is dropped when that runtime shuts down, or ends when the
+/// connection is forgotten (the sender is dropped).
+struct DriverRuntime {
+    alive: Weak<()>,
+    _forgotten: tokio::sync::oneshot::Sender<()>,
+}
+
+impl DriverRuntime {
+    fn watch(runtime: &Handle) -> Self {
+        let token = Arc::new(());
+        let alive = Arc::downgrade(&token);
+        let (forgotten, until_forgotten) = tokio::sync::oneshot::channel::<()>();
+        runtime.spawn(async move {
+            let _token = token;
+            let _ = until_forgotten.await;
+        });
+        Self {
+            alive,
+            _forgotten: forgotten,
+        }
+    }
+}
+
+/// A connection handed to a request: its generation, the connection, whether it is new
+/// (`false`: it was in use before and may have broken since), and the liveness of the runtime
+/// its driver runs on (`None`: the client's own, which lives as long as the client).
+struct InUse {
+    generation: u64,
+    connection: MultiplexedConnection,
+    fresh: bool,
+    driver: Option<Weak<()>>,
+}
+
+impl InUse {
+    /// The runtime that ran the connection's driver has shut down: the connection broke with
+    /// it, not with the server.
+    fn driver_gone(&self) -> bool {
+        self.driver
+            .as_ref()
+            .is_some_and(|alive| alive.upgrade().is_none())
+    }
 }
 
 /// One of our connections as the server knows it: enough to close it from another one. The
@@ -136,15 +182,17 @@ impl RedisBackend {
         self.waker.as_ref()
     }
 
-    fn cached(&self) -> Option<(u64, MultiplexedConnection)> {
+    fn cached(&self, fresh: bool) -> Option<InUse> {
         let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        current
-            .as_ref()
-            .map(|c| (c.generation, c.connection.clone()))
+        current.as_ref().map(|c| InUse {
+            generation: c.generation,
+            connection: c.connection.clone(),
+            fresh,
+            driver: c.driver.as_ref().map(|driver| driver.alive.clone()),
+        })
     }
 
-    /// The connection in use, connecting when there is none. The flag says whether the
-    /// connection is new (`false`: it was in use before and may have broken since).
+    /// The connection in use, connecting when there is none.
     ///
     /// Where the connection's driver runs: on the caller's runtime when that is a multi-thread
     /// runtime — requests and replies then need no hop to another thread, which costs a wake-up
@@ -152,16 +200,16 @@ impl RedisBackend {
     /// lock cycle otherwise) — and on the client's own I/O runtime when called from a
     /// current-thread runtime (whose tasks do not run between its `block_on`s: a driver there
     /// would stall the watchdog) or from the I/O runtime itself. When the runtime that holds the
-    /// driver shuts down, the next request finds the connection broken and is sent again on a
-    /// new one, made where that request runs.
-    async fn connection(&self) -> Result<(u64, MultiplexedConnection, bool), BackendError> {
-        if let Some((generation, connection)) = self.cached() {
-            return Ok((generation, connection, false));
+    /// driver shuts down, the requests on the connection fail, and are sent again on a new one
+    /// made where they run (also when the connection was new: [`InUse::driver_gone`]).
+    async fn connection(&self) -> Result<InUse, BackendError> {
+        if let Some(in_use) = self.cached(false) {
+            return Ok(in_use);
         }
         let asked_at = Instant::now();
         let mut state = self.connecting.lock().await;
-        if let Some((generation, connection)) = self.cached() {
-            return Ok((generation, connection, true));
+        if let Some(in_use) = self.cached(true) {
+            return Ok(in_use);
         }
         if let Some((failed_at, err)) = &state.last_failure {
             if *failed_at >= asked_at {
@@ -171,10 +219,11 @@ impl RedisBackend {
         let endpoint = self.endpoint.clone();
         let config = self.connection_config.clone();
         // The connection's driver task is spawned on the runtime that connects.
-        let runtime = Handle::try_current()
+        let caller = Handle::try_current()
             .ok()
-            .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::MultiThread)
-            .unwrap_or_else(|| self.io.clone());
+            .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::MultiThread);
+        let driver = caller.as_ref().map(DriverRuntime::watch);
+        let runtime = caller.unwrap_or_else(|| self.io.clone());
         let connected = runtime
             .spawn(async move {
                 endpoint
@@ -215,12 +264,19 @@ impl RedisBackend {
         state.last_generation += 1;
         let generation = state.last_generation;
         tracing::debug!(server = %self.server, generation, "connected to Redis");
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
+        let in_use = InUse {
             generation,
             connection: connection.clone(),
+            fresh: true,
+            driver: driver.as_ref().map(|driver| driver.alive.clone()),
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
+            generation,
+            connection,
             server_side,
+            driver,
         });
-        Ok((generation, connection, true))
+        Ok(in_use)
     }
 
     /// On a new connection, before it is used: has the server close the connections it
@@ -294,7 +350,7 @@ impl RedisBackend {
     /// Announces a release on `channel` without a script (Redlock, on a master that did not
     /// hold the grant). Best effort: a lost announcement costs a waiter one backoff step.
     pub(crate) async fn announce(&self, channel: &str) {
-        if let Ok((_, mut connection, _)) = self.connection().await {
+        if let Ok(InUse { mut connection, .. }) = self.connection().await {
             let _ = redis::cmd("PUBLISH")
                 .arg(channel)
                 .arg("w")
@@ -305,7 +361,7 @@ impl RedisBackend {
 
     /// Whether a connection is in use (it may still turn out broken).
     pub(crate) fn is_connected(&self) -> bool {
-        self.cached().is_some()
+        self.cached(false).is_some()
     }
 
     /// Connects now if there is no connection (Redlock connects before it starts the clock of
@@ -404,11 +460,12 @@ impl RedisBackend {
         let mut retried = false;
         let mut maybe_applied = false;
         loop {
-            let (generation, mut connection, fresh) = self
+            let mut in_use = self
                 .connection()
                 .await
                 .map_err(|err| err.maybe_applied(maybe_applied))?;
-            let err = match invocation.query(&mut connection).await {
+            let generation = in_use.generation;
+            let err = match invocation.query(&mut in_use.connection).await {
                 Ok(value) => {
                     let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
                         return Ok((value, true));
@@ -416,7 +473,7 @@ impl RedisBackend {
                     match redis::cmd("WAIT")
                         .arg(guard.replicas)
                         .arg(kind::millis(guard.timeout))
-                        .query_async::<u32>(&mut connection)
+                        .query_async::<u32>(&mut in_use.connection)
                         .await
                     {
                         Ok(acknowledged) => {
@@ -443,8 +500,11 @@ impl RedisBackend {
             if failure.reconnect {
                 self.discard(generation);
                 // A timeout is not retried: it has spent the response budget already, and a
-                // slow server is not helped by a second copy of the request.
-                if !fresh && !retried && failure.kind != BackendErrorKind::Timeout {
+                // slow server is not helped by a second copy of the request. A new connection
+                // that broke is not retried either (the server is gone), unless it broke with
+                // the caller's runtime that ran its driver.
+                let retry = !in_use.fresh || in_use.driver_gone();
+                if retry && !retried && failure.kind != BackendErrorKind::Timeout {
                     tracing::debug!(server = %self.server, "retrying {operation} on a new connection: {err}");
                     retried = true;
                     continue;
