@@ -1,10 +1,11 @@
 //! The client's own background runtime: one thread running a current-thread tokio runtime that
-//! owns the Redis connection drivers, the watchdog and releases spawned from `Drop`.
+//! owns the watchdog, releases spawned from `Drop`, the pub/sub and Cluster connections, and a
+//! node's connection when no multi-thread caller runtime made it (`backend/redis.rs`).
 //!
-//! Why not the caller's runtime: a connection driver spawned on the runtime of the first
+//! Why not only the caller's runtime: a task spawned on the runtime of the first
 //! `#[tokio::test]` dies with it, and the global client would fail in every later test. Work
 //! that must outlive whichever runtime the caller happens to be on runs here instead; requests
-//! themselves are still sent from the caller's task.
+//! themselves are sent from the caller's task.
 
 use std::future::Future;
 
