@@ -65,6 +65,10 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "process_cpu.rs"]
+mod process_cpu;
+use process_cpu::process_cpu;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::Command;
@@ -587,36 +591,6 @@ fn pct(samples: &mut [Duration], q: f64) -> f64 {
 }
 
 type Row = BTreeMap<&'static str, f64>;
-
-/// CPU time this process has used (user + system, every thread, ended ones included), to the
-/// nanosecond: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, declared here as the `libc` crate is
-/// no dependency (the 64-bit Linux layout of `struct timespec`).
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
-fn process_cpu() -> Duration {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
-    }
-    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut time = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a `struct timespec`, writable for the whole call.
-    let status = unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut time) };
-    assert_eq!(status, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(time.tv_sec as u64, time.tv_nsec as u32)
-}
-
-/// Elsewhere the client's CPU is not measured (reads zero).
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-fn process_cpu() -> Duration {
-    Duration::ZERO
-}
 
 async fn w1(lib: &Lib, deployed: &Deployed) -> Row {
     const CYCLES: usize = 5000;
