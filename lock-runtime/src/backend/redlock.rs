@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Script;
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
@@ -68,6 +68,17 @@ pub(crate) struct RedlockBackend {
 struct Connecting {
     running: AtomicBool,
     ended: Notify,
+}
+
+/// Ends a background connect when dropped: when it finished, and also when the runtime it ran
+/// on shut down under it (else the master would never be connected again).
+struct ConnectEnds(Arc<Connecting>);
+
+impl Drop for ConnectEnds {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+        self.0.ended.notify_waiters();
+    }
 }
 
 /// What one master said to one request, or that it said nothing in time.
@@ -216,18 +227,23 @@ impl RedlockBackend {
         .await;
     }
 
-    /// Connects master `i` on the I/O runtime unless a connect of it is under way already;
-    /// its end is announced on the master's [`Connecting::ended`].
+    /// Connects master `i` in the background unless a connect of it is under way already;
+    /// its end is announced on the master's [`Connecting::ended`]. The connect runs on the
+    /// caller's runtime when that is a multi-thread runtime, so that the master's connection
+    /// is driven there (no thread hop per request, see `redis.rs`), else on the I/O runtime.
     fn connect_in_background(&self, i: usize) {
         let connecting = &self.connecting[i];
         if connecting.running.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (master, connecting) = (self.masters[i].clone(), connecting.clone());
-        self.io.spawn(async move {
+        let (master, ends) = (self.masters[i].clone(), ConnectEnds(connecting.clone()));
+        let runtime = Handle::try_current()
+            .ok()
+            .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::MultiThread)
+            .unwrap_or_else(|| self.io.clone());
+        runtime.spawn(async move {
+            let _ends = ends;
             let _ = master.warm_up().await;
-            connecting.running.store(false, Ordering::Release);
-            connecting.ended.notify_waiters();
         });
     }
 
