@@ -10,7 +10,8 @@
 //! clock in microseconds). The largest token of a quorum is not increasing on its own: with
 //! masters A, B, C, quorums {A,B} and {A,C} can raise A to 10 while B and C stay at 5, and a
 //! later quorum {B,C} would hand out 6. So before a write grant is handed out, a second round
-//! raises the counter of a majority to the chosen token t (`scripts/redlock/raise_fence.lua`).
+//! raises the counter of a majority to the chosen token t (`scripts/redlock/raise_fence.lua`;
+//! a master that handed out t itself holds it already and is not asked).
 //! Any later quorum shares at least one master with that majority, whose counter is then at
 //! least t, so the next grant's token, the largest of its quorum, exceeds t. This needs
 //! counters that never go back: a counter lapses one lease after its last write (so keys stay
@@ -178,8 +179,9 @@ impl RedlockBackend {
         .await
     }
 
-    /// Connects the masters that have no connection, on the I/O runtime, before the try's
-    /// requests are sent (so a connect does not eat into the node timeout; the acquire loop's
+    /// Connects the masters that have no connection (in the background:
+    /// [`connect_in_background`](Self::connect_in_background)) before the try's requests are
+    /// sent (so a connect does not eat into the node timeout; the acquire loop's
     /// own deadline, which started earlier, still counts it, so a first use with a very short
     /// lease may come back too late and be tried again). Waits only
     /// while fewer than a majority are connected (on first use: fewer than all, so that a
@@ -276,26 +278,38 @@ impl RedlockBackend {
     }
 
     /// The second round of a write grant: a majority's counters raised to `token`.
+    /// `at_token[i]`: master `i` handed out `token` itself, so its counter holds it already
+    /// (its acquire script wrote it) and it is not asked again.
     async fn raise_fence(
         &self,
         key: &LockKey,
         token: FencingToken,
         lease: Duration,
         timeout: Duration,
+        at_token: &[bool],
     ) -> usize {
-        let raised = self
-            .on_all(timeout, |master| {
-                let mut call = RAISE_FENCE.prepare_invoke();
-                call.key(&key.fence)
-                    .arg(token.0)
-                    .arg(kind::millis(fence_ttl(lease)));
-                async move {
-                    master
-                        .invoke::<i64>("raise the fencing counter", call)
+        let raised = join_all(
+            self.masters
+                .iter()
+                .zip(at_token)
+                .map(|(master, &at_token)| {
+                    let mut call = RAISE_FENCE.prepare_invoke();
+                    call.key(&key.fence)
+                        .arg(token.0)
+                        .arg(kind::millis(fence_ttl(lease)));
+                    async move {
+                        if at_token {
+                            return Answer::Said(1);
+                        }
+                        bounded(
+                            timeout,
+                            master.invoke::<i64>("raise the fencing counter", call),
+                        )
                         .await
-                }
-            })
-            .await;
+                    }
+                }),
+        )
+        .await;
         raised
             .iter()
             .filter(|answer| matches!(answer, Answer::Said(1)))
@@ -344,8 +358,14 @@ impl LockBackend for RedlockBackend {
             let token = tokens.iter().copied().max().flatten();
             let token_stands = match (attempt.kind, token) {
                 (Kind::Write, Some(token)) => {
+                    let at_token: Vec<bool> = answers
+                        .iter()
+                        .map(|answer| {
+                            matches!(answer, Answer::Said(AcquireReply::Acquired(Some(t))) if *t == token)
+                        })
+                        .collect();
                     let raised = self
-                        .raise_fence(attempt.key, token, attempt.lease, timeout)
+                        .raise_fence(attempt.key, token, attempt.lease, timeout, &at_token)
                         .await;
                     raised >= self.quorum() && Instant::now() < valid_until
                 }
