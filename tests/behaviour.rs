@@ -93,6 +93,15 @@ fn take(client: &Client, mode: LockMode, key: &str) -> LockRequest {
     }
 }
 
+/// Asserts that `request`, tried once, finds the lock held.
+async fn assert_held(request: LockRequest) {
+    let result = request.wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+}
+
 /// One store's module of tests taking the harness only.
 macro_rules! store_tests {
     ($store:ident, $harness:ident, [$($name:ident),*]) => {
@@ -248,27 +257,9 @@ async fn grants_without_fencing_exclude_each_other_and_carry_no_token(h: Harness
         .await
         .expect("acquire");
     assert_eq!(plain.fencing_token(), None, "no token to invent");
-    let refused = client
-        .lock("plain")
-        .fencing(false)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(
-        matches!(refused, Err(LockError::Timeout { .. })),
-        "{refused:?}"
-    );
-    let fenced = client.lock("plain").wait(Duration::ZERO).acquire().await;
-    assert!(
-        matches!(fenced, Err(LockError::Timeout { .. })),
-        "{fenced:?}"
-    );
-    let read = client
-        .read_lock("plain")
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(matches!(read, Err(LockError::Timeout { .. })), "{read:?}");
+    assert_held(client.lock("plain").fencing(false)).await;
+    assert_held(client.lock("plain")).await;
+    assert_held(client.read_lock("plain")).await;
     // Waiting: refused first (the holder keeps it for its whole 500 ms lease), then granted
     // on a scripted try once the lease has run out.
     let unfenced = Client::new(h.config.clone().fencing(false)).expect("valid config");
@@ -296,16 +287,7 @@ async fn grants_without_fencing_exclude_each_other_and_carry_no_token(h: Harness
         .await
         .expect("read");
     assert_eq!(reader.fencing_token(), None);
-    let writer = client
-        .lock("plain")
-        .fencing(false)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await;
-    assert!(
-        matches!(writer, Err(LockError::Timeout { .. })),
-        "{writer:?}"
-    );
+    assert_held(client.lock("plain").fencing(false)).await;
     assert!(reader.release().await.expect("release"));
     // A fenced grant after unfenced ones still gets a token.
     let fenced = client.lock("plain").acquire().await.expect("acquire");

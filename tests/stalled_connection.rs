@@ -647,15 +647,20 @@ async fn the_grant_taken_after_a_late_reply_is_a_fresh_one_not_the_late_one() {
             _ => None,
         }
     };
-    let tries: Vec<String> = monitor
-        .lines()
-        .iter()
-        .filter_map(|line| owner_of(&support::monitor::arguments(line)))
-        .collect();
-    let late_owner = tries
-        .first()
-        .expect("the late try ran on the server")
-        .clone();
+    // MONITOR's lines arrive on a connection of their own, maybe after the guard: wait for the
+    // first try to show.
+    let late_owner = support::wait_until_async(
+        "the late try ran on the server",
+        Duration::from_secs(5),
+        || {
+            monitor
+                .lines()
+                .iter()
+                .find_map(|line| owner_of(&support::monitor::arguments(line)))
+                .ok_or_else(|| "no try on MONITOR yet".to_owned())
+        },
+    )
+    .await;
     let holder: String = redis::cmd("GET")
         .arg("distlock:{late-then-fresh}")
         .query(&mut server.connection())

@@ -15,6 +15,15 @@ use tokio::task::JoinHandle;
 
 use crate::error::LockError;
 
+/// The caller's runtime, when it is a multi-thread one: there a connection's driver can run
+/// beside the requests (no hop to the I/O thread), and its tasks keep running between the
+/// caller's awaits — unlike a current-thread runtime's between its `block_on`s.
+pub(crate) fn multi_thread_caller() -> Option<Handle> {
+    Handle::try_current()
+        .ok()
+        .filter(|caller| caller.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// Handle to the background runtime; the thread ends when this is dropped.
 pub(crate) struct IoRuntime {
     handle: Handle,

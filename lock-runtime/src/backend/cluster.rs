@@ -24,7 +24,7 @@ use tokio::runtime::Handle;
 
 use super::redis::{Failure, NodeOptions};
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, FirstTry, Tokens};
@@ -129,20 +129,15 @@ impl ClusterBackend {
     async fn invoke_replicated<T: redis::FromRedisValue>(
         &self,
         operation: &'static str,
-        invocation: Call<'_>,
+        invocation: redis::ScriptInvocation<'_>,
     ) -> Result<(T, bool), LockError> {
         let Some(guard) = self.guard else {
-            let mut connection = self.connection().await?;
-            let value = invocation
-                .query(&mut connection)
-                .await
-                .map_err(|err| backend_error(operation, err))?;
-            return Ok((value, true));
+            return Ok((self.invoke(operation, invocation).await?, true));
         };
         let mut connection = self.connection().await?;
         let mut pipeline = redis::pipe();
-        invocation.add_to(&mut pipeline);
         pipeline
+            .invoke_script(&invocation)
             .cmd("WAIT")
             .arg(guard.replicas)
             .arg(kind::millis(guard.timeout));
@@ -156,7 +151,7 @@ impl ClusterBackend {
                     // After a `SCRIPT FLUSH`, a restart or a failover to a replica that never
                     // loaded it.
                     invocation
-                        .load(&mut connection)
+                        .load_async(&mut connection)
                         .await
                         .map_err(|err| backend_error(operation, err))?;
                     loaded = true;
@@ -187,17 +182,19 @@ impl LockBackend for ClusterBackend {
         let first = FirstTry::of(attempt, Tokens::Clock, false).filter(|_| self.guard.is_none());
         let (reply, replicated) = match first {
             Some(first) => {
-                let (reply, replicated) = self
-                    .invoke_replicated::<redis::Value>("acquire", first.call())
+                let mut connection = self
+                    .connection()
                     .await
-                    .map_err(super::ambiguous)?;
-                (first.read(attempt.owner, &reply)?, replicated)
+                    .map_err(|err| super::ambiguous(err.into()))?;
+                let reply = first
+                    .call()
+                    .query(&mut connection)
+                    .await
+                    .map_err(|err| super::ambiguous(backend_error("acquire", err)))?;
+                (first.read(attempt.owner, &reply)?, true)
             }
             None => self
-                .invoke_replicated(
-                    "acquire",
-                    Call::Script(&attempt.kind.acquire_call(attempt, Tokens::Clock)),
-                )
+                .invoke_replicated("acquire", attempt.kind.acquire_call(attempt, Tokens::Clock))
                 .await
                 .map_err(super::ambiguous)?,
         };
@@ -228,7 +225,7 @@ impl LockBackend for ClusterBackend {
         let batches = by_slot.into_values().map(|indices| async move {
             let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
             let (extended, replicated) = self
-                .invoke_replicated("renew", Call::Script(&kind::extend_many_call(&batch)))
+                .invoke_replicated("renew", kind::extend_many_call(&batch))
                 .await?;
             let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
             Ok((

@@ -117,16 +117,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// One request of a lock operation as a store sends it: a script call, or (a first try that
-/// needs no script, [`FirstTry`](crate::kind::FirstTry)) commands in one pipeline.
+/// needs no script, [`FirstTry`](crate::kind::FirstTry)) a pipeline built for it, whose reply is
+/// an array with error replies kept as values (a refusal can be an answer, not a failure).
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
     Script(&'a ::redis::ScriptInvocation<'a>),
-    /// Commands sent together, in one `MULTI`/`EXEC` when `atomic`. The reply is an array of
-    /// theirs, error replies included as values (a refusal can be an answer, not a failure).
-    Commands {
-        commands: &'a [::redis::Cmd],
-        atomic: bool,
-    },
+    Pipeline(&'a ::redis::Pipeline),
 }
 
 impl Call<'_> {
@@ -137,50 +133,7 @@ impl Call<'_> {
     ) -> ::redis::RedisResult<T> {
         match self {
             Call::Script(invocation) => invocation.invoke_async(connection).await,
-            Call::Commands { commands, atomic } => {
-                let mut pipeline = ::redis::pipe();
-                if atomic {
-                    pipeline.atomic();
-                }
-                for command in commands {
-                    pipeline.add_command(command.clone());
-                }
-                pipeline.ignore_errors().query_async(connection).await
-            }
-        }
-    }
-
-    /// Adds the request to `pipeline` (a script by its SHA only: see [`load`](Self::load)).
-    pub(crate) fn add_to(self, pipeline: &mut ::redis::Pipeline) {
-        match self {
-            Call::Script(invocation) => {
-                pipeline.invoke_script(invocation);
-            }
-            Call::Commands { commands, atomic } => {
-                if atomic {
-                    pipeline.cmd("MULTI").ignore();
-                }
-                for command in commands {
-                    pipeline.add_command(command.clone());
-                    if atomic {
-                        pipeline.ignore();
-                    }
-                }
-                if atomic {
-                    pipeline.cmd("EXEC");
-                }
-            }
-        }
-    }
-
-    /// Loads the script, after a pipeline's `NOSCRIPT` (nothing to load for commands).
-    pub(crate) async fn load(
-        self,
-        connection: &mut impl ::redis::aio::ConnectionLike,
-    ) -> ::redis::RedisResult<()> {
-        match self {
-            Call::Script(invocation) => invocation.load_async(connection).await.map(drop),
-            Call::Commands { .. } => Ok(()),
+            Call::Pipeline(pipeline) => pipeline.query_async(connection).await,
         }
     }
 }

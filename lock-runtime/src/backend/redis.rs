@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
-use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
 use super::wake::{Transport, Waker};
@@ -219,9 +219,7 @@ impl RedisBackend {
         let endpoint = self.endpoint.clone();
         let config = self.connection_config.clone();
         // The connection's driver task is spawned on the runtime that connects.
-        let caller = Handle::try_current()
-            .ok()
-            .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::MultiThread);
+        let caller = crate::io::multi_thread_caller();
         let driver = caller.as_ref().map(DriverRuntime::watch);
         let runtime = caller.unwrap_or_else(|| self.io.clone());
         let connected = runtime

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::Script;
-use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
@@ -239,10 +239,7 @@ impl RedlockBackend {
             return;
         }
         let (master, ends) = (self.masters[i].clone(), ConnectEnds(connecting.clone()));
-        let runtime = Handle::try_current()
-            .ok()
-            .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::MultiThread)
-            .unwrap_or_else(|| self.io.clone());
+        let runtime = crate::io::multi_thread_caller().unwrap_or_else(|| self.io.clone());
         runtime.spawn(async move {
             let _ends = ends;
             let _ = master.warm_up().await;

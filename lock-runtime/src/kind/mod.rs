@@ -171,11 +171,11 @@ pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'st
 /// the last reader's release to wake this writer) and says how long to wait. `GET` makes the same try sent again
 /// (after a lost reply) a grant, as the script does, but without restarting the lease: the
 /// caller's deadline runs from before the first send, so it ends before the key's.
-pub(crate) enum FirstTry {
-    /// `SET … NX PX … GET`: no token.
-    Set(redis::Cmd),
-    /// `MULTI`, the `SET`, `TIME`, `EXEC`: the token is the clock.
-    SetAndClock([redis::Cmd; 2]),
+pub(crate) struct FirstTry {
+    /// `SET … NX PX … GET` alone, or with `TIME` after it in one `MULTI`/`EXEC`.
+    pipeline: redis::Pipeline,
+    /// The token is the clock (`TIME`'s reply); without it, the grant has none.
+    clock: bool,
 }
 
 impl FirstTry {
@@ -186,34 +186,33 @@ impl FirstTry {
         if attempt.refused_before || attempt.kind != Kind::Write {
             return None;
         }
-        let mut set = redis::cmd("SET");
-        set.arg(&attempt.key.lock)
+        let clock = match (attempt.fencing, tokens) {
+            (false, _) => false,
+            (true, Tokens::Clock) if transactions => true,
+            (true, _) => return None,
+        };
+        let mut pipeline = redis::pipe();
+        if clock {
+            pipeline.atomic();
+        }
+        pipeline
+            .cmd("SET")
+            .arg(&attempt.key.lock)
             .arg(attempt.owner)
             .arg("NX")
             .arg("PX")
             .arg(millis(attempt.lease))
             .arg("GET");
-        match (attempt.fencing, tokens) {
-            (false, _) => Some(FirstTry::Set(set)),
-            (true, Tokens::Clock) if transactions => {
-                Some(FirstTry::SetAndClock([set, redis::cmd("TIME")]))
-            }
-            (true, _) => None,
+        if clock {
+            pipeline.cmd("TIME");
         }
+        pipeline.ignore_errors();
+        Some(Self { pipeline, clock })
     }
 
     /// The request to send.
     pub(crate) fn call(&self) -> Call<'_> {
-        match self {
-            FirstTry::Set(set) => Call::Commands {
-                commands: std::slice::from_ref(set),
-                atomic: false,
-            },
-            FirstTry::SetAndClock(commands) => Call::Commands {
-                commands,
-                atomic: true,
-            },
-        }
+        Call::Pipeline(&self.pipeline)
     }
 
     /// Reads the reply as an acquire script's `{granted, value}`: `{1, token}` (`{1, -1}`
@@ -227,11 +226,9 @@ impl FirstTry {
             ))
         };
         // One reply per command: the `SET`'s, and `TIME`'s after it.
-        let (set, clock) = match (self, reply) {
-            (FirstTry::Set(_), redis::Value::Array(items)) if items.len() == 1 => (&items[0], None),
-            (FirstTry::SetAndClock(_), redis::Value::Array(items)) if items.len() == 2 => {
-                (&items[0], Some(&items[1]))
-            }
+        let (set, clock) = match (reply, self.clock) {
+            (redis::Value::Array(items), false) if items.len() == 1 => (&items[0], None),
+            (redis::Value::Array(items), true) if items.len() == 2 => (&items[0], Some(&items[1])),
             _ => return Err(unexpected()),
         };
         let granted = match set {

@@ -27,12 +27,12 @@ pub(crate) fn fence_ttl(lease: Duration) -> Duration {
 
 pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
     let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
-    let tokens = match (attempt.fencing, tokens) {
-        (false, _) => "0".to_owned(),
-        (true, Tokens::Clock) => "clock".to_owned(),
-        (true, Tokens::Counter) => millis(fence_ttl(attempt.lease)).to_string(),
+    match (attempt.fencing, tokens) {
+        (false, _) => call.arg("0"),
+        (true, Tokens::Clock) => call.arg("clock"),
+        (true, Tokens::Counter) => call.arg(millis(fence_ttl(attempt.lease))),
     };
-    call.arg(tokens)
+    call
         // Zero (no mark) on a writer's last try.
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" });
