@@ -500,6 +500,7 @@ impl fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("node_timeout", &self.node_timeout)
             .field("replicas", &self.replicas)
+            .field("fencing", &self.fencing)
             .finish()
     }
 }
