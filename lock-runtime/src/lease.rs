@@ -166,7 +166,7 @@ impl Lease {
             }
         });
         if marked {
-            tracing::warn!(key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
+            tracing::warn!(target: crate::LOG_TARGET, key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
         }
     }
 

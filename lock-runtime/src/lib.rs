@@ -23,6 +23,9 @@ mod watchdog;
 
 use std::fmt;
 
+/// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
+pub const LOG_TARGET: &str = "distlock";
+
 pub use backend::MAX_KEY_LEN;
 pub use client::{init, lock, read_lock, write_lock, Client, LockRequest};
 pub use config::{

@@ -102,21 +102,20 @@ impl Releaser {
         loop {
             match self.backend.release(kind, key, owner).await {
                 Ok(true) => {
-                    tracing::debug!(key = %key.name, "released {what}");
+                    tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "released {what}");
                     return;
                 }
                 Ok(false) => {
-                    tracing::debug!(key = %key.name, "{what} was no longer ours");
+                    tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "{what} was no longer ours");
                     return;
                 }
                 Err(err) if Instant::now() + delay < until => {
-                    tracing::debug!(key = %key.name, "could not release {what}, retrying: {err}");
+                    tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "could not release {what}, retrying: {err}");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
                 Err(err) => {
-                    tracing::warn!(
-                        key = %key.name,
+                    tracing::warn!(target: crate::LOG_TARGET, key = %key.name,
                         "could not release {what}; its lease will expire: {err}"
                     );
                     return;

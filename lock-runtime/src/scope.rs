@@ -220,12 +220,16 @@ where
     let outcome = run_scoped(held, spec.on_lost, body).await;
     if let Grant::Own(guard) = grant {
         if outcome.is_some() && !guard.is_held() {
-            tracing::warn!(%key, "the lease was lost while the body ran (on_lost = \"continue\")");
+            tracing::warn!(target: crate::LOG_TARGET, %key, "the lease was lost while the body ran (on_lost = \"continue\")");
         }
         match guard.release().await {
             Ok(true) => {}
-            Ok(false) => tracing::warn!(%key, "the lock had already expired when released"),
-            Err(err) => tracing::warn!(%key, "release failed; the lease will expire: {err}"),
+            Ok(false) => {
+                tracing::warn!(target: crate::LOG_TARGET, %key, "the lock had already expired when released")
+            }
+            Err(err) => {
+                tracing::warn!(target: crate::LOG_TARGET, %key, "release failed; the lease will expire: {err}")
+            }
         }
     }
     match outcome {

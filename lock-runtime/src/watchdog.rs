@@ -271,7 +271,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
             }
         }
         Err(err) => {
-            tracing::warn!(leases = live.len(), "lease renewal failed, retrying: {err}");
+            tracing::warn!(target: crate::LOG_TARGET, leases = live.len(), "lease renewal failed, retrying: {err}");
             for lease in &live {
                 lease.times().next_renewal = Instant::now() + retry_delay(lease.duration);
             }

@@ -96,7 +96,7 @@ impl ClusterBackend {
                     .await;
                 match connected {
                     Ok(Ok(connection)) => {
-                        tracing::debug!(nodes = %self.nodes, "connected to Redis Cluster");
+                        tracing::debug!(target: crate::LOG_TARGET, nodes = %self.nodes, "connected to Redis Cluster");
                         Ok(connection)
                     }
                     Ok(Err(err)) => Err(BackendError::new("connect", Failure::of(&err).kind, err)),

@@ -266,8 +266,7 @@ pub(crate) fn replicated(
     server: &str,
 ) -> bool {
     if acknowledged < guard.replicas {
-        tracing::warn!(
-            server,
+        tracing::warn!(target: crate::LOG_TARGET, server,
             "{operation}: {acknowledged} of {} replicas acknowledged within {:?}; it does not \
              count (failover guard)",
             guard.replicas,

@@ -261,7 +261,7 @@ impl RedisBackend {
         state.last_failure = None;
         state.last_generation += 1;
         let generation = state.last_generation;
-        tracing::debug!(server = %self.server, generation, "connected to Redis");
+        tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "connected to Redis");
         let in_use = InUse {
             generation,
             connection: connection.clone(),
@@ -309,12 +309,13 @@ impl RedisBackend {
             }
             match kills.exec_async(connection).await {
                 Ok(()) => {}
-                Err(err) if is_refusal(&err) => tracing::warn!(
-                    server = %self.server,
-                    "could not close replaced connections on the server ({err}); a request held \
-                     up on one may still take a lock after its clean-up, which then lasts until \
-                     its lease runs out. Allow the user `CLIENT KILL` to close this gap"
-                ),
+                Err(err) if is_refusal(&err) => {
+                    tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                        "could not close replaced connections on the server ({err}); a request held \
+                         up on one may still take a lock after its clean-up, which then lasts until \
+                         its lease runs out. Allow the user `CLIENT KILL` to close this gap"
+                    )
+                }
                 Err(err) => return Err(err),
             }
             self.replaced
@@ -333,8 +334,7 @@ impl RedisBackend {
         {
             Ok(info) => Ok(ServerSideClient::parse(&info)),
             Err(err) if is_refusal(&err) => {
-                tracing::warn!(
-                    server = %self.server,
+                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
                     "could not learn this connection's id on the server ({err}), so it cannot be \
                      closed there if it is replaced: a request held up on it may take a lock \
                      after its clean-up. Allow the user `CLIENT INFO` and `CLIENT KILL`"
@@ -419,7 +419,7 @@ impl RedisBackend {
     fn discard(&self, generation: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| c.generation == generation) {
-            tracing::debug!(server = %self.server, generation, "discarding broken Redis connection");
+            tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "discarding broken Redis connection");
             if let Some(old) = current.take().and_then(|c| c.server_side) {
                 self.replaced
                     .lock()
@@ -503,7 +503,7 @@ impl RedisBackend {
                 // the caller's runtime that ran its driver.
                 let retry = !in_use.fresh || in_use.driver_gone();
                 if retry && !retried && failure.kind != BackendErrorKind::Timeout {
-                    tracing::debug!(server = %self.server, "retrying {operation} on a new connection: {err}");
+                    tracing::debug!(target: crate::LOG_TARGET, server = %self.server, "retrying {operation} on a new connection: {err}");
                     retried = true;
                     continue;
                 }

@@ -337,7 +337,7 @@ impl Inner {
                     subscriptions.reader = Some(reader);
                 }
                 Err(err) => {
-                    tracing::debug!("no wake-up on release (backoff instead): {err}");
+                    tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release (backoff instead): {err}");
                     subscriptions.pause.failed();
                     return;
                 }
@@ -352,15 +352,14 @@ impl Inner {
                 subscriptions.pause.succeeded();
             }
             Ok(Err(err)) if sink.is_refusal(&err) => {
-                tracing::warn!(
-                    "Redis refused subscribing to {channel} ({err}); waiters fall back to \
+                tracing::warn!(target: crate::LOG_TARGET, "Redis refused subscribing to {channel} ({err}); waiters fall back to \
                      backoff. Grant the user the lock channels (e.g. `&distlock:*`) for \
                      wake-ups on release"
                 );
                 subscriptions.pause.refused();
             }
             Ok(Err(err)) if !sink.breaks_on_error() => {
-                tracing::debug!("no wake-up on release for {channel} (backoff instead): {err}");
+                tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release for {channel} (backoff instead): {err}");
                 subscriptions.pause.failed();
             }
             // Broken or half-open connection: drop it; the next wait connects again.
