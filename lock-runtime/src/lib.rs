@@ -18,6 +18,7 @@ mod kind;
 mod lease;
 mod release;
 mod scope;
+mod telemetry;
 mod url;
 mod watchdog;
 
@@ -27,7 +28,7 @@ use std::fmt;
 pub const LOG_TARGET: &str = "distlock";
 
 pub use backend::MAX_KEY_LEN;
-pub use client::{init, lock, read_lock, write_lock, Client, LockRequest};
+pub use client::{init, lock, read_lock, shutdown, write_lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
@@ -37,6 +38,7 @@ pub use config::{
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;
 pub use scope::{current, LockInfo};
+pub use telemetry::METRICS;
 
 /// What the attribute macro expands to. Not a public API: no stability promise.
 #[doc(hidden)]
