@@ -72,6 +72,7 @@
 /// }
 /// ```
 pub use lock_macros::distributed_lock;
+pub use lock_runtime::fenced;
 pub use lock_runtime::{
     current, init, lock, read_lock, shutdown, write_lock, BackendError, BackendErrorKind, Client,
     Config, FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest,

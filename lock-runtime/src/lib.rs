@@ -12,6 +12,7 @@ mod backend;
 mod client;
 mod config;
 mod error;
+pub mod fenced;
 mod guard;
 mod io;
 mod kind;
@@ -91,6 +92,16 @@ impl FencingToken {
     /// The token as a number.
     pub fn get(self) -> u64 {
         self.0
+    }
+}
+
+/// For binding a token to an SQL `BIGINT` (see [`fenced`]): checked, never wrapped. Tokens
+/// are server-clock microseconds or Redlock counters, far below `i64::MAX`.
+impl TryFrom<FencingToken> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    fn try_from(token: FencingToken) -> Result<i64, Self::Error> {
+        i64::try_from(token.0)
     }
 }
 
