@@ -229,13 +229,14 @@ async fn a_paused_holders_late_sql_update_matches_no_row_with_the_fence_column()
         }
     })
     .await;
-    let db_now = db.lock().unwrap();
-    let late = db_now
-        .execute(UPDATE_FENCED, rusqlite::params![99, bind(token_a), "s1"])
-        .unwrap();
-    assert_eq!(late, 0, "the late update matches no row");
-    assert_eq!(quantity(&db_now, "s1"), 90);
-    drop(db_now);
+    {
+        let db = db.lock().unwrap();
+        let late = db
+            .execute(UPDATE_FENCED, rusqlite::params![99, bind(token_a), "s1"])
+            .unwrap();
+        assert_eq!(late, 0, "the late update matches no row");
+        assert_eq!(quantity(&db, "s1"), 90);
+    }
 
     // Without the fence column the late update overwrites B's.
     paused_holder(&client, "fenced:sql-plain", |_| {
