@@ -13,6 +13,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{NodeOptions, RedisBackend};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
+use crate::clock::Clock;
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -137,6 +138,9 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     /// The one way grants are given back; it keeps the I/O runtime alive while guards live.
     pub(crate) releaser: Arc<Releaser>,
+    /// The clock of the backend's leases, and the runtime whose timers its requests use.
+    pub(crate) clock: Clock,
+    pub(crate) io: Arc<IoRuntime>,
 }
 
 impl Client {
@@ -182,13 +186,15 @@ impl Client {
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
         });
         let watchdog = Watchdog::start(&io, backend.clone());
-        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io));
+        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
         Ok(Self {
             inner: Arc::new(ClientInner {
                 config,
+                clock: Clock::of(&backend),
                 backend,
                 watchdog,
                 releaser,
+                io,
             }),
         })
     }
@@ -337,7 +343,7 @@ impl LockRequest {
             )));
         }
         let wait = self.wait.unwrap_or(config.default_wait);
-        // The wait runs on the caller's clock; leases run on the real one (see `lease`).
+        // The wait runs on the caller's clock; leases on the backend's (see `clock`).
         let started = Instant::now();
         let deadline = started
             .checked_add(wait)
@@ -353,7 +359,7 @@ impl LockRequest {
             // Every try has an owner token of its own, so a try can never be mistaken for an
             // earlier one whose grant is being given back: a late grant's clean-up and the
             // next try may reach Redis in either order.
-            let sent = std::time::Instant::now();
+            let sent = inner.clock.now();
             let writer_waiting =
                 writer_waiting_mark(config.backoff_max, deadline - Instant::now().min(deadline));
             let attempt = Attempt {
@@ -365,20 +371,23 @@ impl LockRequest {
                 settled: false,
             };
             let reply = inner
-                .backend
-                .acquire(&Try {
-                    kind,
-                    key: &key,
-                    owner: &attempt.owner,
-                    lease,
-                    writer_waiting,
-                    refused_before,
-                    fencing,
-                })
+                .clock
+                .send(
+                    &inner.io,
+                    inner.backend.acquire(&Try {
+                        kind,
+                        key: &key,
+                        owner: &attempt.owner,
+                        lease,
+                        writer_waiting,
+                        refused_before,
+                        fencing,
+                    }),
+                )
                 .await;
             let remaining = match reply {
                 Ok(AcquireReply::Acquired(_))
-                    if std::time::Instant::now() >= sent + lease - drift(lease) =>
+                    if inner.clock.now() >= sent + lease - drift(lease) =>
                 {
                     // The reply came too late to leave any of the lease: dropping the
                     // unsettled attempt gives the grant back; try again like a held lock.
@@ -396,6 +405,7 @@ impl LockRequest {
                         self.watchdog,
                         self.max_hold,
                         sent,
+                        inner.clock,
                     ));
                     inner.watchdog.watch(lease.clone());
                     return Ok(LockGuard::new(lease, inner.releaser.clone()));

@@ -2,11 +2,12 @@
 //! whether it is still held, was lost, or has ended (released or dropped). The guard and the
 //! attribute's scopes hold it; the [watchdog](crate::watchdog) renews it and declares it lost.
 //!
-//! All lease bookkeeping runs on one clock, the real one (`std::time::Instant`): Redis expires
-//! keys in real time, and so does the in-process store, so a caller that pauses tokio's clock
-//! in its tests (`start_paused = true`) must not move a lease's deadline. Waiting for the
-//! deadline therefore never uses the caller's timers: the watchdog, on the client's own
-//! runtime, marks the lease lost when its deadline passes.
+//! A lease keeps the clock of its store ([`Clock`]): the real one on Redis, which expires keys
+//! in real time, so a test that pauses tokio's clock (`start_paused = true`) does not move a
+//! Redis lease's deadline; tokio's on the in-process store, which expires its entries by that
+//! clock too, so advancing a paused clock past the lease ends it, while the watchdog — ticking
+//! on the same clock (`watchdog.rs`) — keeps a renewed one. Whoever watches the deadline marks
+//! the lease lost when it passes: the watchdog, and any task that polls [`Lease::lost`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::backend::{Kind, LockKey};
+use crate::clock::Clock;
 use crate::FencingToken;
 
 static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
@@ -49,7 +51,7 @@ pub(crate) enum LeaseState {
     Ended,
 }
 
-/// The times of a lease, on the real clock.
+/// The times of a lease, on its [`Clock`].
 pub(crate) struct Times {
     /// When the lease ends for sure unless renewed: send time of the last successful
     /// acquire or renewal, plus the lease, minus drift.
@@ -68,6 +70,8 @@ pub(crate) struct Lease {
     pub(crate) duration: Duration,
     /// Whether the watchdog renews it (else it is a hard time limit).
     pub(crate) renew: bool,
+    /// The clock its times are on: its store's.
+    pub(crate) clock: Clock,
     /// The request's `max_hold` and when it runs out: no deadline goes past this.
     max_hold: Option<(Duration, Instant)>,
     times: Mutex<Times>,
@@ -77,7 +81,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// A lease granted by a request sent at `sent`.
+    /// A lease granted by a request sent at `sent` (on `clock`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         kind: Kind,
@@ -88,6 +92,7 @@ impl Lease {
         renew: bool,
         max_hold: Option<Duration>,
         sent: Instant,
+        clock: Clock,
     ) -> Self {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
         Self {
@@ -98,6 +103,7 @@ impl Lease {
             token,
             duration,
             renew,
+            clock,
             max_hold,
             times: Mutex::new(Times {
                 deadline: deadline_after(sent, duration, max_hold),
@@ -110,6 +116,11 @@ impl Lease {
 
     pub(crate) fn times(&self) -> MutexGuard<'_, Times> {
         self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Now, on the lease's clock.
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -128,7 +139,7 @@ impl Lease {
     /// The request's `max_hold`, if it has one and it has run out.
     pub(crate) fn max_hold_passed(&self) -> Option<Duration> {
         self.max_hold
-            .filter(|&(_, until)| Instant::now() >= until)
+            .filter(|&(_, until)| self.now() >= until)
             .map(|(max_hold, _)| max_hold)
     }
 
@@ -147,7 +158,7 @@ impl Lease {
 
     /// Not lost, not ended, and its deadline not passed.
     pub(crate) fn is_held(&self) -> bool {
-        self.state() == LeaseState::Held && Instant::now() < self.deadline()
+        self.state() == LeaseState::Held && self.now() < self.deadline()
     }
 
     /// Records that the guard let go of the lease (released or dropped).
@@ -197,7 +208,7 @@ impl Lease {
             // long pause (SIGSTOP, a blocked thread) by its body's own timer must see the loss
             // before its body runs again, although the watchdog thread may not have run yet.
             let past_deadline = std::future::poll_fn(|_| {
-                if Instant::now() >= self.deadline() {
+                if self.now() >= self.deadline() {
                     Poll::Ready(())
                 } else {
                     // No waker of its own: the watchdog changes the state at the deadline,

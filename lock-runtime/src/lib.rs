@@ -10,6 +10,7 @@
 
 mod backend;
 mod client;
+mod clock;
 mod config;
 mod error;
 mod guard;
