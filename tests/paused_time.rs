@@ -91,7 +91,7 @@ async fn in_memory_sleeping_past_the_lease_frees_a_lock_nobody_renews() {
     );
     // The holder gives up a little early (its deadline keeps a margin for clock drift); the
     // store frees the lock at the lease's end.
-    client
+    let _next = client
         .lock("paused:sleep")
         .wait(Duration::from_secs(5))
         .acquire()
@@ -139,7 +139,7 @@ async fn in_memory_a_renewed_lease_survives_hours_of_virtual_time() {
         .expect_err("still held after two hours");
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     assert!(renewed.release().await.expect("release"));
-    try_once(&client, "paused:renewed")
+    let _next = try_once(&client, "paused:renewed")
         .await
         .expect("free after its release");
 }

@@ -35,6 +35,7 @@ const MAX_WRITER_WAITING_MARK: Duration = Duration::from_secs(60);
 /// it is synchronous and does not connect, so it can run before the async runtime starts.
 ///
 /// Fails with [`LockError::Config`] when called a second time or when the config is unusable.
+/// In tests, where every test sets up what it uses, call [`try_init`] instead.
 ///
 /// ```no_run
 /// fn main() -> Result<(), distlock::LockError> {
@@ -47,7 +48,8 @@ pub fn init(config: Config) -> Result<(), LockError> {
     let already = || {
         LockError::Config(
             "`distlock::init` was already called; it may be called once per process \
-             (build a `distlock::Client` for a second configuration)"
+             (in tests, call `distlock::try_init` in each test instead; build a \
+             `distlock::Client` for a second configuration)"
                 .to_owned(),
         )
     };
@@ -55,6 +57,57 @@ pub fn init(config: Config) -> Result<(), LockError> {
         return Err(already());
     }
     GLOBAL.set(Client::new(config)?).map_err(|_| already())
+}
+
+/// Sets up the global client like [`init`], unless it is set up already with the same
+/// settings: made for tests, where every test calls it and whichever runs first sets it up.
+/// `Ok(true)` when this call set it up, `Ok(false)` when it already was (`config` is then
+/// dropped unused: an in-process store stays the first one, shared by every test of the
+/// binary).
+///
+/// Fails with [`LockError::Config`] when the config is unusable, or when the global client
+/// was set up with other settings (another server, say): a test would otherwise lock on a
+/// server it does not know. Settings are compared as [`Config`]'s `Debug` shows them.
+///
+/// The global client works in every test although each `#[tokio::test]` runs on a runtime of
+/// its own: its connections and watchdog do not depend on the runtime of the test that set
+/// it up. Leases of the in-process store keep the clock of the test that takes them, paused
+/// or not (see [`Config::in_memory`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// // At the start of each `#[tokio::test]` that locks through the global client:
+/// distlock::try_init(distlock::Config::in_memory())?;
+/// let guard = distlock::lock("stock:42").acquire().await?;
+/// // … the code under test …
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn try_init(config: Config) -> Result<bool, LockError> {
+    let settings = format!("{config:?}");
+    if GLOBAL.get().is_none() {
+        let client = Client::new(config)?;
+        // Two tests may get here at once: one client is kept, the other dropped unused.
+        if GLOBAL.set(client).is_ok() {
+            return Ok(true);
+        }
+    } else {
+        config.validate()?;
+    }
+    let Some(global) = GLOBAL.get() else {
+        return Err(LockError::NotInitialized);
+    };
+    let global_settings = format!("{:?}", global.inner.config);
+    if settings != global_settings {
+        return Err(LockError::Config(format!(
+            "`distlock::try_init` was called with other settings than the global client has \
+             ({settings} instead of {global_settings}): give every test of a binary the same \
+             configuration, or build a `distlock::Client` of its own for a test that needs \
+             another"
+        )));
+    }
+    Ok(false)
 }
 
 /// Starts a request for the lock `key` through the global client set up by [`init`].
