@@ -288,6 +288,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_sweep_on_a_clock_hours_ahead_keeps_the_locks_of_callers_on_real_time() {
+        let backend = backend();
+        let live = key("live");
+        let runtime = |paused| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(paused)
+                .build()
+                .expect("runtime")
+        };
+        // Taken on a running clock, for a minute.
+        runtime(false).block_on(grant(&backend, &live, Duration::from_secs(60)));
+        // Another test's paused clock, two hours ahead, sweeps the store.
+        runtime(true).block_on(async {
+            tokio::time::advance(Duration::from_secs(2 * 3600)).await;
+            backend.with_state(|state| state.grants_to_sweep = 1);
+            grant(&backend, &key("ahead"), Duration::from_secs(60)).await;
+        });
+        let held = runtime(false).block_on(backend.acquire(&Try {
+            kind: Kind::Write,
+            key: &live,
+            owner: "rival",
+            lease: Duration::from_secs(60),
+            writer_waiting: Duration::ZERO,
+            refused_before: false,
+            fencing: true,
+        }));
+        assert!(
+            matches!(held, Ok(AcquireReply::Held(_))),
+            "a sweep on a clock hours ahead freed a live lock: {held:?}"
+        );
+    }
+
     #[tokio::test]
     async fn tokens_keep_increasing_after_a_counter_expired() {
         let backend = backend();
