@@ -145,6 +145,26 @@ async fn in_memory_a_renewed_lease_survives_hours_of_virtual_time() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn in_memory_max_hold_ends_a_renewed_lease_at_its_virtual_time() {
+    let client = in_memory();
+    let started = tokio::time::Instant::now();
+    let guard = client
+        .lock("paused:max_hold")
+        .lease(Duration::from_secs(10))
+        .max_hold(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("acquire");
+    guard.lost().await;
+    let held_for = started.elapsed();
+    assert!(
+        (Duration::from_secs(59)..=Duration::from_secs(60)).contains(&held_for),
+        "given up after {held_for:?} of virtual time, for a max_hold of 60 s"
+    );
+    assert!(!guard.is_held());
+}
+
+#[tokio::test(start_paused = true)]
 async fn in_memory_a_wait_ends_at_its_virtual_deadline_or_when_the_lease_runs_out() {
     let client = in_memory();
     // A renewed holder: the waiter gives up at its virtual deadline.
