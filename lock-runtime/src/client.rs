@@ -191,8 +191,9 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     /// The one way grants are given back; it keeps the I/O runtime alive while guards live.
     pub(crate) releaser: Arc<Releaser>,
-    /// The clock of the backend's leases, and the runtime whose timers its requests use.
+    /// The clock of the backend's leases.
     pub(crate) clock: Clock,
+    /// The client's own runtime, whose (never paused) timers requests to Redis use.
     pub(crate) io: Arc<IoRuntime>,
 }
 

@@ -51,6 +51,7 @@ impl Releaser {
 
     /// [`release`](Self::release) in the background, for a guard dropped unreleased. Never
     /// blocks or panics; a failed try is repeated while the lease could still be in force.
+    /// (The in-process store's release is done at once instead: it needs no I/O.)
     pub(crate) fn release_in_background(self: &Arc<Self>, lease: Arc<Lease>) {
         self.stop_renewing(&lease);
         if lease.clock == Clock::Tokio && self.release_in_memory_now(&lease) {
