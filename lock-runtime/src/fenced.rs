@@ -265,7 +265,7 @@ impl FencedPipeline {
     /// # Errors
     ///
     /// The connection's errors, a command's error reply (commands before it stay applied), a
-    /// fence key that holds something else than a token, and replies that do not convert to
+    /// fence key that does not hold a token, and replies that do not convert to
     /// `T`.
     pub async fn query_async<T: FromRedisValue>(
         &self,

@@ -35,7 +35,7 @@ local highest = redis.call('GET', KEYS[1])
 if highest then
   if not is_token(highest) then
     return redis.error_reply('ERR fenced write: the fence key ' .. KEYS[1] ..
-      ' holds something else than a fencing token; delete it or use another fence key')
+      ' does not hold a fencing token; delete it or use another fence key')
   end
   if below(token, highest) then
     return {0, highest}
