@@ -93,6 +93,21 @@ static WRITE: LazyLock<Script> =
 ///
 /// `#[must_use]`: ignoring a [`Stale`](FencedWrite::Stale) outcome is exactly the bug fencing
 /// exists to catch.
+///
+/// ```no_run
+/// # async fn example(conn: &mut redis::aio::MultiplexedConnection, token: distlock::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::fenced::{self, FencedWrite};
+///
+/// let outcome = fenced::pipe("counter", token)
+///     .cmd(redis::cmd("INCR").arg("counter"))
+///     .query_async::<(i64,)>(conn)
+///     .await?;
+/// match outcome {
+///     FencedWrite::Applied((value,)) => println!("counter is {value}"),
+///     FencedWrite::Stale { highest } => println!("refused: token {highest} wrote since"),
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "a stale write was refused and changed nothing; handle `FencedWrite::Stale`"]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FencedWrite<T = ()> {
@@ -222,8 +237,19 @@ pub fn pipe(key: &str, token: FencingToken) -> FencedPipeline {
 ///   lower token stale from then on without writing data.
 /// - The rest as for the module: equal tokens pass, lower ones change nothing, the fence key
 ///   mirrors the guarded key's TTL.
+///
+/// ```no_run
+/// # async fn example(conn: &mut redis::aio::MultiplexedConnection, token: distlock::FencingToken) -> redis::RedisResult<()> {
+/// // An expiring value: the fence key takes the same time to live.
+/// let outcome = distlock::fenced::pipe("session:7", token)
+///     .cmd(redis::cmd("SET").arg("session:7").arg("data").arg("EX").arg(3600))
+///     .query_async::<()>(conn)
+///     .await?;
+/// assert!(outcome.is_applied());
+/// # Ok(()) }
+/// ```
 #[must_use = "a fenced pipeline does nothing until `query_async`"]
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FencedPipeline {
     key: String,
     fence_key: String,
@@ -233,6 +259,18 @@ pub struct FencedPipeline {
     /// A command had an argument that is not plain bytes (a `cursor_arg`, which only
     /// `SCAN`-like iteration fills in).
     unsupported_arg: bool,
+}
+
+impl std::fmt::Debug for FencedPipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The commands' arguments are the user's data and may hold secrets: only their count.
+        f.debug_struct("FencedPipeline")
+            .field("key", &self.key)
+            .field("fence_key", &self.fence_key)
+            .field("token", &self.token)
+            .field("commands", &self.commands.len())
+            .finish()
+    }
 }
 
 impl FencedPipeline {

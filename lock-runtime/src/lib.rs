@@ -2,7 +2,8 @@
 //! clients, the acquire loop, the watchdog and the guards, over two independent axes — lock
 //! kinds (`kind/`: write and read, each its Lua scripts and in-process twin) and stores
 //! (`backend/`: single Redis node, in-process), so a kind is written once and runs on every
-//! store.
+//! store. [`fenced`] is the other end of fencing tokens: writes to Redis that a stale holder
+//! cannot make, and the same pattern for SQL.
 //!
 //! Users depend on the `distlock` facade, which re-exports everything public here; the
 //! attribute macro expands to calls into this crate through the facade.
