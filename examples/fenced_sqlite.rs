@@ -1,116 +1,178 @@
-//! Fencing tokens end to end: a lock on a stock row, the row in a real SQL database (SQLite),
-//! and a holder that is paused past its lease.
+//! Why fencing tokens matter, on a real database: a lock holder is paused past its lease (a GC
+//! pause, a stalled VM), the next holder takes the lock and writes, and then the paused one
+//! wakes and writes what it had computed before. A lock alone cannot stop that late write; the
+//! database can, with the fencing token in the `UPDATE`'s `WHERE` (`distlock::fenced` explains
+//! the pattern):
 //!
-//! 1. Holder A takes the lock (a 300 ms lease, no watchdog) and reads the stock.
-//! 2. A stalls — a GC pause, a frozen VM — and its lease runs out meanwhile.
-//! 3. Holder B takes the lock, with a greater fencing token, and sells one item.
-//! 4. A wakes and writes what it computed before the pause: its read less the 3 it sold.
+//! ```sql
+//! UPDATE stock SET quantity = ?1, fence = ?2 WHERE sku = ?3 AND fence <= ?2
+//! ```
 //!
-//! With the fence column (`… WHERE sku = ? AND fence <= ?token`) A's late write matches no row
-//! and B's sale stands; the plain `UPDATE` shown after it overwrites B's sale. The example
-//! exits with an error if the fenced late write was accepted.
+//! The late write updates 0 rows. The example prints what each holder did and exits with an
+//! error status if the late write was accepted.
 //!
 //!     cargo run --example fenced_sqlite
 //!
-//! Uses `REDIS_URL` (default `redis://127.0.0.1:6379`), or the in-process backend if nothing
-//! answers there.
+//! Locks on `REDIS_URL` (default `redis://127.0.0.1:6379`); if nothing answers there it says so
+//! and uses the in-process backend. The stock lives in an SQLite file in the temp directory,
+//! opened by each holder with a connection of its own, as two processes would.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use distlock::{Client, Config, FencingToken};
+use distlock::{Client, Config, FencingToken, LockError};
 use rusqlite::{params, Connection};
 
-const FENCED_UPDATE: &str =
-    "UPDATE stock SET quantity = ?1, fence = ?2 WHERE sku = ?3 AND fence <= ?2";
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const SKU: &str = "apples";
+const LOCK: &str = "fenced-sqlite:apples";
+/// The paused holder's lease: short, so the example is quick. No watchdog renews it.
+const LEASE: Duration = Duration::from_millis(500);
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let client = client().await?;
-    let db = Connection::open_in_memory()?;
-    db.execute_batch(
-        "CREATE TABLE stock (sku TEXT PRIMARY KEY, quantity INTEGER NOT NULL,
-                             fence BIGINT NOT NULL DEFAULT 0);
-         INSERT INTO stock (sku, quantity) VALUES ('sku-1', 10);",
-    )?;
-    let bind = |token: FencingToken| i64::try_from(token);
-    let quantity = |db: &Connection| -> rusqlite::Result<i64> {
-        db.query_row("SELECT quantity FROM stock WHERE sku = 'sku-1'", [], |r| {
-            r.get(0)
-        })
-    };
+async fn main() -> Result<(), Error> {
+    let client = connect().await?;
+    let db = Database::create()?;
 
-    // 1. A holds the lock and reads.
+    // Holder A takes the lock, reads the stock and prepares to sell 3.
     let a = client
-        .lock("stock:sku-1")
-        .lease(Duration::from_millis(300))
+        .lock(LOCK)
+        .lease(LEASE)
         .watchdog(false)
         .acquire()
         .await?;
-    let token_a = a.fencing_token().expect("fencing is on by default");
-    let a_saw = quantity(&db)?;
-    println!("A holds the lock (token {token_a}) and reads stock {a_saw}");
+    let a_token = a.fencing_token().expect("fencing is on by default");
+    let a_conn = db.open()?;
+    let a_read = read(&a_conn)?;
+    println!("A: took the lock (token {a_token}, lease {LEASE:?}), read stock {a_read}");
+    println!("A: paused (think of a GC pause or a stalled VM) ...");
 
-    // 2. A stalls past its lease.
-    println!("A stalls...");
-    a.lost().await;
-    println!("A's lease ran out while it stalled");
-
-    // 3. B takes the lock and sells one.
-    let b = client
-        .lock("stock:sku-1")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await?;
-    let token_b = b.fencing_token().expect("fencing is on by default");
-    let b_saw = quantity(&db)?;
-    let rows = db.execute(FENCED_UPDATE, params![b_saw - 1, bind(token_b)?, "sku-1"])?;
+    // While A is paused, its lease runs out: B's acquire completes then, not before.
+    let b = client.lock(LOCK).wait(LEASE * 20).acquire().await?;
+    let b_token = b.fencing_token().expect("fencing is on by default");
+    let b_conn = db.open()?;
+    let b_read = read(&b_conn)?;
+    let b_applied = fenced_update(&b_conn, b_read - 1, b_token)?;
     println!(
-        "B holds the lock (token {token_b}), sells one: stock {} ({rows} row updated)",
-        b_saw - 1
+        "B: took the lock once A's lease ran out (token {b_token}), sold 1: stock {b_read} -> {} ({})",
+        b_read - 1,
+        if b_applied { "written" } else { "REFUSED" }
     );
     b.release().await?;
 
-    // 4. A wakes and writes what it computed before the pause (it sold 3).
-    let rows = db.execute(FENCED_UPDATE, params![a_saw - 3, bind(token_a)?, "sku-1"])?;
-    let after = quantity(&db)?;
+    // A wakes up. It could have noticed (`is_held()` is false now), but code in flight rarely
+    // looks; its write carries its token, and the database says no.
     println!(
-        "A wakes and writes stock {} with token {token_a}: {rows} rows updated; stock is {after}",
-        a_saw - 3
+        "A: woke up (is_held: {}), writes the stock it computed: {a_read} -> {}",
+        a.is_held(),
+        a_read - 3
     );
+    let a_applied = fenced_update(&a_conn, a_read - 3, a_token)?;
     drop(a);
-    if rows != 0 || after != b_saw - 1 {
-        return Err("the fence let a stale write through".into());
-    }
-    println!("-> the fence rejected A's late write; B's sale stands");
-
-    // The same late write without the fence condition:
-    db.execute(
-        "UPDATE stock SET quantity = ?1 WHERE sku = 'sku-1'",
-        params![a_saw - 3],
-    )?;
+    let stock = read(&a_conn)?;
+    let fence = fence(&a_conn)?;
     println!(
-        "without the fence the same write goes through: stock {}, where the 4 sales leave {} \
-         (B's sale is lost)",
-        quantity(&db)?,
-        a_saw - 4
+        "A: its late write {}",
+        if a_applied {
+            "was ACCEPTED"
+        } else {
+            "was refused: 0 rows updated (the row's fence holds B's newer token)"
+        }
     );
+    println!("stock is now {stock}, fence {fence}");
+    drop((a_conn, b_conn, db));
+
+    if a_applied || !b_applied || stock != b_read - 1 {
+        eprintln!("the fence did not hold: B's sale was overwritten by a stale holder");
+        std::process::exit(1);
+    }
+    println!("B's sale stands: the stale holder could not overwrite it.");
     Ok(())
 }
 
-/// A client on `REDIS_URL`, or the in-process backend when no Redis answers.
-async fn client() -> Result<Client, Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| distlock::DEFAULT_REDIS_URL.into());
-    let redis = redis::Client::open(url.as_str())?;
-    let reachable = tokio::time::timeout(
-        Duration::from_secs(2),
-        redis.get_multiplexed_async_connection(),
-    )
-    .await;
-    Ok(if matches!(reachable, Ok(Ok(_))) {
-        println!("locks on Redis at {url}\n");
-        Client::new(Config::from_url(&url)?)?
-    } else {
-        println!("no Redis answered at {url}; locks on the in-process backend\n");
-        Client::new(Config::in_memory())?
-    })
+/// The fenced write: sets the stock only if `token` is at least the last one that wrote it.
+/// Whether a row was updated (0 rows: a newer holder has written).
+fn fenced_update(conn: &Connection, quantity: i64, token: FencingToken) -> Result<bool, Error> {
+    let updated = conn.execute(
+        "UPDATE stock SET quantity = ?1, fence = ?2 WHERE sku = ?3 AND fence <= ?2",
+        params![quantity, token.as_i64()?, SKU],
+    )?;
+    Ok(updated == 1)
+}
+
+fn read(conn: &Connection) -> Result<i64, Error> {
+    Ok(conn.query_row(
+        "SELECT quantity FROM stock WHERE sku = ?1",
+        params![SKU],
+        |row| row.get(0),
+    )?)
+}
+
+fn fence(conn: &Connection) -> Result<i64, Error> {
+    Ok(conn.query_row(
+        "SELECT fence FROM stock WHERE sku = ?1",
+        params![SKU],
+        |row| row.get(0),
+    )?)
+}
+
+/// The SQLite file the holders share, removed on drop.
+struct Database {
+    path: PathBuf,
+}
+
+impl Database {
+    /// A fresh database with one row: 10 apples, fence 0 (no token has written yet).
+    fn create() -> Result<Self, Error> {
+        let path = std::env::temp_dir().join(format!("distlock-fenced-{}.db", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let conn = Connection::open(&path)?;
+        conn.execute_batch(
+            "CREATE TABLE stock (
+                 sku      TEXT PRIMARY KEY,
+                 quantity INTEGER NOT NULL,
+                 fence    INTEGER NOT NULL DEFAULT 0
+             );",
+        )?;
+        conn.execute(
+            "INSERT INTO stock (sku, quantity) VALUES (?1, 10)",
+            params![SKU],
+        )?;
+        Ok(Self { path })
+    }
+
+    fn open(&self) -> Result<Connection, Error> {
+        Ok(Connection::open(&self.path)?)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A client for `REDIS_URL`, or for the in-process backend if no Redis answers.
+async fn connect() -> Result<Client, LockError> {
+    let config = Config::from_env()?.connect_timeout(Duration::from_millis(500));
+    let client = Client::new(config.clone())?;
+    match client
+        .lock("fenced-sqlite:probe")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+    {
+        Ok(guard) => {
+            guard.release().await?;
+            println!("locking on Redis\n");
+            Ok(client)
+        }
+        Err(LockError::Backend(err)) => {
+            println!("no Redis answered ({err});");
+            println!("locking on the in-process backend instead\n");
+            Client::new(Config::in_memory())
+        }
+        Err(other) => Err(other),
+    }
 }

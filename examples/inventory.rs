@@ -1,8 +1,9 @@
 //! The classic scenario: workers sell items from one stock counter through an annotated
 //! service method. The counter lives in Redis and is updated with a non-atomic GET + SET, so
 //! without the lock concurrent sales overwrite each other; with it, none are lost. Under the
-//! lock the write is fenced (`distlock::fenced::set` with the grant's token): a seller whose
-//! lease ran out while it stalled cannot overwrite a later seller's stock.
+//! lock the SET carries the grant's fencing token (`distlock::fenced::set`): a holder that lost
+//! its lease mid-sale (paused past it) has its write refused instead of overwriting the sale
+//! of the holder after it.
 //!
 //!     cargo run --example inventory                 # 8 tasks in this process
 //!     cargo run --example inventory -- --processes 4  # also 4 OS processes at once
@@ -11,11 +12,10 @@
 //! runs on the in-process backend (the stock then lives in this process, and `--processes` is
 //! not available).
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::fenced::FencedWrite;
+use distlock::fenced::{self, FencedWrite};
 use distlock::{distributed_lock, Config, FencingToken, LockError};
 
 const WORKERS: usize = 8;
@@ -26,13 +26,25 @@ const INITIAL_STOCK: i64 = 10_000;
 #[derive(Clone)]
 enum Store {
     Redis(redis::aio::MultiplexedConnection),
-    Local(Arc<AtomicI64>),
+    Local(Arc<Mutex<LocalStock>>),
+}
+
+/// The in-process stock, fenced like the Redis key: it remembers the highest token that wrote.
+#[derive(Default)]
+struct LocalStock {
+    value: i64,
+    fence: Option<FencingToken>,
 }
 
 #[derive(Debug)]
 enum AppError {
     Lock(LockError),
     Store(String),
+    /// A sale's write was refused: its lock was lost and a newer holder has written since.
+    Stale {
+        sku: String,
+        highest: FencingToken,
+    },
 }
 
 impl From<LockError> for AppError {
@@ -46,6 +58,11 @@ impl std::fmt::Display for AppError {
         match self {
             AppError::Lock(err) => write!(f, "{err}"),
             AppError::Store(err) => write!(f, "store: {err}"),
+            AppError::Stale { sku, highest } => write!(
+                f,
+                "the sale of {sku} was refused: this worker lost its lock, and the holder \
+                 with token {highest} has written since"
+            ),
         }
     }
 }
@@ -66,83 +83,112 @@ impl InventoryService {
                     .map(|v| v.unwrap_or(0))
                     .map_err(|e| AppError::Store(e.to_string()))
             }
-            Store::Local(stock) => Ok(stock.load(Ordering::SeqCst)),
+            Store::Local(stock) => Ok(local(stock).value),
         }
     }
 
-    /// Sets the stock, for a run's start: the fence is reset with it.
-    async fn reset(&self, sku: &str, value: i64) -> Result<(), AppError> {
+    /// A plain write: setting the stock up, and the sale without a lock.
+    async fn write(&self, sku: &str, value: i64) -> Result<(), AppError> {
         match &self.store {
             Store::Redis(conn) => {
-                let key = format!("inventory:{sku}");
-                redis::pipe()
-                    .cmd("SET")
-                    .arg(&key)
+                let mut conn = conn.clone();
+                redis::cmd("SET")
+                    .arg(format!("inventory:{sku}"))
                     .arg(value)
-                    .cmd("DEL")
-                    .arg(distlock::fenced::fence_key(&key))
-                    .exec_async(&mut conn.clone())
+                    .query_async::<()>(&mut conn)
                     .await
                     .map_err(|e| AppError::Store(e.to_string()))
             }
             Store::Local(stock) => {
-                stock.store(value, Ordering::SeqCst);
+                local(stock).value = value;
                 Ok(())
             }
         }
     }
 
-    /// Writes the stock back; with a fencing token, only if no later holder has written.
-    async fn write(
+    /// A write that carries the lock's fencing token: refused (and nothing changed) when a
+    /// holder with a newer token has written since.
+    async fn write_fenced(
         &self,
         sku: &str,
         value: i64,
-        token: Option<FencingToken>,
+        token: FencingToken,
     ) -> Result<(), AppError> {
-        match (&self.store, token) {
-            (Store::Redis(conn), Some(token)) => {
-                let key = format!("inventory:{sku}");
-                let wrote = distlock::fenced::set(&mut conn.clone(), &key, value, token)
+        let outcome = match &self.store {
+            Store::Redis(conn) => {
+                let mut conn = conn.clone();
+                fenced::set(&mut conn, &format!("inventory:{sku}"), value, token)
                     .await
-                    .map_err(|e| AppError::Store(e.to_string()))?;
-                match wrote {
-                    FencedWrite::Applied => Ok(()),
-                    FencedWrite::Stale { highest } => Err(AppError::Store(format!(
-                        "stale write refused: token {token} after {highest}"
-                    ))),
+                    .map_err(|e| AppError::Store(e.to_string()))?
+            }
+            Store::Local(stock) => {
+                let mut stock = local(stock);
+                match stock.fence {
+                    Some(highest) if token < highest => FencedWrite::Stale { highest },
+                    _ => {
+                        *stock = LocalStock {
+                            value,
+                            fence: Some(token),
+                        };
+                        FencedWrite::Applied(())
+                    }
                 }
             }
-            (Store::Redis(conn), None) => redis::cmd("SET")
-                .arg(format!("inventory:{sku}"))
-                .arg(value)
-                .query_async::<()>(&mut conn.clone())
-                .await
-                .map_err(|e| AppError::Store(e.to_string())),
-            (Store::Local(stock), _) => {
-                stock.store(value, Ordering::SeqCst);
-                Ok(())
+        };
+        match outcome {
+            FencedWrite::Applied(()) => Ok(()),
+            FencedWrite::Stale { highest } => Err(AppError::Stale {
+                sku: sku.to_owned(),
+                highest,
+            }),
+        }
+    }
+
+    /// The highest fencing token that wrote the stock, if any.
+    async fn fence(&self, sku: &str) -> Result<Option<u64>, AppError> {
+        match &self.store {
+            Store::Redis(conn) => {
+                let mut conn = conn.clone();
+                redis::cmd("GET")
+                    .arg(fenced::fence_key(&format!("inventory:{sku}")))
+                    .query_async::<Option<u64>>(&mut conn)
+                    .await
+                    .map_err(|e| AppError::Store(e.to_string()))
             }
+            Store::Local(stock) => Ok(local(stock).fence.map(FencingToken::get)),
         }
     }
 
     /// A sale without a lock: read, think, write back.
     async fn sell_unlocked(&self, sku: &str) -> Result<(), AppError> {
-        self.sell_with(sku, None).await
-    }
-
-    async fn sell_with(&self, sku: &str, token: Option<FencingToken>) -> Result<(), AppError> {
         let stock = self.read(sku).await?;
-        tokio::time::sleep(Duration::from_micros(500)).await; // e.g. price the order
-        self.write(sku, stock - 1, token).await
+        price_the_order().await;
+        self.write(sku, stock - 1).await
     }
 
-    /// The same sale, under a distributed lock on the SKU.
+    /// The same sale, under a distributed lock on the SKU, its write fenced by the grant's
+    /// token.
     #[distributed_lock(key = "inventory:{sku}", lease = "5s", wait = "30s")]
     async fn sell(&self, sku: &str) -> Result<(), AppError> {
-        // The grant's fencing token goes to the store with the write.
-        let token = distlock::current().and_then(|lock| lock.fencing_token());
-        self.sell_with(sku, token).await
+        let token = distlock::current()
+            .and_then(|lock| lock.fencing_token())
+            .expect("inside the lock, with fencing on by default");
+        let stock = self.read(sku).await?;
+        price_the_order().await;
+        self.write_fenced(sku, stock - 1, token).await
     }
+}
+
+/// The "think" between a sale's read and its write.
+async fn price_the_order() {
+    tokio::time::sleep(Duration::from_micros(500)).await;
+}
+
+fn local(stock: &Mutex<LocalStock>) -> std::sync::MutexGuard<'_, LocalStock> {
+    // A panic elsewhere while holding it leaves a number that is still a number.
+    stock
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 async fn run(
@@ -195,14 +241,14 @@ async fn main() -> Result<(), AppError> {
             println!("running on the in-process backend instead\n");
             distlock::init(Config::in_memory())?;
             Arc::new(InventoryService {
-                store: Store::Local(Arc::new(AtomicI64::new(0))),
+                store: Store::Local(Arc::default()),
             })
         }
     };
     let multi = processes > 0 && matches!(service.store, Store::Redis(_));
     let sales = WORKERS as i64 * SALES_PER_WORKER * (1 + if multi { processes as i64 } else { 0 });
     for (sku, locked) in [("sku-unlocked", false), ("sku-locked", true)] {
-        service.reset(sku, INITIAL_STOCK).await?;
+        service.write(sku, INITIAL_STOCK).await?;
         let mut children = Vec::new();
         if multi {
             for _ in 0..processes {
@@ -234,6 +280,14 @@ async fn main() -> Result<(), AppError> {
             },
             left - expected
         );
+        if locked {
+            if let Some(fence) = service.fence(sku).await? {
+                println!(
+                    "{:<16} the last sale wrote with fencing token {fence}; a lower one is refused",
+                    ""
+                );
+            }
+        }
     }
     Ok(())
 }

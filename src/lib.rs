@@ -35,6 +35,9 @@
 //! locks in the process with the same semantics; it is never chosen in place of Redis unless
 //! you ask for it.
 //!
+//! The resource side of fencing, for data in Redis (a write refused unless its token is
+//! current) and the pattern for SQL databases, is in [`fenced`].
+//!
 //! Misuse is a compile error at the offending token, e.g. a placeholder that names no
 //! parameter:
 //!
@@ -72,7 +75,6 @@
 /// }
 /// ```
 pub use lock_macros::distributed_lock;
-pub use lock_runtime::fenced;
 pub use lock_runtime::{
     current, init, lock, read_lock, shutdown, try_init, write_lock, BackendError, BackendErrorKind,
     Client, Config, FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest,
@@ -81,6 +83,8 @@ pub use lock_runtime::{
     ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
     LOG_TARGET, MAX_KEY_LEN, MAX_LEASE, METRICS, MIN_LEASE,
 };
+
+pub use lock_runtime::fenced;
 
 #[doc(hidden)]
 pub use lock_runtime::__private;

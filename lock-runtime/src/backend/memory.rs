@@ -327,7 +327,7 @@ mod tests {
         let backend = backend();
         let key = key("k");
         let lease = Duration::from_millis(100); // kept from grant to release on a loaded machine
-        // Many grants in a row, then a wait past the counter's keep time.
+                                                // Many grants in a row, then a wait past the counter's keep time.
         let mut last = 0;
         for _ in 0..10_000 {
             let token = grant(&backend, &key, lease).await;
