@@ -59,6 +59,11 @@ pub fn init(config: Config) -> Result<(), LockError> {
     GLOBAL.set(Client::new(config)?).map_err(|_| already())
 }
 
+/// The global client, `None` before [`init`] (for the attribute, `scope`).
+pub(crate) fn global() -> Option<Client> {
+    GLOBAL.get().cloned()
+}
+
 /// Starts a request for the lock `key` through the global client set up by [`init`].
 /// Without [`init`], [`acquire`](LockRequest::acquire) fails with [`LockError::NotInitialized`].
 ///
@@ -201,6 +206,11 @@ impl Client {
                 releaser,
             }),
         })
+    }
+
+    /// Whether `other` is this client or a clone of it: the same grants, watchdog and store.
+    pub(crate) fn is_same(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Starts a request for the lock `key` through this client (exclusive: the write side of
