@@ -794,12 +794,15 @@ async fn nested_through(locks: &distlock::Client, id: u64) -> Result<u64, AppErr
     Ok(id)
 }
 
+/// What a nested call returned.
+type Nested = Result<u64, AppError>;
+
 #[distributed_lock(key = "shared:{id}", client = outer, wait = "0s")]
 async fn outer_through(
     outer: &distlock::Client,
     inner: &distlock::Client,
     id: u64,
-) -> Result<(Result<u64, AppError>, Result<u64, AppError>), AppError> {
+) -> Result<(Nested, Nested), AppError> {
     Ok((
         nested_through(outer, id).await,
         nested_through(inner, id).await,

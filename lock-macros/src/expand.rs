@@ -228,16 +228,16 @@ fn locked_call(checked: &Checked, body: TokenStream) -> TokenStream {
     }
 }
 
-/// `let __distlock_into = lock_error_into::<R>();`: the one check that the return type can
+/// `let __distlock_into = lock_error_into::<R>();` (`impl Trait` in `R` as `_`): the one check that the return type can
 /// carry a lock error, spanned at the return type so its error is reported there, once.
-fn into_binding(checked: &Checked, ty: Option<&Type>, span: Span) -> TokenStream {
+fn into_binding(checked: &Checked, ty: &Type, span: Span) -> TokenStream {
     // Every token of the call at the return type, the crate path too: a call whose tokens come
     // from two places is reported at the attribute.
     let krate = respanned(checked.krate.to_token_stream(), span);
     let into = binding("into");
-    let turbofish = ty.map(|ty| quote_spanned!(span=> ::<#ty>));
+    // The type's own tokens in the turbofish: the error underlines all of it.
     quote_spanned! {span=>
-        let #into = #krate::__private::lock_error_into #turbofish ();
+        let #into = #krate::__private::lock_error_into::<#ty>();
     }
 }
 
@@ -323,7 +323,7 @@ fn with_receiver(tokens: TokenStream, receiver: &TokenStream) -> TokenStream {
 // Output:
 //
 //     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> {
-//         let __distlock_into = ::distlock::__private::lock_error_into();  // at the return type
+//         let __distlock_into = ::distlock::__private::lock_error_into::<Result<(), AppError>>();
 //         let __distlock_client = ::distlock::__private::client_of(&(self.locks));
 //         let __distlock_key = ::distlock::__private::format!("order:{}", &(order_id));
 //         let __distlock_spec = ::distlock::__private::LockSpec { … };
@@ -338,7 +338,7 @@ fn with_receiver(tokens: TokenStream, receiver: &TokenStream) -> TokenStream {
 //
 // The arguments are evaluated first, before the body can move an argument; the fake return
 // edge pins the async block's output to the fn's return type so `?` and `return` infer as in
-// the original, and `lock_error_into`'s return type to it through `run_locked`.
+// the original.
 fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
     let ItemFn {
         attrs,
@@ -354,7 +354,7 @@ fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
     // `let` cannot name `impl Trait`: let inference fill those parts in.
     let mut pinned = output.clone();
     ImplTraitToInfer.visit_type_mut(&mut pinned);
-    let into = into_binding(checked, None, output.span());
+    let into = into_binding(checked, &pinned, output.span());
     let locals = locals(checked, &quote!(self));
     let fake = binding("fake");
     let stmts = &block.stmts;
@@ -470,7 +470,7 @@ fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Chec
     let locals = locals(checked, &receiver);
     let body = &future.stmts[ret.index];
     let ty = ret.ty.map_or(output, |ty| *ty);
-    let into = into_binding(checked, Some(&ty), ty.span());
+    let into = into_binding(checked, &ty, ty.span());
     let call = locked_call(
         checked,
         quote! {

@@ -208,7 +208,7 @@ impl LockSpec {
 #[diagnostic::on_unimplemented(
     message = "`#[distributed_lock]` cannot return a lock error as `{Self}`: `{Self}` does not implement `From<distlock::LockError>`",
     label = "the error type of this fn cannot carry a `distlock::LockError`",
-    note = "implement `From<distlock::LockError>` for the error type (for a type of your own: `impl From<distlock::LockError> for MyError`), or return `anyhow::Result<T>`; `String` and other foreign types cannot take the impl: wrap them in an error type of your own"
+    note = "implement `From<distlock::LockError>` for the error type (for a type of your own: `impl From<distlock::LockError> for MyError`), or return `anyhow::Result<T>`; a foreign type such as `String` cannot take the impl: wrap it in an error type of your own"
 )]
 pub trait LockErrorInto {
     /// Makes this error from a lock failure.
