@@ -789,6 +789,38 @@ async fn a_method_with_client_self_locks_excludes_a_concurrent_call_through_that
     assert_eq!(warehouse.most_active.load(Ordering::SeqCst), 1);
 }
 
+#[async_trait::async_trait]
+trait Restock {
+    async fn restock(self: Arc<Self>, sku: &str) -> Result<bool, AppError>;
+}
+
+#[async_trait::async_trait]
+impl Restock for Warehouse {
+    /// An `#[async_trait]` method whose body moves `self`: the client was taken before.
+    #[distributed_lock(key = "stock:{sku}", client = self.locks, lease = SHORT_LEASE)]
+    async fn restock(self: Arc<Self>, sku: &str) -> Result<bool, AppError> {
+        let moved = self;
+        let rival = moved
+            .locks
+            .lock(format!("stock:{sku}"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        Ok(matches!(rival, Err(LockError::Timeout { .. })))
+    }
+}
+
+#[tokio::test]
+async fn an_async_trait_method_locks_through_its_client_even_when_its_body_moves_self() {
+    init_once();
+    let server = RedisServer::start();
+    let warehouse = Arc::new(Warehouse::new(&server));
+    assert!(
+        warehouse.clone().restock("sku-2").await.unwrap(),
+        "a rival through the same client took the lock the method held"
+    );
+}
+
 #[distributed_lock(key = "shared:{id}", client = locks, wait = "0s")]
 async fn nested_through(locks: &distlock::Client, id: u64) -> Result<u64, AppError> {
     Ok(id)

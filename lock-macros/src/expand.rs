@@ -107,12 +107,20 @@ impl<'a> Shape<'a> {
 }
 
 /// The names an `#[async_trait]` body binds before the user's code: `self` (as `__self`) and
-/// the parameters it rebinds, including those of destructuring patterns.
+/// the parameters it rebinds, including those of destructuring patterns, plus the parameters
+/// of reference type, which it captures as they are (`sku: &str` is not rebound).
 fn rebound_names(sig: &syn::Signature, bindings: &[Stmt]) -> Vec<syn::Ident> {
     let mut names: Vec<syn::Ident> = key::parameter_names(sig)
         .into_iter()
         .filter(|name| name == "self")
         .collect();
+    for input in &sig.inputs {
+        if let syn::FnArg::Typed(typed) = input {
+            if let (Type::Reference(_), Pat::Ident(ident)) = (&*typed.ty, &*typed.pat) {
+                names.push(ident.ident.clone());
+            }
+        }
+    }
     for stmt in bindings {
         if let Stmt::Local(local) = stmt {
             key::bound_names(&local.pat, &mut names);
