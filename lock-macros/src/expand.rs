@@ -518,6 +518,16 @@ mod tests {
     }
 
     #[test]
+    fn self_in_an_expression_becomes_the_receiver_also_inside_groups() {
+        let expr = quote!(self.locks(&self.config[0]));
+        let replaced = with_receiver(expr, &quote!(__self)).to_string();
+        assert_eq!(
+            replaced,
+            quote!(__self.locks(&__self.config[0])).to_string()
+        );
+    }
+
+    #[test]
     fn an_expression_is_shown_as_written() {
         for written in [
             "Duration::ZERO",
