@@ -113,6 +113,11 @@ pub fn try_init(config: Config) -> Result<bool, LockError> {
     Ok(false)
 }
 
+/// The global client, `None` before [`init`] (for the attribute, `scope`).
+pub(crate) fn global() -> Option<Client> {
+    GLOBAL.get().cloned()
+}
+
 /// Starts a request for the lock `key` through the global client set up by [`init`].
 /// Without [`init`], [`acquire`](LockRequest::acquire) fails with [`LockError::NotInitialized`].
 ///
@@ -261,6 +266,11 @@ impl Client {
                 io,
             }),
         })
+    }
+
+    /// Whether `other` is this client or a clone of it: the same grants, watchdog and store.
+    pub(crate) fn is_same(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Starts a request for the lock `key` through this client (exclusive: the write side of

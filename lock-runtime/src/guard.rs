@@ -106,8 +106,8 @@ impl LockGuard {
     }
 
     /// Gives the lock back. `Ok(true)`: it was ours and is now free; `Ok(false)`: it was no
-    /// longer ours (the lease had expired, and perhaps someone else holds it now — their key is
-    /// left untouched). An error means Redis could not be asked; the lease's expiry will free
+    /// longer ours (its lease expired or it was force-unlocked, and perhaps someone else holds
+    /// it now — their key is left untouched). An error means Redis could not be asked; the lease's expiry will free
     /// the lock.
     pub async fn release(mut self) -> Result<bool, LockError> {
         // `released` is set only once the release has completed: if this future is dropped

@@ -47,7 +47,8 @@ pub use telemetry::METRICS;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::scope::{
-        assert_lock_result, assert_lock_result_of, run_locked, LockResult, LockSpec, OnLost,
+        client_of, global_client, lock_error_into, run_locked, LockErrorInto, LockResult, LockSpec,
+        OnLost,
     };
     pub use crate::LockMode;
     pub use core::time::Duration;
