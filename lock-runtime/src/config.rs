@@ -126,9 +126,11 @@ impl Config {
         }
     }
 
-    /// A single Redis server, e.g. `redis://:password@host:6379/0` or `rediss://…` (TLS needs
-    /// the redis crate's TLS feature). Fails with [`LockError::Config`] when the URL cannot be
-    /// parsed; nothing connects yet.
+    /// A single Redis server, e.g. `redis://:password@host:6379/0`, or `rediss://…` over TLS
+    /// (with distlock's `tls` feature; the server's certificate must chain to a root the
+    /// system trusts, else see [`Config::from_redis_client`]). Fails with [`LockError::Config`]
+    /// naming the part of the URL that cannot work (scheme, host, port, database, a query
+    /// parameter, TLS without the feature); nothing connects yet.
     ///
     /// ```
     /// let config = distlock::Config::from_url("redis://127.0.0.1:6379/0")?;
@@ -137,6 +139,27 @@ impl Config {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let client = url::parse(url, UrlFor::Single)?;
+        Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
+    }
+
+    /// A single Redis server reached through a `redis::Client` the application built itself:
+    /// the escape hatch for what a URL cannot say, such as a private certificate authority or
+    /// a client certificate (`redis::Client::build_with_tls`), or connection settings made in
+    /// code. Cluster, Sentinel and Redlock take URLs only: their TLS servers need certificates
+    /// the system trusts.
+    ///
+    /// A TLS client needs distlock's `tls` feature (or the redis crate's own TLS support,
+    /// enabled by the application with a rustls crypto provider installed); without either it
+    /// is a [`LockError::Config`] that names the feature. Nothing connects yet.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = redis::Client::open("redis://127.0.0.1:6379/0")?;
+    /// let config = distlock::Config::from_redis_client(redis)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_redis_client(client: redis::Client) -> Result<Self, LockError> {
+        crate::tls::prepare("the Redis client", &client)?;
         Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
     }
 
