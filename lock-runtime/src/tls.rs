@@ -44,6 +44,25 @@ pub(crate) fn prepare(what: &str, client: &redis::Client) -> Result<(), LockErro
     }
 }
 
+/// Whether a failed connect failed in TLS (a certificate refused, a handshake broken) rather
+/// than in reaching the server. Read from the message: the redis crate keeps rustls' error
+/// behind an `Arc<dyn Error>` inside an I/O error, where no downcast reaches it.
+pub(crate) fn is_handshake_failure(err: &redis::RedisError) -> bool {
+    let text = err.to_string();
+    // rustls' `Display` of its errors, and the redis crate's for a bad server name.
+    [
+        "peer certificate",
+        "peer is incompatible",
+        "peer misbehaved",
+        "received corrupt message",
+        "received fatal alert",
+        "invalid dns name",
+        "CryptoProvider",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
 /// The error for a TLS server in a build without TLS support.
 pub(crate) fn missing_feature(what: &str) -> LockError {
     LockError::Config(format!(

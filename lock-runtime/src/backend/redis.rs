@@ -516,7 +516,12 @@ impl RedisBackend {
 
 pub(crate) fn connect_error(err: RedisError) -> BackendError {
     let timed_out = err.is_timeout();
-    BackendError::new("connect", Failure::of(&err).kind, err).connect_timed_out(timed_out)
+    let kind = if crate::tls::is_handshake_failure(&err) {
+        BackendErrorKind::Tls
+    } else {
+        Failure::of(&err).kind
+    };
+    BackendError::new("connect", kind, err).connect_timed_out(timed_out)
 }
 
 /// The server refused a command (permissions, unknown command): not a broken connection.
