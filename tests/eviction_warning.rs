@@ -1,1 +1,138 @@
+//! The eviction check: on the first connection to a server, distlock reads its
+//! `maxmemory-policy` and warns once (target `distlock`) when the policy may evict lock keys
+//! (`volatile-*`, `allkeys-*`), naming the policy and the fix. Real servers started with each
+//! policy; the events are read through a capturing subscriber, installed globally because the
+//! check runs on distlock's I/O thread.
 
+mod support;
+
+use std::time::Duration;
+
+use distlock::{Client, Config};
+use support::capture::{self, Captured, Record};
+use support::{wait_until_async, RedisServer};
+use tracing::Level;
+
+/// Long enough for a `CONFIG GET` on loopback on a loaded machine.
+const CHECKED_WITHIN: Duration = Duration::from_secs(10);
+
+fn address(server: &RedisServer) -> String {
+    format!("127.0.0.1:{}", server.port())
+}
+
+/// The events about `server` at `level` whose message contains `needle`.
+fn events(captured: &Captured, server: &str, level: Level, needle: &str) -> Vec<Record> {
+    captured
+        .about("server", server)
+        .into_iter()
+        .filter(|r| r.kind == "event" && r.level == level && r.name.contains(needle))
+        .collect()
+}
+
+/// Takes and gives back one lock through a new client of `config`.
+async fn use_once(config: Config) {
+    let client = Client::new(config).expect("valid config");
+    let guard = client.lock("eviction").acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+}
+
+/// Waits until the check of `server` has told its outcome (a warning or the debug event that
+/// says the policy keeps lock keys) and returns the warnings.
+async fn checked(captured: &Captured, server: &str) -> Vec<Record> {
+    wait_until_async("the eviction check", CHECKED_WITHIN, || {
+        let warnings = events(captured, server, Level::WARN, "maxmemory-policy");
+        let fine = events(captured, server, Level::DEBUG, "keeps lock keys");
+        let refused = events(
+            captured,
+            server,
+            Level::DEBUG,
+            "could not read maxmemory-policy",
+        );
+        if warnings.is_empty() && fine.is_empty() && refused.is_empty() {
+            Err(format!("nothing told about {server} yet"))
+        } else {
+            Ok(warnings)
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_lock_keys_is_warned_about_once() {
+    let captured = capture::install();
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let url = server.url();
+    use_once(Config::from_url(&url).unwrap()).await;
+    let warnings = checked(&captured, &address(&server)).await;
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    let warning = &warnings[0];
+    assert_eq!(warning.target, "distlock");
+    assert_eq!(warning.field("policy"), Some("allkeys-lru"));
+    assert!(
+        warning.name.contains("mutual exclusion"),
+        "{}",
+        warning.name
+    );
+    assert!(warning.name.contains("noeviction"), "{}", warning.name);
+
+    // Another client, and a reconnect after a restart: still one warning in this process.
+    use_once(Config::from_url(&url).unwrap()).await;
+    let mut server = server;
+    server.restart();
+    use_once(Config::from_url(&url).unwrap()).await;
+    let warnings = events(
+        &captured,
+        &address(&server),
+        Level::WARN,
+        "maxmemory-policy",
+    );
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noeviction_server_gets_no_warning() {
+    let captured = capture::install();
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    use_once(Config::from_url(&server.url()).unwrap()).await;
+    let warnings = checked(&captured, &address(&server)).await;
+    assert!(warnings.is_empty(), "{warnings:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_redlock_master_that_may_evict_is_warned_about() {
+    let captured = capture::install();
+    let masters: Vec<RedisServer> = ["volatile-lru", "noeviction", "allkeys-lfu"]
+        .iter()
+        .map(|policy| RedisServer::start_with(&["--maxmemory-policy", policy]))
+        .collect();
+    let config = Config::redlock(masters.iter().map(RedisServer::url)).unwrap();
+    use_once(config).await;
+    let mut warned = Vec::new();
+    for master in &masters {
+        warned.push(checked(&captured, &address(master)).await.len());
+    }
+    assert_eq!(warned, [1, 0, 1]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_server_that_refuses_config_is_used_without_a_warning() {
+    // Managed Redis often renames or disables CONFIG.
+    let captured = capture::install();
+    let server = RedisServer::start_with(&[
+        "--maxmemory-policy",
+        "allkeys-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ]);
+    use_once(Config::from_url(&server.url()).unwrap()).await;
+    let warnings = checked(&captured, &address(&server)).await;
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    let refused = events(
+        &captured,
+        &address(&server),
+        Level::DEBUG,
+        "could not read maxmemory-policy",
+    );
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+}
