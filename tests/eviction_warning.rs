@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use distlock::{Client, Config};
 use support::capture::{self, Captured, Record};
+use support::cluster::RedisCluster;
 use support::{wait_until_async, RedisServer};
 use tracing::Level;
 
@@ -135,4 +136,31 @@ async fn a_server_that_refuses_config_is_used_without_a_warning() {
         "could not read maxmemory-policy",
     );
     assert_eq!(refused.len(), 1, "{refused:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_primary_that_may_evict_is_warned_about() {
+    let captured = capture::install();
+    let cluster = RedisCluster::start();
+    let primaries = cluster.primaries();
+    for (at, &primary) in primaries.iter().enumerate() {
+        let policy = if at == 0 {
+            "volatile-ttl"
+        } else {
+            "noeviction"
+        };
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query(&mut cluster.connection_to(primary))
+            .expect("CONFIG SET");
+    }
+    use_once(Config::cluster(cluster.urls()).unwrap()).await;
+    let mut warned = Vec::new();
+    for &primary in &primaries {
+        let server = format!("127.0.0.1:{}", cluster.port(primary));
+        warned.push(checked(&captured, &server).await.len());
+    }
+    assert_eq!(warned, [1, 0, 0]);
 }
