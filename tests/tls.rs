@@ -59,6 +59,11 @@ async fn exclusive_over(a: &Client, b: &Client, key: &str) {
 async fn a_rediss_url_works_out_of_the_box_when_the_system_trusts_the_server() {
     let server = trusted_server();
     let config = Config::from_url(&server.url()).expect("a rediss:// URL is accepted");
+    let shown = format!("{config:?}");
+    assert!(
+        shown.contains(&format!("localhost:{} (db 0, TLS)", server.port())),
+        "{shown}"
+    );
     exclusive_over(&client(config.clone()), &client(config), "tls:url").await;
 }
 

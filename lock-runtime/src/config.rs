@@ -73,6 +73,13 @@ pub(crate) enum BackendConfig {
 /// - [`Config::in_memory`] is never chosen silently: a Redis config whose server is down gives
 ///   [`LockError::Backend`] errors, not an in-process fallback.
 /// - `Debug` output and error messages never show the password of a URL.
+/// - A `rediss://` server needs the `tls` feature, which also installs rustls' `ring` crypto
+///   provider as the process default when the application has none (install yours before
+///   making the config to have it used instead).
+/// - On the first connection to each server (per process), its `maxmemory-policy` is read
+///   beside the first request: a policy that may evict keys with a TTL (`volatile-*`,
+///   `allkeys-*`) is warned about once, since an evicted lock key hands the lock to a second
+///   owner. Where `CONFIG` is disabled, nothing is said above debug level.
 ///
 /// ```
 /// use std::time::Duration;

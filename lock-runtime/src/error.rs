@@ -277,7 +277,12 @@ impl fmt::Display for Shortened<'_> {
 /// hold any character, so no string surgery on the URL is safe).
 pub(crate) fn server_address(client: &redis::Client) -> String {
     let info = client.get_connection_info();
-    format!("{} (db {})", info.addr(), info.redis_settings().db())
+    let tls = if crate::tls::is_tls(client) {
+        ", TLS"
+    } else {
+        ""
+    };
+    format!("{} (db {}{tls})", info.addr(), info.redis_settings().db())
 }
 
 #[cfg(test)]

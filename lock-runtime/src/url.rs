@@ -177,6 +177,15 @@ fn check_parts(url: &str, what: &str, scheme: &str) -> Result<(), LockError> {
             ));
         }
     }
+    if parsed.fragment() == Some("insecure") {
+        return Err(bad(
+            "ends in `#insecure`, which would turn off the certificate check; distlock does \
+             not offer that: have the system trust the server's certificate authority, or \
+             build a `redis::Client` with `build_with_tls` and its CA for \
+             `Config::from_redis_client`"
+                .to_owned(),
+        ));
+    }
     if let Some(fragment) = parsed.fragment() {
         let shown: String = fragment.chars().take(20).collect();
         return Err(bad(format!(
@@ -251,6 +260,7 @@ mod tests {
         said("redis://h:6379?protocol=resp9", "`protocol` parameter");
         said("redis+unix:///tmp/r.sock?db=x", "`db` parameter");
         said("redis://:s3cret@h:6379/0#frag", "fragment `#frag`");
+        said("redis://h:6379/#insecure", "certificate check");
         said("redis://0.0.0.0:6379", "wildcard");
         assert!(parse("redis+unix:///tmp/r.sock?db=1&pass=s3cret", UrlFor::Single).is_ok());
         assert!(parse("redis://u:p@h:6379/3?protocol=resp3", UrlFor::Single).is_ok());
