@@ -11,6 +11,7 @@ use std::time::Duration;
 use distlock::{Client, Config};
 use support::capture::{self, Captured, Record};
 use support::cluster::RedisCluster;
+use support::sentinel::SentinelSetup;
 use support::{wait_until_async, RedisServer};
 use tracing::Level;
 
@@ -30,11 +31,13 @@ fn events(captured: &Captured, server: &str, level: Level, needle: &str) -> Vec<
         .collect()
 }
 
-/// Takes and gives back one lock through a new client of `config`.
-async fn use_once(config: Config) {
+/// Takes and gives back one lock through a new client of `config`, and returns the client:
+/// the check runs on its I/O runtime, which ends with it.
+async fn use_once(config: Config) -> Client {
     let client = Client::new(config).expect("valid config");
     let guard = client.lock("eviction").acquire().await.expect("acquire");
     guard.release().await.expect("release");
+    client
 }
 
 /// Waits until the check of `server` has told its outcome (a warning or the debug event that
@@ -63,7 +66,7 @@ async fn a_server_that_may_evict_lock_keys_is_warned_about_once() {
     let captured = capture::install();
     let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
     let url = server.url();
-    use_once(Config::from_url(&url).unwrap()).await;
+    let _client = use_once(Config::from_url(&url).unwrap()).await;
     let warnings = checked(&captured, &address(&server)).await;
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     let warning = &warnings[0];
@@ -77,10 +80,10 @@ async fn a_server_that_may_evict_lock_keys_is_warned_about_once() {
     assert!(warning.name.contains("noeviction"), "{}", warning.name);
 
     // Another client, and a reconnect after a restart: still one warning in this process.
-    use_once(Config::from_url(&url).unwrap()).await;
+    let _client = use_once(Config::from_url(&url).unwrap()).await;
     let mut server = server;
     server.restart();
-    use_once(Config::from_url(&url).unwrap()).await;
+    let _client = use_once(Config::from_url(&url).unwrap()).await;
     let warnings = events(
         &captured,
         &address(&server),
@@ -94,7 +97,7 @@ async fn a_server_that_may_evict_lock_keys_is_warned_about_once() {
 async fn a_noeviction_server_gets_no_warning() {
     let captured = capture::install();
     let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
-    use_once(Config::from_url(&server.url()).unwrap()).await;
+    let _client = use_once(Config::from_url(&server.url()).unwrap()).await;
     let warnings = checked(&captured, &address(&server)).await;
     assert!(warnings.is_empty(), "{warnings:#?}");
 }
@@ -107,7 +110,24 @@ async fn every_redlock_master_that_may_evict_is_warned_about() {
         .map(|policy| RedisServer::start_with(&["--maxmemory-policy", policy]))
         .collect();
     let config = Config::redlock(masters.iter().map(RedisServer::url)).unwrap();
-    use_once(config).await;
+    // A grant needs a majority only, so on a loaded machine a master may still be connecting
+    // when the first lock is done; keep locking until every master has been connected to.
+    let client = Client::new(config).expect("valid config");
+    let told = |master: &RedisServer| {
+        let server = address(master);
+        !events(&captured, &server, Level::WARN, "maxmemory-policy").is_empty()
+            || !events(&captured, &server, Level::DEBUG, "keeps lock keys").is_empty()
+    };
+    let deadline = tokio::time::Instant::now() + CHECKED_WITHIN;
+    while !masters.iter().all(told) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every Redlock master was checked within {CHECKED_WITHIN:?}"
+        );
+        let guard = client.lock("eviction").acquire().await.expect("acquire");
+        guard.release().await.expect("release");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let mut warned = Vec::new();
     for master in &masters {
         warned.push(checked(&captured, &address(master)).await.len());
@@ -126,7 +146,7 @@ async fn a_server_that_refuses_config_is_used_without_a_warning() {
         "CONFIG",
         "",
     ]);
-    use_once(Config::from_url(&server.url()).unwrap()).await;
+    let _client = use_once(Config::from_url(&server.url()).unwrap()).await;
     let warnings = checked(&captured, &address(&server)).await;
     assert!(warnings.is_empty(), "{warnings:#?}");
     let refused = events(
@@ -156,11 +176,29 @@ async fn every_cluster_primary_that_may_evict_is_warned_about() {
             .query(&mut cluster.connection_to(primary))
             .expect("CONFIG SET");
     }
-    use_once(Config::cluster(cluster.urls()).unwrap()).await;
+    let _client = use_once(Config::cluster(cluster.urls()).unwrap()).await;
     let mut warned = Vec::new();
     for &primary in &primaries {
         let server = format!("127.0.0.1:{}", cluster.port(primary));
         warned.push(checked(&captured, &server).await.len());
     }
     assert_eq!(warned, [1, 0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_sentinel_names_is_checked() {
+    let captured = capture::install();
+    let setup = SentinelSetup::start("evictmaster");
+    let primary = setup.current_primary_port();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-random")
+        .query(&mut setup.server(primary).connection())
+        .expect("CONFIG SET");
+    let _client =
+        use_once(Config::sentinel(setup.sentinel_urls(), setup.master_name()).unwrap()).await;
+    let warnings = checked(&captured, &format!("127.0.0.1:{primary}")).await;
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0].field("policy"), Some("allkeys-random"));
 }

@@ -30,14 +30,38 @@ fn config_get() -> redis::Cmd {
     cmd
 }
 
-/// Reads one server's policy over `connection` and warns if it can evict lock keys.
+/// A check under way: if it is dropped unfinished (its client, and with it the I/O runtime,
+/// went away first), the server is to be checked again by the next client that connects.
+struct Pending {
+    server: String,
+    finished: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.finished {
+            CHECKED
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.server);
+        }
+    }
+}
+
+/// Reads one server's policy over `connection` and warns if it can evict lock keys. The
+/// caller has marked `server` with [`first_time`].
 pub(crate) async fn check_node(mut connection: impl ConnectionLike, server: String) {
-    match config_get()
+    let mut pending = Pending {
+        server,
+        finished: false,
+    };
+    let reply = config_get()
         .query_async::<HashMap<String, String>>(&mut connection)
-        .await
-    {
-        Ok(settings) => judge(&server, &settings),
-        Err(err) => refused(&server, &err),
+        .await;
+    pending.finished = true;
+    match reply {
+        Ok(settings) => judge(&pending.server, &settings),
+        Err(err) => refused(&pending.server, &err),
     }
 }
 
