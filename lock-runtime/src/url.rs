@@ -1,7 +1,9 @@
 //! Reading the Redis URLs of a [`Config`](crate::Config): one URL where one server is meant,
-//! lists for Cluster, Sentinel and Redlock, and errors that name the part that cannot work
-//! (a missing scheme, a scheme that needs a cargo feature, a list where one URL is expected)
-//! without ever showing a password. Neighbours: `config.rs` calls it; `error.rs` redacts.
+//! lists for Cluster, Sentinel and Redlock, and errors that name the part that cannot work (a
+//! missing scheme or host, a port out of range, a path that is not a database number, a query
+//! parameter the redis crate would ignore in silence, TLS without the `tls` feature, a list
+//! where one URL is expected) without ever showing a password. Neighbours: `config.rs` calls
+//! it; `tls.rs` readies TLS for a `rediss://` URL; `error.rs` redacts.
 
 use crate::error::LockError;
 
