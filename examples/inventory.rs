@@ -1,6 +1,9 @@
 //! The classic scenario: workers sell items from one stock counter through an annotated
 //! service method. The counter lives in Redis and is updated with a non-atomic GET + SET, so
-//! without the lock concurrent sales overwrite each other; with it, none are lost.
+//! without the lock concurrent sales overwrite each other; with it, none are lost. Under the
+//! lock the SET carries the grant's fencing token (`distlock::fenced::set`): a holder that lost
+//! its lease mid-sale (paused past it) has its write refused instead of overwriting the sale
+//! of the holder after it.
 //!
 //!     cargo run --example inventory                 # 8 tasks in this process
 //!     cargo run --example inventory -- --processes 4  # also 4 OS processes at once
@@ -9,11 +12,11 @@
 //! runs on the in-process backend (the stock then lives in this process, and `--processes` is
 //! not available).
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{distributed_lock, Config, LockError};
+use distlock::fenced::{self, FencedWrite};
+use distlock::{distributed_lock, Config, FencingToken, LockError};
 
 const WORKERS: usize = 8;
 const SALES_PER_WORKER: i64 = 25;
@@ -23,13 +26,25 @@ const INITIAL_STOCK: i64 = 10_000;
 #[derive(Clone)]
 enum Store {
     Redis(redis::aio::MultiplexedConnection),
-    Local(Arc<AtomicI64>),
+    Local(Arc<Mutex<LocalStock>>),
+}
+
+/// The in-process stock, fenced like the Redis key: it remembers the highest token that wrote.
+#[derive(Default)]
+struct LocalStock {
+    value: i64,
+    fence: Option<FencingToken>,
 }
 
 #[derive(Debug)]
 enum AppError {
     Lock(LockError),
     Store(String),
+    /// A sale's write was refused: its lock was lost and a newer holder has written since.
+    Stale {
+        sku: String,
+        highest: FencingToken,
+    },
 }
 
 impl From<LockError> for AppError {
@@ -43,6 +58,11 @@ impl std::fmt::Display for AppError {
         match self {
             AppError::Lock(err) => write!(f, "{err}"),
             AppError::Store(err) => write!(f, "store: {err}"),
+            AppError::Stale { sku, highest } => write!(
+                f,
+                "the sale of {sku} was refused: this worker lost its lock, and the holder \
+                 with token {highest} has written since"
+            ),
         }
     }
 }
@@ -63,10 +83,11 @@ impl InventoryService {
                     .map(|v| v.unwrap_or(0))
                     .map_err(|e| AppError::Store(e.to_string()))
             }
-            Store::Local(stock) => Ok(stock.load(Ordering::SeqCst)),
+            Store::Local(stock) => Ok(local(stock).value),
         }
     }
 
+    /// A plain write: setting the stock up, and the sale without a lock.
     async fn write(&self, sku: &str, value: i64) -> Result<(), AppError> {
         match &self.store {
             Store::Redis(conn) => {
@@ -79,24 +100,95 @@ impl InventoryService {
                     .map_err(|e| AppError::Store(e.to_string()))
             }
             Store::Local(stock) => {
-                stock.store(value, Ordering::SeqCst);
+                local(stock).value = value;
                 Ok(())
             }
+        }
+    }
+
+    /// A write that carries the lock's fencing token: refused (and nothing changed) when a
+    /// holder with a newer token has written since.
+    async fn write_fenced(
+        &self,
+        sku: &str,
+        value: i64,
+        token: FencingToken,
+    ) -> Result<(), AppError> {
+        let outcome = match &self.store {
+            Store::Redis(conn) => {
+                let mut conn = conn.clone();
+                fenced::set(&mut conn, &format!("inventory:{sku}"), value, token)
+                    .await
+                    .map_err(|e| AppError::Store(e.to_string()))?
+            }
+            Store::Local(stock) => {
+                let mut stock = local(stock);
+                match stock.fence {
+                    Some(highest) if token < highest => FencedWrite::Stale { highest },
+                    _ => {
+                        *stock = LocalStock {
+                            value,
+                            fence: Some(token),
+                        };
+                        FencedWrite::Applied(())
+                    }
+                }
+            }
+        };
+        match outcome {
+            FencedWrite::Applied(()) => Ok(()),
+            FencedWrite::Stale { highest } => Err(AppError::Stale {
+                sku: sku.to_owned(),
+                highest,
+            }),
+        }
+    }
+
+    /// The highest fencing token that wrote the stock, if any.
+    async fn fence(&self, sku: &str) -> Result<Option<u64>, AppError> {
+        match &self.store {
+            Store::Redis(conn) => {
+                let mut conn = conn.clone();
+                redis::cmd("GET")
+                    .arg(fenced::fence_key(&format!("inventory:{sku}")))
+                    .query_async::<Option<u64>>(&mut conn)
+                    .await
+                    .map_err(|e| AppError::Store(e.to_string()))
+            }
+            Store::Local(stock) => Ok(local(stock).fence.map(FencingToken::get)),
         }
     }
 
     /// A sale without a lock: read, think, write back.
     async fn sell_unlocked(&self, sku: &str) -> Result<(), AppError> {
         let stock = self.read(sku).await?;
-        tokio::time::sleep(Duration::from_micros(500)).await; // e.g. price the order
+        price_the_order().await;
         self.write(sku, stock - 1).await
     }
 
-    /// The same sale, under a distributed lock on the SKU.
+    /// The same sale, under a distributed lock on the SKU, its write fenced by the grant's
+    /// token.
     #[distributed_lock(key = "inventory:{sku}", lease = "5s", wait = "30s")]
     async fn sell(&self, sku: &str) -> Result<(), AppError> {
-        self.sell_unlocked(sku).await
+        let token = distlock::current()
+            .and_then(|lock| lock.fencing_token())
+            .expect("inside the lock, with fencing on by default");
+        let stock = self.read(sku).await?;
+        price_the_order().await;
+        self.write_fenced(sku, stock - 1, token).await
     }
+}
+
+/// The "think" between a sale's read and its write.
+async fn price_the_order() {
+    tokio::time::sleep(Duration::from_micros(500)).await;
+}
+
+fn local(stock: &Mutex<LocalStock>) -> std::sync::MutexGuard<'_, LocalStock> {
+    // A panic elsewhere while holding it leaves a number that is still a number.
+    stock
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 async fn run(
@@ -149,7 +241,7 @@ async fn main() -> Result<(), AppError> {
             println!("running on the in-process backend instead\n");
             distlock::init(Config::in_memory())?;
             Arc::new(InventoryService {
-                store: Store::Local(Arc::new(AtomicI64::new(0))),
+                store: Store::Local(Arc::default()),
             })
         }
     };
@@ -188,6 +280,14 @@ async fn main() -> Result<(), AppError> {
             },
             left - expected
         );
+        if locked {
+            if let Some(fence) = service.fence(sku).await? {
+                println!(
+                    "{:<16} the last sale wrote with fencing token {fence}; a lower one is refused",
+                    ""
+                );
+            }
+        }
     }
     Ok(())
 }

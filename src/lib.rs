@@ -35,6 +35,9 @@
 //! locks in the process with the same semantics; it is never chosen in place of Redis unless
 //! you ask for it.
 //!
+//! The resource side of fencing, for data in Redis (a write refused unless its token is
+//! current) and the pattern for SQL databases, is in [`fenced`].
+//!
 //! Misuse is a compile error at the offending token, e.g. a placeholder that names no
 //! parameter:
 //!
@@ -52,18 +55,27 @@
 /// |---|---|---|
 /// | `key` | template: `{name}`, `{name.field.0}`, `{self.field}` by `Display`; `{{` `}}` escape | required |
 /// | `mode` | `"exclusive"` or `"write"` (the same lock), or `"read"` (shared among readers) | `"exclusive"` |
-/// | `lease` | lease per grant: `"250ms"`, `"15s"`, `"2m"`, `"1h"`, `"1m30s"` | config (30 s) |
-/// | `wait` | how long to wait while the lock is held; `"0s"` tries once | config (10 s) |
-/// | `max_hold` | stop renewing after this long; with `on_lost = "abort"` return `LockError::HeldTooLong` | none |
+/// | `lease` | lease per grant: `"250ms"`, `"15s"`, `"2m"`, `"1h"`, `"1m30s"`, or a `Duration` expression | config (30 s) |
+/// | `wait` | how long to wait while the lock is held; `"0s"` tries once; or a `Duration` expression | config (10 s) |
+/// | `max_hold` | stop renewing after this long; with `on_lost = "abort"` return `LockError::HeldTooLong`; or a `Duration` expression | none |
 /// | `watchdog` | renew the lease while the body runs | `true` |
 /// | `on_lost` | `"abort"`: cancel the body, return `LockError::LeaseLost`; `"continue"`: let it finish | `"abort"` |
+/// | `fencing` | `false`: no fencing token, a bare `SET NX PX` | config (`true`) |
+/// | `client` | an expression reaching the [`Client`] to lock through (`self.locks`, `&LOCKS`, `state.locks()`) | the global client of [`init`] |
 /// | `crate` | path of this crate when renamed | `::distlock` |
 ///
+/// Duration literals are checked at compile time; a duration expression (a const, a field, a
+/// call) is checked when the fn is called: a lease out of bounds or a `max_hold` shorter than
+/// the lease returns `LockError::Config` naming the argument, and the body does not run. The
+/// `client` and duration expressions are evaluated once, before the body runs.
+///
 /// The fn must return `Result<T, E>` with `E: From<LockError>` (so `anyhow::Result` works).
-/// A call that finds the same key already held by its own task (through this attribute) joins
-/// that grant instead of waiting: the outer grant's lease and watchdog apply, the call's own
-/// `on_lost` too. A spawned task is another owner. Read inside read, write inside write and
-/// read inside write join; write inside read fails at once with `LockError::UpgradeRefused`.
+/// A call that finds the same lock (the same key through the same client, or a clone of it)
+/// already held by its own task (through this attribute) joins that grant instead of waiting:
+/// the outer grant's lease and watchdog apply, the call's own `on_lost` too. The same key
+/// through another client is another owner's lock, waited for. A spawned task is another
+/// owner. Read inside read, write inside write and read inside write join; write inside read
+/// fails at once with `LockError::UpgradeRefused`.
 ///
 /// ```no_run
 /// #[distlock::distributed_lock(key = "report:{day}", lease = "2m", wait = "0s")]
@@ -71,15 +83,36 @@
 ///     Ok(())
 /// }
 /// ```
+///
+/// Through a client of one's own, with a lease from a const (no [`init`] needed):
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// const LEASE: Duration = Duration::from_secs(15);
+///
+/// struct Billing {
+///     locks: distlock::Client,
+/// }
+///
+/// impl Billing {
+///     #[distlock::distributed_lock(key = "invoice:{id}", client = self.locks, lease = LEASE)]
+///     async fn settle(&self, id: u64) -> Result<(), distlock::LockError> {
+///         Ok(())
+///     }
+/// }
+/// ```
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    current, init, lock, read_lock, shutdown, write_lock, BackendError, BackendErrorKind, Client,
-    Config, FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest,
+    current, init, lock, read_lock, shutdown, try_init, write_lock, BackendError, BackendErrorKind,
+    Client, Config, FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest,
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
     ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
     LOG_TARGET, MAX_KEY_LEN, MAX_LEASE, METRICS, MIN_LEASE,
 };
+
+pub use lock_runtime::fenced;
 
 #[doc(hidden)]
 pub use lock_runtime::__private;

@@ -701,3 +701,232 @@ async fn joined_calls_driven_side_by_side_in_one_task_take_turns() {
         "two joined calls overlapped and one update was lost"
     );
 }
+
+// ---- `client = <expr>` and duration expressions -------------------------------------------
+
+/// A client of its own, on a server of its own: what its locks exclude, the global client's
+/// server cannot see.
+struct Warehouse {
+    locks: distlock::Client,
+    wait: Duration,
+    active: AtomicU64,
+    most_active: AtomicU64,
+}
+
+impl Warehouse {
+    fn new(server: &RedisServer) -> Self {
+        let config = distlock::Config::from_url(&server.url())
+            .expect("url")
+            .backoff(Duration::from_millis(1), Duration::from_millis(20));
+        Warehouse {
+            locks: distlock::Client::new(config).expect("client"),
+            wait: Duration::from_secs(30),
+            active: AtomicU64::new(0),
+            most_active: AtomicU64::new(0),
+        }
+    }
+
+    #[distributed_lock(key = "stock:{sku}", client = self.locks, wait = self.wait)]
+    async fn reserve(&self, sku: &str) -> Result<(), AppError> {
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_active.fetch_max(now, Ordering::SeqCst);
+        // A window for a second holder to overlap, were the lock not exclusive.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Reports who can take `stock:{sku}` while this holds it: this client, the global one.
+    #[distributed_lock(key = "stock:{sku}", client = self.locks)]
+    async fn rivals_while_held(&self, sku: &str) -> Result<(bool, bool), AppError> {
+        let same_client = self
+            .locks
+            .lock(format!("stock:{sku}"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        let global = distlock::lock(format!("stock:{sku}"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        let global_taken = match global {
+            Ok(guard) => guard.release().await.is_ok(),
+            Err(_) => false,
+        };
+        Ok((same_client.is_ok(), global_taken))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_with_client_self_locks_excludes_a_concurrent_call_through_that_client() {
+    init_once();
+    let server = RedisServer::start();
+    let warehouse = Arc::new(Warehouse::new(&server));
+    // Through `self.locks`, on its server: the global client, on another, is not involved.
+    let (same_client_taken, global_taken) = warehouse.rivals_while_held("rival").await.unwrap();
+    assert!(
+        !same_client_taken,
+        "a rival through the same client took a held lock"
+    );
+    assert!(
+        global_taken,
+        "the global client's server saw the lock: taken through it?"
+    );
+
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let warehouse = warehouse.clone();
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    warehouse.reserve("sku-1").await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(warehouse.most_active.load(Ordering::SeqCst), 1);
+}
+
+#[async_trait::async_trait]
+trait Restock {
+    async fn restock(self: Arc<Self>, sku: &str) -> Result<bool, AppError>;
+}
+
+#[async_trait::async_trait]
+impl Restock for Warehouse {
+    /// An `#[async_trait]` method whose body moves `self`: the client was taken before.
+    #[distributed_lock(key = "stock:{sku}", client = self.locks, lease = SHORT_LEASE)]
+    async fn restock(self: Arc<Self>, sku: &str) -> Result<bool, AppError> {
+        let moved = self;
+        let rival = moved
+            .locks
+            .lock(format!("stock:{sku}"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        Ok(matches!(rival, Err(LockError::Timeout { .. })))
+    }
+}
+
+#[tokio::test]
+async fn an_async_trait_method_locks_through_its_client_even_when_its_body_moves_self() {
+    init_once();
+    let server = RedisServer::start();
+    let warehouse = Arc::new(Warehouse::new(&server));
+    assert!(
+        warehouse.clone().restock("sku-2").await.unwrap(),
+        "a rival through the same client took the lock the method held"
+    );
+}
+
+#[distributed_lock(key = "shared:{id}", client = locks, wait = "0s")]
+async fn nested_through(locks: &distlock::Client, id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+/// What a nested call returned.
+type Nested = Result<u64, AppError>;
+
+#[distributed_lock(key = "shared:{id}", client = outer, wait = "0s")]
+async fn outer_through(
+    outer: &distlock::Client,
+    inner: &distlock::Client,
+    id: u64,
+) -> Result<(Nested, Nested), AppError> {
+    Ok((
+        nested_through(outer, id).await,
+        nested_through(inner, id).await,
+    ))
+}
+
+#[tokio::test]
+async fn a_nested_call_joins_through_the_same_client_and_waits_through_another() {
+    let server = init_once();
+    let client = || {
+        distlock::Client::new(distlock::Config::from_url(&server.url()).expect("url"))
+            .expect("client")
+    };
+    let (one, other) = (client(), client());
+    let (same, another) = outer_through(&one, &other, 7).await.unwrap();
+    // A clone is the same client; joined, with `wait = "0s"` and the key held.
+    assert_eq!(same.unwrap(), 7);
+    assert!(
+        matches!(another, Err(AppError::Lock(LockError::Timeout { .. }))),
+        "another client is another owner: {another:?}"
+    );
+    let cloned = one.clone();
+    let (same, _) = outer_through(&one, &cloned, 8).await.unwrap();
+    assert_eq!(same.unwrap(), 8);
+}
+
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+/// With no watchdog, the lease from the const is a hard limit: a rival gets the lock when it
+/// runs out (the default lease, 30s, would outlast the rival's wait).
+#[distributed_lock(
+    key = "const-lease",
+    lease = SHORT_LEASE,
+    watchdog = false,
+    on_lost = "continue"
+)]
+async fn holds_for_the_const_lease() -> Result<Duration, AppError> {
+    let started = Instant::now();
+    let rival = distlock::lock("const-lease")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    let waited = started.elapsed();
+    rival.release().await?;
+    Ok(waited)
+}
+
+#[tokio::test]
+async fn a_const_lease_is_honoured() {
+    init_once();
+    let waited = holds_for_the_const_lease().await.unwrap();
+    assert!(
+        waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+        "the rival waited {waited:?} for a 300ms lease"
+    );
+}
+
+static RAN_WITH_BAD_DURATIONS: AtomicU64 = AtomicU64::new(0);
+
+fn half_a_second() -> Duration {
+    Duration::from_millis(500)
+}
+
+#[distributed_lock(key = "bad-max-hold", lease = "1s", max_hold = half_a_second())]
+async fn max_hold_below_the_lease() -> Result<(), AppError> {
+    RAN_WITH_BAD_DURATIONS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(key = "zero-lease", lease = Duration::ZERO)]
+async fn zero_lease() -> Result<(), AppError> {
+    RAN_WITH_BAD_DURATIONS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn duration_expressions_are_checked_at_run_time_with_an_error_naming_the_argument() {
+    init_once();
+    match max_hold_below_the_lease().await {
+        Err(AppError::Lock(LockError::Config(msg))) => {
+            assert!(msg.contains("`max_hold = half_a_second()`"), "{msg}");
+            assert!(msg.contains("bad-max-hold"), "{msg}");
+            assert!(msg.contains("at least the lease"), "{msg}");
+        }
+        other => panic!("expected LockError::Config, got {other:?}"),
+    }
+    match zero_lease().await {
+        Err(AppError::Lock(LockError::Config(msg))) => {
+            assert!(msg.contains("`lease = Duration::ZERO`"), "{msg}");
+            assert!(msg.contains("zero-lease"), "{msg}");
+        }
+        other => panic!("expected LockError::Config, got {other:?}"),
+    }
+    assert_eq!(RAN_WITH_BAD_DURATIONS.load(Ordering::SeqCst), 0);
+}

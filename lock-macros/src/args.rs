@@ -1,5 +1,7 @@
-//! The attribute's arguments: `name = literal` pairs, parsed into [`Args`]. Every problem is
-//! collected (unknown name, duplicate, wrong literal kind) so the user sees them all at once.
+//! The attribute's arguments: `name = value` pairs, parsed into [`Args`]. Most values are
+//! literals; `client` is an expression, and the durations are a literal (checked at compile time
+//! by `validate`) or an expression (checked at run time). Every problem is collected (unknown
+//! name, duplicate, wrong kind of value) so the user sees them all at once.
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
@@ -7,20 +9,30 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `mode`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `crate`";
+    "`key`, `mode`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `client`, `crate`";
+
+/// A duration argument as written.
+pub(crate) enum DurationArg {
+    /// `lease = "15s"`: parsed and checked at compile time.
+    Literal(LitStr),
+    /// `lease = LEASE`, `lease = self.lease`: a `core::time::Duration`, checked at run time.
+    Expr(Expr),
+}
 
 /// The arguments as written; rules across them are checked in `validate`.
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
     pub(crate) mode: Option<LitStr>,
-    pub(crate) lease: Option<LitStr>,
-    pub(crate) wait: Option<LitStr>,
-    pub(crate) max_hold: Option<LitStr>,
+    pub(crate) lease: Option<DurationArg>,
+    pub(crate) wait: Option<DurationArg>,
+    pub(crate) max_hold: Option<DurationArg>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) fencing: Option<LitBool>,
     pub(crate) on_lost: Option<LitStr>,
     pub(crate) krate: Option<LitStr>,
+    /// `client = <expr>`: a `&distlock::Client` to lock through instead of the global one.
+    pub(crate) client: Option<Expr>,
     /// `key` was written, even if its value was unusable (so "missing `key`" is not said too).
     pub(crate) key_given: bool,
     /// Problems found while parsing; parsing goes on past them.
@@ -74,9 +86,10 @@ impl Args {
         let result = match name.to_string().as_str() {
             "key" => string(name, value).and_then(|v| set_once(&mut self.key, name, v)),
             "mode" => string(name, value).and_then(|v| set_once(&mut self.mode, name, v)),
-            "lease" => string(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
-            "wait" => string(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
-            "max_hold" => string(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
+            "lease" => duration(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
+            "wait" => duration(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
+            "max_hold" => duration(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
+            "client" => client(name, value).and_then(|v| set_once(&mut self.client, name, v)),
             "on_lost" => string(name, value).and_then(|v| set_once(&mut self.on_lost, name, v)),
             "crate" => string(name, value).and_then(|v| set_once(&mut self.krate, name, v)),
             "watchdog" => boolean(name, value).and_then(|v| set_once(&mut self.watchdog, name, v)),
@@ -123,6 +136,36 @@ fn string(name: &Ident, value: Expr) -> syn::Result<LitStr> {
             other,
             format!("`{name}` takes a string literal, e.g. {}", example(name)),
         )),
+    }
+}
+
+/// A string literal is a duration to parse; any other literal is a mistake (`lease = 15` has
+/// no unit); anything else is an expression the compiler types as a `Duration`.
+fn duration(name: &Ident, value: Expr) -> syn::Result<DurationArg> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(DurationArg::Literal(lit)),
+        Expr::Lit(other) => Err(syn::Error::new_spanned(
+            other,
+            format!(
+                "`{name}` takes a duration literal like {} or a `Duration` expression (a const, a field, `Duration::from_secs(15)`)",
+                example(name)
+            ),
+        )),
+        expr => Ok(DurationArg::Expr(expr)),
+    }
+}
+
+/// `client` is an expression; a literal (`client = "locks"`) is the likely mistake of naming
+/// the client instead of writing the expression that reaches it.
+fn client(name: &Ident, value: Expr) -> syn::Result<Expr> {
+    match value {
+        Expr::Lit(lit) => Err(syn::Error::new_spanned(
+            lit,
+            format!("`{name}` takes an expression that evaluates to a `&distlock::Client`, e.g. `client = self.locks` or `client = &LOCKS`, not a literal"),
+        )),
+        expr => Ok(expr),
     }
 }
 

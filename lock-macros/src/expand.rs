@@ -3,15 +3,15 @@
 //! the `compile_error!`s, so the rest of the crate (and rust-analyzer) keeps working, and the
 //! crate does not build: there is no path that emits the fn unlocked without an error.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{AttrStyle, Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
 
 use crate::args::Args;
 use crate::key;
-use crate::validate::{self, Checked, Mode};
+use crate::validate::{self, Checked, Duration, Mode};
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut function: ItemFn = match syn::parse2(item.clone()) {
@@ -107,12 +107,20 @@ impl<'a> Shape<'a> {
 }
 
 /// The names an `#[async_trait]` body binds before the user's code: `self` (as `__self`) and
-/// the parameters it rebinds, including those of destructuring patterns.
+/// the parameters it rebinds, including those of destructuring patterns, plus the parameters
+/// of reference type, which it captures as they are (`sku: &str` is not rebound).
 fn rebound_names(sig: &syn::Signature, bindings: &[Stmt]) -> Vec<syn::Ident> {
     let mut names: Vec<syn::Ident> = key::parameter_names(sig)
         .into_iter()
         .filter(|name| name == "self")
         .collect();
+    for input in &sig.inputs {
+        if let syn::FnArg::Typed(typed) = input {
+            if let (Type::Reference(_), Pat::Ident(ident)) = (&*typed.ty, &*typed.pat) {
+                names.push(ident.ident.clone());
+            }
+        }
+    }
     for stmt in bindings {
         if let Stmt::Local(local) = stmt {
             key::bound_names(&local.pat, &mut names);
@@ -128,8 +136,15 @@ fn with_error(mut item: TokenStream, err: syn::Error) -> TokenStream {
     item
 }
 
-/// `let __distlock_key = format!(…);` and the `LockSpec` value, naming `self` as `receiver`.
-fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, TokenStream) {
+/// The statements before the locked call, in the order the user's code runs: the client, the
+/// key, then each duration expression, all before the body can move an argument. `receiver` is
+/// what `self` is called where they run (`__self` in an `#[async_trait]` future).
+//
+//     let __distlock_client = ::distlock::__private::client_of(&(self.locks));  // or global_client()
+//     let __distlock_key = ::distlock::__private::format!("order:{}", &(order_id));
+//     let __distlock_lease: ::distlock::__private::Duration = LEASE;  // an expression only
+//     let __distlock_spec = ::distlock::__private::LockSpec { lease: Some(__distlock_lease), … };
+fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     let krate = &checked.krate;
     let format = &checked.template.format;
     let arguments = checked
@@ -138,19 +153,42 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
         .iter()
         .zip(&checked.key_roots)
         .map(|(placeholder, root)| key::argument(placeholder, root, receiver));
-    let binding = key_binding();
-    let key = quote! {
-        let #binding = #krate::__private::format!(#format #(, #arguments)*);
-    };
-    let millis = |ms: Option<u64>| match ms {
-        Some(ms) => {
-            quote!(::core::option::Option::Some(#krate::__private::Duration::from_millis(#ms)))
+    let client = binding("client");
+    let client_value = match &checked.client {
+        // Spanned at the expression: a value that is no `&Client` is reported there.
+        Some(expr) => {
+            let expr = with_receiver(expr.to_token_stream(), receiver);
+            quote_spanned!(expr_span(&checked.client)=> #krate::__private::client_of(&(#expr)))
         }
-        None => quote!(::core::option::Option::None),
+        None => quote!(#krate::__private::global_client()),
     };
-    let lease = millis(checked.lease_ms);
-    let wait = millis(checked.wait_ms);
-    let max_hold = millis(checked.max_hold_ms);
+    let key = binding("key");
+    let mut durations = TokenStream::new();
+    let mut duration = |name: &str, value: &Option<Duration>| match value {
+        None => (
+            quote!(::core::option::Option::None),
+            quote!(::core::option::Option::None),
+        ),
+        Some(Duration::Millis(ms)) => (
+            quote!(::core::option::Option::Some(#krate::__private::Duration::from_millis(#ms))),
+            quote!(::core::option::Option::None),
+        ),
+        Some(Duration::Expr(expr)) => {
+            let local = binding(name);
+            let written = source_text(expr.to_token_stream());
+            let expr = with_receiver(expr.to_token_stream(), receiver);
+            durations.extend(quote! {
+                let #local: #krate::__private::Duration = #expr;
+            });
+            (
+                quote!(::core::option::Option::Some(#local)),
+                quote!(::core::option::Option::Some(#written)),
+            )
+        }
+    };
+    let (lease, lease_expr) = duration("lease", &checked.lease);
+    let (wait, _) = duration("wait", &checked.wait);
+    let (max_hold, max_hold_expr) = duration("max_hold", &checked.max_hold);
     let watchdog = checked.watchdog;
     let fencing = match checked.fencing {
         Some(fencing) => quote!(::core::option::Option::Some(#fencing)),
@@ -165,32 +203,150 @@ fn key_and_spec(checked: &Checked, receiver: &TokenStream) -> (TokenStream, Toke
         Mode::Write => quote!(#krate::__private::LockMode::Write),
         Mode::Read => quote!(#krate::__private::LockMode::Read),
     };
-    let spec = quote! {
-        #krate::__private::LockSpec { mode: #mode, lease: #lease, wait: #wait, max_hold: #max_hold, watchdog: #watchdog, on_lost: #on_lost, fencing: #fencing }
-    };
-    (key, spec)
+    let spec = binding("spec");
+    quote! {
+        let #client = #client_value;
+        let #key = #krate::__private::format!(#format #(, #arguments)*);
+        #durations
+        let #spec = #krate::__private::LockSpec {
+            mode: #mode,
+            lease: #lease,
+            wait: #wait,
+            max_hold: #max_hold,
+            watchdog: #watchdog,
+            on_lost: #on_lost,
+            fencing: #fencing,
+            lease_expr: #lease_expr,
+            max_hold_expr: #max_hold_expr,
+        };
+    }
+}
+
+/// `run_locked(client, key, spec, into, async move { BODY })`, naming the bindings of [`locals`].
+fn locked_call(checked: &Checked, body: TokenStream) -> TokenStream {
+    let krate = &checked.krate;
+    let (client, key, spec, into) = (
+        binding("client"),
+        binding("key"),
+        binding("spec"),
+        binding("into"),
+    );
+    quote! {
+        #krate::__private::run_locked(#client, #key, #spec, #into, async move { #body })
+    }
+}
+
+/// `let __distlock_into = lock_error_into::<R>();` (`impl Trait` in `R` as `_`): the one check that the return type can
+/// carry a lock error, spanned at the return type so its error is reported there, once.
+fn into_binding(checked: &Checked, ty: &Type, span: Span) -> TokenStream {
+    // Every token of the call at the return type, the crate path too: a call whose tokens come
+    // from two places is reported at the attribute.
+    let krate = respanned(checked.krate.to_token_stream(), span);
+    let into = binding("into");
+    // The type's own tokens in the turbofish: the error underlines all of it.
+    quote_spanned! {span=>
+        let #into = #krate::__private::lock_error_into::<#ty>();
+    }
+}
+
+/// An expression as the user wrote it, near enough for an error message: `Duration::ZERO`,
+/// `self.lease`, `f(a, b)` (`stringify!` would space every token: `Duration :: ZERO`).
+fn source_text(tokens: TokenStream) -> String {
+    let mut text = String::new();
+    let mut word_before = false;
+    for token in tokens {
+        let word = matches!(token, TokenTree::Ident(_) | TokenTree::Literal(_));
+        if word && word_before {
+            text.push(' ');
+        }
+        word_before = word;
+        match token {
+            TokenTree::Group(group) => {
+                let (open, close) = match group.delimiter() {
+                    Delimiter::Parenthesis => ("(", ")"),
+                    Delimiter::Bracket => ("[", "]"),
+                    Delimiter::Brace => ("{ ", " }"),
+                    Delimiter::None => ("", ""),
+                };
+                text.push_str(open);
+                text.push_str(&source_text(group.stream()));
+                text.push_str(close);
+            }
+            TokenTree::Punct(punct) => {
+                text.push(punct.as_char());
+                if punct.as_char() == ',' {
+                    text.push(' ');
+                }
+            }
+            other => text.push_str(&other.to_string()),
+        }
+    }
+    text
+}
+
+/// `tokens` with every span set to `span`.
+fn respanned(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner = Group::new(group.delimiter(), respanned(group.stream(), span));
+                inner.set_span(span);
+                token = TokenTree::Group(inner);
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
+}
+
+/// The span of an optional expression, or the attribute's.
+fn expr_span(expr: &Option<syn::Expr>) -> Span {
+    expr.as_ref().map_or_else(Span::call_site, Spanned::span)
+}
+
+/// `tokens` with every `self` replaced by `receiver`, for expressions moved into an
+/// `#[async_trait]` future (where `self` is `__self`).
+fn with_receiver(tokens: TokenStream, receiver: &TokenStream) -> TokenStream {
+    tokens
+        .into_iter()
+        .flat_map(|token| match token {
+            TokenTree::Ident(ident) if ident == "self" => receiver.clone(),
+            TokenTree::Group(group) => {
+                let mut inner =
+                    Group::new(group.delimiter(), with_receiver(group.stream(), receiver));
+                inner.set_span(group.span());
+                TokenTree::Group(inner).into()
+            }
+            other => other.into(),
+        })
+        .collect()
 }
 
 // Input:
 //
-//     #[distributed_lock(key = "order:{order_id}", lease = "15s")]
+//     #[distributed_lock(key = "order:{order_id}", lease = "15s", client = self.locks)]
 //     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> { BODY }
 //
 // Output:
 //
 //     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> {
-//         ::distlock::__private::assert_lock_result::<Result<(), AppError>>();
+//         let __distlock_into = ::distlock::__private::lock_error_into::<Result<(), AppError>>();
+//         let __distlock_client = ::distlock::__private::client_of(&(self.locks));
 //         let __distlock_key = ::distlock::__private::format!("order:{}", &(order_id));
-//         ::distlock::__private::run_locked(#binding, LockSpec { … }, async move {
-//             #[allow(unreachable_code)]
-//             if false { let __distlock_fake: Result<(), AppError> = loop {}; return __distlock_fake; }
-//             BODY
-//         })
+//         let __distlock_spec = ::distlock::__private::LockSpec { … };
+//         ::distlock::__private::run_locked(__distlock_client, __distlock_key, __distlock_spec,
+//             __distlock_into, async move {
+//                 #[allow(unreachable_code)]
+//                 if false { let __distlock_fake: Result<(), AppError> = loop {}; return __distlock_fake; }
+//                 BODY
+//             })
 //         .await
 //     }
 //
-// The key is built first, before the body can move an argument; the fake return edge pins the
-// async block's output to the fn's return type so `?` and `return` infer as in the original.
+// The arguments are evaluated first, before the body can move an argument; the fake return
+// edge pins the async block's output to the fn's return type so `?` and `return` infer as in
+// the original.
 fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
     let ItemFn {
         attrs,
@@ -206,33 +362,28 @@ fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
     // `let` cannot name `impl Trait`: let inference fill those parts in.
     let mut pinned = output.clone();
     ImplTraitToInfer.visit_type_mut(&mut pinned);
-    let krate = &checked.krate;
-    let (key, spec) = key_and_spec(checked, &quote!(self));
-    // Mixed-site hygiene, but located at the return type, so a type error points there.
-    let fake = syn::Ident::new(
-        "__distlock_fake",
-        Span::mixed_site().located_at(output.span()),
-    );
-    let assert = quote_spanned! {output.span()=>
-        #krate::__private::assert_lock_result_of(&#fake);
-    };
+    let into = into_binding(checked, &pinned, output.span());
+    let locals = locals(checked, &quote!(self));
+    let fake = binding("fake");
     let stmts = &block.stmts;
-    let binding = key_binding();
+    let call = locked_call(
+        checked,
+        quote! {
+            #[allow(unreachable_code, clippy::diverging_sub_expression)]
+            if false {
+                let #fake: #pinned = loop {};
+                return #fake;
+            }
+            #(#stmts)*
+        },
+    );
     quote! {
         #(#outer)*
         #vis #sig {
             #(#inner)*
-            #key
-            #krate::__private::run_locked(#binding, #spec, async move {
-                #[allow(unreachable_code, clippy::diverging_sub_expression)]
-                if false {
-                    let #fake: #pinned = loop {};
-                    #assert
-                    return #fake;
-                }
-                #(#stmts)*
-            })
-            .await
+            #into
+            #locals
+            #call.await
         }
     }
 }
@@ -311,11 +462,11 @@ fn boxed_async_block(block: &mut Block) -> Option<&mut Block> {
 //
 // Output: the same, with the `let __ret` statement replaced by
 //
-//     let __distlock_key = ::distlock::__private::format!("…", &(__self.field), &(id));
-//     let __ret: R = ::distlock::__private::run_locked(#binding, LockSpec { … },
-//         async move { let __ret: R = { BODY }; __ret }).await;
+//     let __distlock_into = ::distlock::__private::lock_error_into::<R>();
+//     let __distlock_client = …; let __distlock_key = …; let __distlock_spec = …;  // `self` as `__self`
+//     let __ret: R = ::distlock::__private::run_locked(__distlock_client, __distlock_key,
+//         __distlock_spec, __distlock_into, async move { let __ret: R = { BODY }; __ret }).await;
 fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Checked, output: Type) {
-    let krate = checked.krate.clone();
     let renamed_self = future.stmts[..ret.index].iter().any(|stmt| {
         matches!(stmt, Stmt::Local(local) if matches!(&local.pat, Pat::Ident(p) if p.ident == "__self"))
     });
@@ -324,29 +475,30 @@ fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Chec
     } else {
         quote!(self)
     };
-    let (key, spec) = key_and_spec(checked, &receiver);
+    let locals = locals(checked, &receiver);
     let body = &future.stmts[ret.index];
     let ty = ret.ty.map_or(output, |ty| *ty);
-    let assert = quote_spanned! {ty.span()=>
-        #krate::__private::assert_lock_result::<#ty>();
-    };
-    let binding = key_binding();
-    let replacement: Vec<Stmt> = syn::parse_quote! {
-        #assert
-        #key
-        let __ret: #ty = #krate::__private::run_locked(#binding, #spec, async move {
+    let into = into_binding(checked, &ty, ty.span());
+    let call = locked_call(
+        checked,
+        quote! {
             #body
             #[allow(unreachable_code)]
             __ret
-        })
-        .await;
+        },
+    );
+    let replacement: Vec<Stmt> = syn::parse_quote! {
+        #into
+        #locals
+        let __ret: #ty = #call.await;
     };
     future.stmts.splice(ret.index..=ret.index, replacement);
 }
 
-/// The internal binding of the key; mixed-site, so it cannot clash with the user's names.
-fn key_binding() -> syn::Ident {
-    syn::Ident::new("__distlock_key", Span::mixed_site())
+/// An internal binding, `__distlock_<name>`; mixed-site, so it cannot clash with the user's
+/// names.
+fn binding(name: &str) -> syn::Ident {
+    syn::Ident::new(&format!("__distlock_{name}"), Span::mixed_site())
 }
 
 #[cfg(test)]
@@ -363,6 +515,30 @@ mod tests {
             locks ^ fails,
             "neither locked nor an error for `{item}`:\n{output}"
         );
+    }
+
+    #[test]
+    fn self_in_an_expression_becomes_the_receiver_also_inside_groups() {
+        let expr = quote!(self.locks(&self.config[0]));
+        let replaced = with_receiver(expr, &quote!(__self)).to_string();
+        assert_eq!(
+            replaced,
+            quote!(__self.locks(&__self.config[0])).to_string()
+        );
+    }
+
+    #[test]
+    fn an_expression_is_shown_as_written() {
+        for written in [
+            "Duration::ZERO",
+            "self.lease",
+            "Duration::from_millis(500)",
+            "settings.lease(1, &x)",
+            "LEASES[2]",
+        ] {
+            let expr: syn::Expr = syn::parse_str(written).unwrap();
+            assert_eq!(source_text(expr.to_token_stream()), written);
+        }
     }
 
     #[test]

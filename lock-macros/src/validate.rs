@@ -1,11 +1,12 @@
 //! Rules across the arguments and the fn: a key is required, every placeholder names a
 //! parameter, durations parse and a lease is not zero, `mode` and `on_lost` are known, the fn is async and
-//! returns something. All problems are combined into one error.
+//! returns something. All problems are combined into one error. Duration and client
+//! expressions pass through unchecked: the compiler types them, the runtime checks their values.
 
 use syn::ext::IdentExt;
 use syn::{LitStr, ReturnType, Signature};
 
-use crate::args::{attribute_span, Args};
+use crate::args::{attribute_span, Args, DurationArg};
 use crate::duration;
 use crate::key::{self, Template};
 
@@ -19,14 +20,24 @@ pub(crate) struct Checked {
     /// The parameter each placeholder's root names, in order.
     pub(crate) key_roots: Vec<syn::Ident>,
     pub(crate) mode: Mode,
-    pub(crate) lease_ms: Option<u64>,
-    pub(crate) wait_ms: Option<u64>,
-    pub(crate) max_hold_ms: Option<u64>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    /// `client = …` as written; unset locks through the global client.
+    pub(crate) client: Option<syn::Expr>,
     pub(crate) watchdog: bool,
     /// `fencing = …` as written; unset leaves it to the client's config.
     pub(crate) fencing: Option<bool>,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
+}
+
+/// A duration argument, checked as far as the macro can.
+pub(crate) enum Duration {
+    /// A literal, in milliseconds: valid.
+    Millis(u64),
+    /// An expression: the compiler checks its type, the runtime its value.
+    Expr(syn::Expr),
 }
 
 /// The side of the key's read/write lock the fn takes.
@@ -124,11 +135,8 @@ pub(crate) fn check(
         }),
     };
 
-    let lease_ms = args
-        .lease
-        .as_ref()
-        .and_then(|lit| errors.check(parse_duration(lit)));
-    if let (Some(ms), Some(lit)) = (lease_ms, &args.lease) {
+    let lease_ms = literal(&args.lease).and_then(|lit| errors.check(parse_duration(lit)));
+    if let (Some(ms), Some(lit)) = (lease_ms, literal(&args.lease)) {
         let problem = match ms {
             0 => Some("a lease of zero would expire at once; give a positive duration like `15s`"),
             1..MIN_LEASE_MS => {
@@ -141,19 +149,17 @@ pub(crate) fn check(
             errors.push(syn::Error::new(lit.span(), problem));
         }
     }
-    let wait_ms = args
-        .wait
-        .as_ref()
-        .and_then(|lit| errors.check(parse_duration(lit)));
+    let wait_ms = literal(&args.wait).and_then(|lit| errors.check(parse_duration(lit)));
 
-    let max_hold_ms = args
-        .max_hold
-        .as_ref()
-        .and_then(|lit| errors.check(parse_duration(lit)));
-    // Against the config's default lease, which the macro cannot see, the runtime checks.
-    if let (Some(ms), Some(lit), Some(lease), Some(lease_lit)) =
-        (max_hold_ms, &args.max_hold, lease_ms, &args.lease)
-    {
+    let max_hold_ms = literal(&args.max_hold).and_then(|lit| errors.check(parse_duration(lit)));
+    // Against an expression or the config's default lease, which the macro cannot see, the
+    // runtime checks.
+    if let (Some(ms), Some(lit), Some(lease), Some(lease_lit)) = (
+        max_hold_ms,
+        literal(&args.max_hold),
+        lease_ms,
+        literal(&args.lease),
+    ) {
         if ms < lease {
             errors.push(syn::Error::new(
                 lit.span(),
@@ -206,15 +212,32 @@ pub(crate) fn check(
             template,
             key_roots,
             mode,
-            lease_ms,
-            wait_ms,
-            max_hold_ms,
+            lease: checked_duration(args.lease, lease_ms),
+            wait: checked_duration(args.wait, wait_ms),
+            max_hold: checked_duration(args.max_hold, max_hold_ms),
+            client: args.client,
             watchdog: args.watchdog.is_none_or(|lit| lit.value),
             fencing: args.fencing.map(|lit| lit.value),
             abort_on_lost,
             krate,
         }),
         (None, None) => Err(syn::Error::new(attribute_span(), "missing `key`")),
+    }
+}
+
+/// The literal of a duration argument, if it was written as one.
+fn literal(arg: &Option<DurationArg>) -> Option<&LitStr> {
+    match arg {
+        Some(DurationArg::Literal(lit)) => Some(lit),
+        _ => None,
+    }
+}
+
+/// A duration argument as `expand` needs it: the parsed literal, or the expression.
+fn checked_duration(arg: Option<DurationArg>, millis: Option<u64>) -> Option<Duration> {
+    match arg? {
+        DurationArg::Literal(_) => millis.map(Duration::Millis),
+        DurationArg::Expr(expr) => Some(Duration::Expr(expr)),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{NodeOptions, RedisBackend};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
+use crate::clock::Clock;
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -37,6 +38,7 @@ const MAX_WRITER_WAITING_MARK: Duration = Duration::from_secs(60);
 /// it is synchronous and does not connect, so it can run before the async runtime starts.
 ///
 /// Fails with [`LockError::Config`] when called a second time or when the config is unusable.
+/// In tests, where every test sets up what it uses, call [`try_init`] instead.
 ///
 /// ```no_run
 /// fn main() -> Result<(), distlock::LockError> {
@@ -49,7 +51,8 @@ pub fn init(config: Config) -> Result<(), LockError> {
     let already = || {
         LockError::Config(
             "`distlock::init` was already called; it may be called once per process \
-             (build a `distlock::Client` for a second configuration)"
+             (in tests, call `distlock::try_init` in each test instead; build a \
+             `distlock::Client` for a second configuration)"
                 .to_owned(),
         )
     };
@@ -57,6 +60,62 @@ pub fn init(config: Config) -> Result<(), LockError> {
         return Err(already());
     }
     GLOBAL.set(Client::new(config)?).map_err(|_| already())
+}
+
+/// Sets up the global client like [`init`], unless it is set up already with the same
+/// settings: made for tests, where every test calls it and whichever runs first sets it up.
+/// `Ok(true)` when this call set it up, `Ok(false)` when it already was (`config` is then
+/// dropped unused: an in-process store stays the first one, shared by every test of the
+/// binary).
+///
+/// Fails with [`LockError::Config`] when the config is unusable, or when the global client
+/// was set up with other settings (another server, say): a test would otherwise lock on a
+/// server it does not know. Settings are compared as [`Config`]'s `Debug` shows them.
+///
+/// The global client works in every test although each `#[tokio::test]` runs on a runtime of
+/// its own: its connections and watchdog do not depend on the runtime of the test that set
+/// it up. Leases of the in-process store keep the clock of the test that takes them, paused
+/// or not (see [`Config::in_memory`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// // At the start of each `#[tokio::test]` that locks through the global client:
+/// distlock::try_init(distlock::Config::in_memory())?;
+/// let guard = distlock::lock("stock:42").acquire().await?;
+/// // … the code under test …
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn try_init(config: Config) -> Result<bool, LockError> {
+    let settings = format!("{config:?}");
+    if GLOBAL.get().is_none() {
+        let client = Client::new(config)?;
+        // Two tests may get here at once: one client is kept, the other dropped unused.
+        if GLOBAL.set(client).is_ok() {
+            return Ok(true);
+        }
+    } else {
+        config.validate()?;
+    }
+    let Some(global) = GLOBAL.get() else {
+        return Err(LockError::NotInitialized);
+    };
+    let global_settings = format!("{:?}", global.inner.config);
+    if settings != global_settings {
+        return Err(LockError::Config(format!(
+            "`distlock::try_init` was called with other settings than the global client has \
+             ({settings} instead of {global_settings}): give every test of a binary the same \
+             configuration, or build a `distlock::Client` of its own for a test that needs \
+             another"
+        )));
+    }
+    Ok(false)
+}
+
+/// The global client, `None` before [`init`] (for the attribute, `scope`).
+pub(crate) fn global() -> Option<Client> {
+    GLOBAL.get().cloned()
 }
 
 /// Starts a request for the lock `key` through the global client set up by [`init`].
@@ -144,6 +203,10 @@ pub(crate) struct ClientInner {
     pub(crate) store: &'static str,
     /// Set by [`Client::shutdown`]: no new grants.
     pub(crate) shut_down: AtomicBool,
+    /// The clock of the backend's leases.
+    pub(crate) clock: Clock,
+    /// The client's own runtime, whose (never paused) timers requests to Redis use.
+    pub(crate) io: Arc<IoRuntime>,
 }
 
 impl Client {
@@ -189,18 +252,25 @@ impl Client {
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
         });
         let watchdog = Watchdog::start(&io, backend.clone());
-        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io));
+        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
         telemetry::describe();
         Ok(Self {
             inner: Arc::new(ClientInner {
                 store: store_name(&config.backend),
                 shut_down: AtomicBool::new(false),
                 config,
+                clock: Clock::of(&backend),
                 backend,
                 watchdog,
                 releaser,
+                io,
             }),
         })
+    }
+
+    /// Whether `other` is this client or a clone of it: the same grants, watchdog and store.
+    pub(crate) fn is_same(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Starts a request for the lock `key` through this client (exclusive: the write side of
@@ -427,7 +497,7 @@ impl LockRequest {
         }
         let wait = self.wait.unwrap_or(config.default_wait);
         observed.try_once = wait.is_zero();
-        // The wait runs on the caller's clock; leases run on the real one (see `lease`).
+        // The wait runs on the caller's clock; leases on the backend's (see `clock`).
         let started = Instant::now();
         let deadline = started
             .checked_add(wait)
@@ -443,7 +513,7 @@ impl LockRequest {
             // Every try has an owner token of its own, so a try can never be mistaken for an
             // earlier one whose grant is being given back: a late grant's clean-up and the
             // next try may reach Redis in either order.
-            let sent = std::time::Instant::now();
+            let sent = inner.clock.now();
             let writer_waiting =
                 writer_waiting_mark(config.backoff_max, deadline - Instant::now().min(deadline));
             let attempt = Attempt {
@@ -456,20 +526,23 @@ impl LockRequest {
             };
             observed.tried();
             let reply = inner
-                .backend
-                .acquire(&Try {
-                    kind,
-                    key: &key,
-                    owner: &attempt.owner,
-                    lease,
-                    writer_waiting,
-                    refused_before,
-                    fencing,
-                })
+                .clock
+                .send(
+                    &inner.io,
+                    inner.backend.acquire(&Try {
+                        kind,
+                        key: &key,
+                        owner: &attempt.owner,
+                        lease,
+                        writer_waiting,
+                        refused_before,
+                        fencing,
+                    }),
+                )
                 .await;
             let remaining = match reply {
                 Ok(AcquireReply::Acquired(_))
-                    if std::time::Instant::now() >= sent + lease - drift(lease) =>
+                    if inner.clock.now() >= sent + lease - drift(lease) =>
                 {
                     // The reply came too late to leave any of the lease: dropping the
                     // unsettled attempt gives the grant back; try again like a held lock.
@@ -488,6 +561,7 @@ impl LockRequest {
                         self.watchdog,
                         self.max_hold,
                         sent,
+                        inner.clock,
                         hold,
                     ));
                     inner.watchdog.watch(lease.clone());

@@ -2,7 +2,8 @@
 //! clients, the acquire loop, the watchdog and the guards, over two independent axes — lock
 //! kinds (`kind/`: write and read, each its Lua scripts and in-process twin) and stores
 //! (`backend/`: single Redis node, in-process), so a kind is written once and runs on every
-//! store.
+//! store. [`fenced`] is the other end of fencing tokens: writes to Redis that a stale holder
+//! cannot make, and the same pattern for SQL.
 //!
 //! Users depend on the `distlock` facade, which re-exports everything public here; the
 //! attribute macro expands to calls into this crate through the facade.
@@ -10,8 +11,10 @@
 
 mod backend;
 mod client;
+mod clock;
 mod config;
 mod error;
+pub mod fenced;
 mod guard;
 mod io;
 mod kind;
@@ -29,7 +32,7 @@ use std::fmt;
 pub const LOG_TARGET: &str = "distlock";
 
 pub use backend::MAX_KEY_LEN;
-pub use client::{init, lock, read_lock, shutdown, write_lock, Client, LockRequest};
+pub use client::{init, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
@@ -45,7 +48,8 @@ pub use telemetry::METRICS;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::scope::{
-        assert_lock_result, assert_lock_result_of, run_locked, LockResult, LockSpec, OnLost,
+        client_of, global_client, lock_error_into, run_locked, LockErrorInto, LockResult, LockSpec,
+        OnLost,
     };
     pub use crate::LockMode;
     pub use core::time::Duration;
@@ -95,6 +99,42 @@ impl FencingToken {
     }
 }
 
+impl FencingToken {
+    /// The token as a SQL integer (`BIGINT`, SQLite's `INTEGER`: signed 64-bit), for the
+    /// fence column of a [fenced SQL write](fenced#sql-databases).
+    ///
+    /// Tokens are the server clock in microseconds at the grant (a Redlock counter starts
+    /// there too), which reaches `i64::MAX` in about 292,000 years, so this does not fail in
+    /// practice; it is checked anyway, never a silent wrap: a wrapped token would be negative
+    /// and every later write would look stale.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let guard = client.lock("k").acquire().await?;
+    /// let token = guard.fencing_token().expect("fencing is on by default");
+    /// let fence: i64 = token.as_i64()?;
+    /// assert_eq!(fence as u64, token.get());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A token above `i64::MAX`.
+    pub fn as_i64(self) -> Result<i64, std::num::TryFromIntError> {
+        i64::try_from(self.0)
+    }
+}
+
+impl TryFrom<FencingToken> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    /// [`FencingToken::as_i64`].
+    fn try_from(token: FencingToken) -> Result<i64, Self::Error> {
+        token.as_i64()
+    }
+}
+
 impl From<FencingToken> for u64 {
     fn from(token: FencingToken) -> u64 {
         token.0
@@ -104,5 +144,17 @@ impl From<FencingToken> for u64 {
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::FencingToken;
+
+    #[test]
+    fn a_token_above_i64_max_is_an_error_not_a_wrap() {
+        assert_eq!(FencingToken(i64::MAX as u64).as_i64(), Ok(i64::MAX));
+        assert!(FencingToken(i64::MAX as u64 + 1).as_i64().is_err());
+        assert!(i64::try_from(FencingToken(u64::MAX)).is_err());
     }
 }

@@ -1,11 +1,16 @@
 //! What `#[distributed_lock]` expands to: [`run_locked`] takes the lock through the global
-//! client (or joins a grant the task already holds on the same key), runs the body inside a
-//! task-local scope that [`current`] reads, cancels the body when the lease is lost (unless
-//! told to continue), and releases the lock before returning.
+//! client or the one named by `client = …` (or joins a grant the task already holds on the same
+//! lock), runs the body inside a task-local scope that [`current`] reads, cancels the body when
+//! the lease is lost (unless told to continue), and releases the lock before returning. Its
+//! neighbours: `client` takes and `guard` gives back the grants; `lease` says when one is over.
 //!
-//! A call that finds its key held by its own task joins that grant when the grant covers it:
-//! read in read, write in write, read in write (a downgrade: the write grant covers it). Write
-//! in read (an upgrade) is refused at once with [`LockError::UpgradeRefused`].
+//! A call that finds the same lock held by its own task joins that grant when the grant covers
+//! it: read in read, write in write, read in write (a downgrade: the write grant covers it).
+//! Write in read (an upgrade) is refused at once with [`LockError::UpgradeRefused`]. The same
+//! lock is the same key through the same [`Client`] (or a clone of it; the global client is
+//! one client): the same key through another client is another owner's lock, which the call
+//! waits for like any other — a task nesting one key through two clients waits for itself
+//! until its `wait` runs out.
 //!
 //! Re-entrancy nests: a call that joins a grant waits for its turn among the other calls that
 //! joined the same grant (two joined calls driven side by side in one task, as by
@@ -22,6 +27,8 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use tracing::Instrument;
 
+use crate::client::Client;
+use crate::config::lease_out_of_bounds;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
@@ -38,14 +45,17 @@ tokio::task_local! {
 #[derive(Clone)]
 struct Held {
     info: LockInfo,
+    /// The client the grant was taken through: a call joins it only through the same one.
+    client: Client,
     lease: Arc<Lease>,
     turn: Arc<Mutex<()>>,
 }
 
 impl Held {
-    fn new(info: LockInfo, lease: Arc<Lease>) -> Self {
+    fn new(info: LockInfo, client: Client, lease: Arc<Lease>) -> Self {
         Self {
             info,
+            client,
             lease,
             turn: Arc::new(Mutex::new(())),
         }
@@ -98,11 +108,17 @@ pub fn current() -> Option<LockInfo> {
         .flatten()
 }
 
-/// The grant of `key` the current task already holds through the attribute, if any.
-fn held_by_this_task(key: &str) -> Option<Held> {
-    HELD.try_with(|held| held.iter().rev().find(|h| h.info.key == key).cloned())
-        .ok()
-        .flatten()
+/// The grant of `key` through `client` the current task already holds through the attribute,
+/// if any.
+fn held_by_this_task(client: &Client, key: &str) -> Option<Held> {
+    HELD.try_with(|held| {
+        held.iter()
+            .rev()
+            .find(|h| h.info.key == key && h.client.is_same(client))
+            .cloned()
+    })
+    .ok()
+    .flatten()
 }
 
 /// Runs `body` with `held` pushed on the task's stack; `None` if it was cancelled because the
@@ -148,9 +164,65 @@ pub struct LockSpec {
     pub on_lost: OnLost,
     /// `Some(false)`: no fencing token (`fencing = false`); `None`: the client's default.
     pub fencing: Option<bool>,
+    /// `lease = <expr>` as written, for errors; `None` for a literal (checked at compile time).
+    pub lease_expr: Option<&'static str>,
+    /// `max_hold = <expr>` as written, for errors; `None` for a literal.
+    pub max_hold_expr: Option<&'static str>,
 }
 
-/// The return types an annotated fn may have: `Result<T, E>` with `E: From<LockError>`.
+impl LockSpec {
+    /// What the compiler could not check: a lease or max_hold given as an expression. The error
+    /// names the argument as written; a request would only name the lock.
+    fn check(&self, key: &str) -> Result<(), LockError> {
+        let invalid = |what: String| {
+            Err(LockError::Config(format!(
+                "`#[distributed_lock]` on lock `{key}`: {what}"
+            )))
+        };
+        if let (Some(written), Some(lease)) = (self.lease_expr, self.lease) {
+            if let Some(why) = lease_out_of_bounds(lease) {
+                return invalid(format!("`lease = {written}` is {why}"));
+            }
+        }
+        if let (Some(max_hold), Some(lease)) = (self.max_hold, self.lease) {
+            if max_hold < lease && (self.max_hold_expr.is_some() || self.lease_expr.is_some()) {
+                let max_hold_written = self
+                    .max_hold_expr
+                    .map_or(String::new(), |w| format!(" = {w}"));
+                let lease_written = self.lease_expr.map_or(String::new(), |w| format!(" = {w}"));
+                return invalid(format!(
+                    "`max_hold{max_hold_written}` ({max_hold:?}) is shorter than `lease{lease_written}` \
+                     ({lease:?}): the lock would be given up before its first renewal; make \
+                     max_hold at least the lease"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error types an annotated fn's `Result<T, E>` may carry: those with
+/// `From<LockError>`. Checked on `E` itself, so the compiler reports this message, once, and
+/// not every `From` impl of `E` ("required for `Result<T, E>`…" would name them all).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock]` cannot return a lock error as `{Self}`: `{Self}` does not implement `From<distlock::LockError>`",
+    label = "the error type of this fn cannot carry a `distlock::LockError`",
+    note = "implement `From<distlock::LockError>` for the error type (for a type of your own: `impl From<distlock::LockError> for MyError`), or return `anyhow::Result<T>`; a foreign type such as `String` cannot take the impl: wrap it in an error type of your own"
+)]
+pub trait LockErrorInto {
+    /// Makes this error from a lock failure.
+    fn from_lock_error(err: LockError) -> Self;
+}
+
+impl<E: From<LockError>> LockErrorInto for E {
+    fn from_lock_error(err: LockError) -> Self {
+        E::from(err)
+    }
+}
+
+/// The return types an annotated fn may have: `Result<T, E>`; its `E` must also implement
+/// [`LockErrorInto`].
 #[doc(hidden)]
 #[diagnostic::on_unimplemented(
     message = "`#[distributed_lock]` needs the fn to return `Result<T, E>` where `E: From<distlock::LockError>`; `{Self}` cannot carry a lock error",
@@ -158,23 +230,43 @@ pub struct LockSpec {
     note = "return `Result<T, E>` and implement `From<distlock::LockError>` for `E` (or return `anyhow::Result<T>`)"
 )]
 pub trait LockResult {
-    /// Turns a lock failure into this return type.
-    fn from_lock_error(err: LockError) -> Self;
+    /// The error type.
+    type Error;
+    /// The result that is this error.
+    fn from_error(err: Self::Error) -> Self;
 }
 
-impl<T, E: From<LockError>> LockResult for Result<T, E> {
-    fn from_lock_error(err: LockError) -> Self {
-        Err(E::from(err))
+impl<T, E> LockResult for Result<T, E> {
+    type Error = E;
+    fn from_error(err: E) -> Self {
+        Err(err)
     }
 }
 
-/// Compile-time check, emitted at the return type's span.
+/// How a lock failure becomes the fn's return type `R`. The expansion's one check of `R`,
+/// emitted at the return type; [`run_locked`] itself puts no bound on `R`, so a return type
+/// that cannot carry a lock error is reported once.
 #[doc(hidden)]
-pub fn assert_lock_result<R: LockResult>() {}
+pub fn lock_error_into<R>() -> fn(LockError) -> R
+where
+    R: LockResult,
+    R::Error: LockErrorInto,
+{
+    |err| R::from_error(R::Error::from_lock_error(err))
+}
 
-/// Compile-time check on a value of the return type (which may contain `impl Trait`).
+/// `client = <expr>`: the client the expression reaches (a `&Client`, or anything that
+/// dereferences to one), cloned so the body may move what it was borrowed from.
 #[doc(hidden)]
-pub fn assert_lock_result_of<R: LockResult>(_: &R) {}
+pub fn client_of(client: &Client) -> Option<Client> {
+    Some(client.clone())
+}
+
+/// No `client = …`: the global client, `None` before [`init`](crate::init).
+#[doc(hidden)]
+pub fn global_client() -> Option<Client> {
+    crate::client::global()
+}
 
 /// How a call holds its lock while its body runs.
 enum Grant {
@@ -184,26 +276,43 @@ enum Grant {
     Joined { _turn: OwnedMutexGuard<()> },
 }
 
-/// Runs `body` under the lock `key` of the global client, as `spec` says.
+/// Runs `body` under the lock `key` of `client` (the global client if `None`: not
+/// initialized), as `spec` says; a failure to lock becomes `R` through `into`.
 ///
 /// The body is boxed at once: a future that moves it through the acquire, the scope and the
 /// select keeps a slot for it at every step, and nested annotated calls multiply that — debug
 /// builds of a few nested calls in `tokio::join!` overflowed a test thread's stack.
 #[doc(hidden)]
-pub fn run_locked<R, F>(key: String, spec: LockSpec, body: F) -> impl Future<Output = R>
+pub fn run_locked<R, F>(
+    client: Option<Client>,
+    key: String,
+    spec: LockSpec,
+    into: fn(LockError) -> R,
+    body: F,
+) -> impl Future<Output = R>
 where
-    R: LockResult,
     F: Future<Output = R>,
 {
-    locked(key, spec, Box::pin(body))
+    locked(client, key, spec, into, Box::pin(body))
 }
 
-async fn locked<R, F>(key: String, spec: LockSpec, body: Pin<Box<F>>) -> R
+async fn locked<R, F>(
+    client: Option<Client>,
+    key: String,
+    spec: LockSpec,
+    into: fn(LockError) -> R,
+    body: Pin<Box<F>>,
+) -> R
 where
-    R: LockResult,
     F: Future<Output = R>,
 {
-    let taken = match held_by_this_task(&key) {
+    if let Err(err) = spec.check(&key) {
+        return into(err);
+    }
+    let Some(client) = client else {
+        return into(LockError::NotInitialized);
+    };
+    let taken = match held_by_this_task(&client, &key) {
         // A read cannot become a write: refused at once, never a deadlock.
         Some(outer) if outer.info.mode == LockMode::Read && spec.mode == LockMode::Write => {
             Err(NotTaken::Failed(LockError::UpgradeRefused {
@@ -212,11 +321,11 @@ where
         }
         // Read in read, write in write, and read in write (downgrade) join the grant.
         Some(outer) => join(outer).await,
-        None => acquire(&key, spec).await,
+        None => acquire(client, &key, spec).await,
     };
     let (held, grant) = match taken {
         Ok(taken) => taken,
-        Err(err) => return R::from_lock_error(err.for_key(&key)),
+        Err(err) => return into(err.for_key(&key)),
     };
     let lease = held.lease.clone();
     // The body runs in the grant's `hold` span: its own events name the lock they ran under.
@@ -230,7 +339,7 @@ where
         match guard.release().await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(target: crate::LOG_TARGET, %key, "the lock had already expired when released")
+                tracing::warn!(target: crate::LOG_TARGET, %key, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
             }
             Err(err) => {
                 tracing::warn!(target: crate::LOG_TARGET, %key, "release failed; the lease will expire: {err}")
@@ -239,7 +348,7 @@ where
     }
     match outcome {
         Some(result) => result,
-        None => R::from_lock_error(match lease.max_hold_passed() {
+        None => into(match lease.max_hold_passed() {
             Some(max_hold) => LockError::HeldTooLong { key, max_hold },
             None => LockError::LeaseLost { key },
         }),
@@ -264,11 +373,11 @@ impl NotTaken {
     }
 }
 
-/// Takes the lock `key` through the global client.
-async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
+/// Takes the lock `key` through `client`.
+async fn acquire(client: Client, key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
     let request = match spec.mode {
-        LockMode::Write => crate::write_lock(key.to_owned()),
-        LockMode::Read => crate::read_lock(key.to_owned()),
+        LockMode::Write => client.write_lock(key.to_owned()),
+        LockMode::Read => client.read_lock(key.to_owned()),
     };
     let mut request = request.watchdog(spec.watchdog);
     if let Some(fencing) = spec.fencing {
@@ -289,7 +398,10 @@ async fn acquire(key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
         mode: spec.mode,
         fencing_token: guard.fencing_token(),
     };
-    Ok((Held::new(info, guard.lease().clone()), Grant::Own(guard)))
+    Ok((
+        Held::new(info, client, guard.lease().clone()),
+        Grant::Own(guard),
+    ))
 }
 
 /// A re-entrant call in the same task: joins the grant `outer` (its lease and watchdog apply;
@@ -305,7 +417,7 @@ async fn join(outer: Held) -> Result<(Held, Grant), NotTaken> {
         return Err(NotTaken::GrantEnded);
     }
     Ok((
-        Held::new(outer.info, outer.lease),
+        Held::new(outer.info, outer.client, outer.lease),
         Grant::Joined { _turn: turn },
     ))
 }

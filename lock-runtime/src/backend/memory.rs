@@ -7,12 +7,20 @@
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
 //! (at least [`MIN_SWEEP_AFTER`]): amortised O(1) per grant, and the store's size follows the
 //! locks in use, not every key ever locked.
+//!
+//! Its time is tokio's clock of the runtime each request runs on ([`tokio_now`]): in a test
+//! with a paused clock, `tokio::time::advance` past a lease frees the lock, as time passing
+//! frees it on Redis. A sweep keeps whatever is live on that clock or on the real one, so tests
+//! that share one store (the global client) while each moves its own paused clock do not sweep
+//! each other's locks as long as their clocks are ahead of real time (any advance puts them
+//! there).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use crate::clock::tokio_now;
 use crate::error::LockError;
 use crate::kind::{TwinEntry, TwinReply};
 use crate::FencingToken;
@@ -103,6 +111,8 @@ impl State {
         if self.grants_to_sweep > 0 {
             return;
         }
+        // The caller's clock may be a test's paused one, hours ahead of another test's.
+        let now = now.min(Instant::now());
         self.locks.retain(|_, entry| {
             entry.purge(now);
             !entry.is_empty()
@@ -146,7 +156,7 @@ fn clock_micros() -> u64 {
 
 impl LockBackend for MemoryBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let now = Instant::now();
+        let now = tokio_now();
         let key = attempt.key;
         Ok(self.with_state(|state| {
             let reply = state.with_entry(&key.lock, |entry| {
@@ -168,14 +178,14 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let now = Instant::now();
+        let now = tokio_now();
         Ok(self.with_state(|state| {
             state.with_entry(&key.lock, |entry| kind.release_twin(entry, owner, now))
         }))
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let now = Instant::now();
+        let now = tokio_now();
         Ok(self.with_state(|state| {
             leases
                 .iter()
@@ -278,12 +288,46 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_sweep_on_a_clock_hours_ahead_keeps_the_locks_of_callers_on_real_time() {
+        let backend = backend();
+        let live = key("live");
+        let runtime = |paused| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(paused)
+                .build()
+                .expect("runtime")
+        };
+        // Taken on a running clock, for a minute.
+        runtime(false).block_on(grant(&backend, &live, Duration::from_secs(60)));
+        // Another test's paused clock, two hours ahead, sweeps the store.
+        runtime(true).block_on(async {
+            tokio::time::advance(Duration::from_secs(2 * 3600)).await;
+            backend.with_state(|state| state.grants_to_sweep = 1);
+            grant(&backend, &key("ahead"), Duration::from_secs(60)).await;
+        });
+        let held = runtime(false).block_on(backend.acquire(&Try {
+            kind: Kind::Write,
+            key: &live,
+            owner: "rival",
+            lease: Duration::from_secs(60),
+            writer_waiting: Duration::ZERO,
+            refused_before: false,
+            fencing: true,
+        }));
+        assert!(
+            matches!(held, Ok(AcquireReply::Held(_))),
+            "a sweep on a clock hours ahead freed a live lock: {held:?}"
+        );
+    }
+
     #[tokio::test]
     async fn tokens_keep_increasing_after_a_counter_expired() {
         let backend = backend();
         let key = key("k");
-        let lease = Duration::from_millis(10);
-        // Many grants in a row, then a wait past the counter's keep time.
+        let lease = Duration::from_millis(100); // kept from grant to release on a loaded machine
+                                                // Many grants in a row, then a wait past the counter's keep time.
         let mut last = 0;
         for _ in 0..10_000 {
             let token = grant(&backend, &key, lease).await;
@@ -309,7 +353,7 @@ mod tests {
     async fn tokens_strictly_increase_across_rapid_grants_of_one_key() {
         let backend = backend();
         let key = key("rapid");
-        let lease = Duration::from_millis(10);
+        let lease = Duration::from_millis(100); // kept from grant to release on a loaded machine
         let mut last = 0;
         for _ in 0..10_000 {
             let token = grant(&backend, &key, lease).await;

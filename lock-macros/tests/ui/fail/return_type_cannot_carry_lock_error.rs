@@ -1,6 +1,16 @@
+#[derive(Debug)]
+enum AppError {
+    NotFound,
+}
+
 #[distlock::distributed_lock(key = "k")]
 async fn strings() -> Result<(), String> {
     Ok(())
+}
+
+#[distlock::distributed_lock(key = "k")]
+async fn custom_enum() -> Result<(), AppError> {
+    Err(AppError::NotFound)
 }
 
 #[distlock::distributed_lock(key = "k")]

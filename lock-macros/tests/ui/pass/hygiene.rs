@@ -19,3 +19,15 @@ async fn shadowed(id: u64) -> ::core::result::Result<u64, ::distlock::LockError>
 }
 
 fn main() {}
+
+const LEASE: ::core::time::Duration = ::core::time::Duration::from_secs(1);
+
+#[::distlock::distributed_lock(key = "hygiene:{id}", lease = LEASE, max_hold = LEASE, client = locks)]
+async fn shadowed_with_expressions(
+    id: u64,
+    locks: &::distlock::Client,
+) -> ::core::result::Result<u64, ::distlock::LockError> {
+    let __distlock_client = "a user binding with the internal name";
+    let __distlock_lease = "another";
+    ::core::result::Result::Ok(id)
+}
