@@ -192,7 +192,7 @@ impl Config {
     /// and found again after a failover: after a connection error or a `READONLY` reply the
     /// sentinels are asked anew and the new primary's role is checked before it is used.
     /// The user name, password and db in the first sentinel URL are also used for the
-    /// primary.
+    /// primary, and so is TLS: with `rediss://` sentinels the primary is reached over TLS.
     ///
     /// ```
     /// let config = distlock::Config::sentinel(
