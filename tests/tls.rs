@@ -118,3 +118,48 @@ async fn a_certificate_no_trusted_root_vouches_for_is_a_clear_tls_error() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_goes_in_through_from_redis_client() {
+    trusted_server();
+    let mutual = TlsRedisServer::start_with_client_auth(true);
+    let with_certificate = || {
+        let redis = redis::Client::build_with_tls(
+            mutual.url(),
+            redis::TlsCertificates {
+                client_tls: Some(redis::ClientTlsConfig {
+                    client_cert: mutual.client_cert_pem().as_bytes().to_vec(),
+                    client_key: mutual.client_key_pem().as_bytes().to_vec(),
+                }),
+                root_cert: Some(mutual.ca_pem().as_bytes().to_vec()),
+            },
+        )
+        .expect("a TLS client with a client certificate");
+        Config::from_redis_client(redis).expect("accepted")
+    };
+    exclusive_over(
+        &client(with_certificate()),
+        &client(with_certificate()),
+        "tls:mutual",
+    )
+    .await;
+
+    // Without a certificate the server refuses the client.
+    let without = redis::Client::build_with_tls(
+        mutual.url(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(mutual.ca_pem().as_bytes().to_vec()),
+        },
+    )
+    .expect("a TLS client");
+    let refused = client(Config::from_redis_client(without).unwrap())
+        .lock("tls:mutual")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    match refused {
+        Err(LockError::Backend(err)) => assert_eq!(err.kind(), BackendErrorKind::Tls, "{err}"),
+        other => panic!("a client without a certificate must be refused: {other:?}"),
+    }
+}

@@ -13,15 +13,30 @@ pub struct TlsRedisServer {
     port: u16,
     ca_pem: String,
     ca_file: PathBuf,
+    /// A client certificate and key (PEM) the CA signed, for servers that require one.
+    client_cert_pem: String,
+    client_key_pem: String,
 }
 
 impl TlsRedisServer {
     /// Starts a server on a free loopback port that accepts TLS only (`--port 0`) and does not
     /// ask clients for certificates.
     pub fn start() -> Self {
+        Self::start_with_client_auth(false)
+    }
+
+    /// Like [`start`](Self::start); with `required`, the server accepts only clients that
+    /// show a certificate its CA signed ([`client_cert_pem`](Self::client_cert_pem)).
+    pub fn start_with_client_auth(required: bool) -> Self {
         require_redis_server();
         let dir = scratch_dir("tls");
-        let (ca_pem, cert_pem, key_pem) = certificates();
+        let Certificates {
+            ca_pem,
+            server_cert_pem: cert_pem,
+            server_key_pem: key_pem,
+            client_cert_pem,
+            client_key_pem,
+        } = certificates();
         let write = |name: &str, text: &str| {
             let path = dir.join(name);
             std::fs::write(&path, text).expect("write a TLS file");
@@ -45,7 +60,7 @@ impl TlsRedisServer {
                 "--tls-ca-cert-file",
                 &ca_file,
                 "--tls-auth-clients",
-                "no",
+                if required { "yes" } else { "no" },
             ];
             if let Ok(server) = RedisServer::launch(port, server_args(port, &extra)) {
                 return Self {
@@ -53,6 +68,8 @@ impl TlsRedisServer {
                     port,
                     ca_pem,
                     ca_file: PathBuf::from(ca_file),
+                    client_cert_pem,
+                    client_key_pem,
                 };
             }
         }
@@ -82,15 +99,34 @@ impl TlsRedisServer {
         &self.ca_file
     }
 
+    /// A client certificate the CA signed (PEM).
+    pub fn client_cert_pem(&self) -> &str {
+        &self.client_cert_pem
+    }
+
+    /// The key of [`client_cert_pem`](Self::client_cert_pem) (PEM).
+    pub fn client_key_pem(&self) -> &str {
+        &self.client_key_pem
+    }
+
     /// The underlying server (to stop or signal it).
     pub fn server(&self) -> &RedisServer {
         &self.server
     }
 }
 
-/// A fresh CA, and a server certificate it signed for `localhost` and `127.0.0.1`: (CA
-/// certificate, server certificate, server key), all PEM.
-fn certificates() -> (String, String, String) {
+/// What [`certificates`] makes, all PEM.
+struct Certificates {
+    ca_pem: String,
+    server_cert_pem: String,
+    server_key_pem: String,
+    client_cert_pem: String,
+    client_key_pem: String,
+}
+
+/// A fresh CA, a server certificate it signed for `localhost` and `127.0.0.1`, and a client
+/// certificate it signed.
+fn certificates() -> Certificates {
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     ca_params
@@ -111,5 +147,23 @@ fn certificates() -> (String, String, String) {
     let server_cert = server_params
         .signed_by(&server_key, &ca)
         .expect("server certificate");
-    (ca.pem(), server_cert.pem(), server_key.serialize_pem())
+
+    let mut client_params =
+        rcgen::CertificateParams::new(Vec::<String>::new()).expect("client params");
+    client_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "distlock test client");
+    client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let client_key = rcgen::KeyPair::generate().expect("client key");
+    let client_cert = client_params
+        .signed_by(&client_key, &ca)
+        .expect("client certificate");
+
+    Certificates {
+        ca_pem: ca.pem(),
+        server_cert_pem: server_cert.pem(),
+        server_key_pem: server_key.serialize_pem(),
+        client_cert_pem: client_cert.pem(),
+        client_key_pem: client_key.serialize_pem(),
+    }
 }
