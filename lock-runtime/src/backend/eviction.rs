@@ -58,10 +58,17 @@ pub(crate) async fn check_node(mut connection: impl ConnectionLike, server: Stri
     let reply = config_get()
         .query_async::<HashMap<String, String>>(&mut connection)
         .await;
-    pending.finished = true;
     match reply {
-        Ok(settings) => judge(&pending.server, &settings),
-        Err(err) => refused(&pending.server, &err),
+        Ok(settings) => {
+            pending.finished = true;
+            judge(&pending.server, &settings);
+        }
+        Err(err) => {
+            // A refusal is the server's answer; a broken connection is not, and the next
+            // connection asks again.
+            pending.finished = matches!(err.kind(), redis::ErrorKind::Server(_));
+            refused(&pending.server, &err);
+        }
     }
 }
 
