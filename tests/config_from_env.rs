@@ -82,8 +82,25 @@ fn from_env_reads_every_deployment_and_names_conflicts() {
     let list_as_one = from_env_with(&[(ENV_REDIS_URL, "redis://a:1,redis://b:2")]).unwrap_err();
     assert!(list_as_one.contains("list of URLs"), "{list_as_one}");
 
-    let tls = from_env_with(&[(ENV_CLUSTER_URLS, "rediss://a:7000")]).unwrap_err();
-    assert!(tls.contains("tokio-rustls-comp"), "{tls}");
+    let tls = from_env_with(&[(ENV_CLUSTER_URLS, "rediss://a:7000")]);
+    if cfg!(feature = "tls") {
+        assert!(tls.is_ok(), "{tls:?}");
+    } else {
+        let tls = tls.unwrap_err();
+        assert!(tls.contains("`tls` feature"), "{tls}");
+    }
+
+    let bad_port = from_env_with(&[(ENV_REDIS_URL, "redis://:s3cret@h:637900")]).unwrap_err();
+    assert!(bad_port.contains("port that is not a number"), "{bad_port}");
+    assert!(!bad_port.contains("s3cret"), "{bad_port}");
+
+    let db_in_query =
+        from_env_with(&[(ENV_REDLOCK_URLS, "redis://a:1,redis://b:2?db=1,redis://c:3")])
+            .unwrap_err();
+    assert!(
+        db_in_query.contains("Redlock master URL has the query parameter `db`"),
+        "{db_in_query}"
+    );
 
     let no_scheme = from_env_with(&[(ENV_REDLOCK_URLS, "m1:1,m2:2,m3:3")]).unwrap_err();
     assert!(no_scheme.contains("no scheme"), "{no_scheme}");

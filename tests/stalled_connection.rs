@@ -672,3 +672,67 @@ async fn the_grant_taken_after_a_late_reply_is_a_fresh_one_not_the_late_one() {
     assert!(guard.is_held());
     assert!(guard.release().await.expect("release"));
 }
+
+/// Connects to a server that takes the TCP connection and then answers nothing, and checks
+/// that the error comes within the connect timeout with advice that fits such a server, not
+/// only an unreachable one.
+async fn assert_frozen_server_advice(client: &Client, key: &str) {
+    let started = Instant::now();
+    let result = client
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(LockError::Backend(err)) => {
+            let message = err.to_string();
+            assert_eq!(err.operation(), "connect", "{message}");
+            for advice in ["frozen", "SIGSTOP", "PING", "connect_timeout"] {
+                assert!(
+                    message.contains(advice),
+                    "should mention {advice}: {message}"
+                );
+            }
+            assert!(
+                !message.contains("check that Redis is running"),
+                "a running but frozen server gets other advice: {message}"
+            );
+        }
+        Ok(guard) => panic!(
+            "acquired `{key}` (token {:?}) from a server that answers nothing",
+            guard.fencing_token()
+        ),
+        Err(other) => panic!("expected a backend error, got {other}"),
+    }
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "the connect timeout ({IO_TIMEOUT:?}) should bound the wait, not the 5 s wait: {elapsed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_a_stopped_server_gives_advice_for_a_frozen_server() {
+    let server = RedisServer::start();
+    server.signal("STOP");
+    let client = client_direct(&server);
+    assert_frozen_server_advice(&client, "frozen").await;
+    server.signal("CONT");
+    // Thawed, it serves again.
+    let guard = client
+        .lock("frozen")
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("acquire once the server runs again");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_through_a_proxy_that_forwards_nothing_gives_advice_for_a_frozen_server() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    proxy.set_mode(Mode::Stall);
+    let client = client_through(&proxy);
+    assert_frozen_server_advice(&client, "silent-proxy").await;
+}

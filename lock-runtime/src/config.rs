@@ -73,6 +73,13 @@ pub(crate) enum BackendConfig {
 /// - [`Config::in_memory`] is never chosen silently: a Redis config whose server is down gives
 ///   [`LockError::Backend`] errors, not an in-process fallback.
 /// - `Debug` output and error messages never show the password of a URL.
+/// - A `rediss://` server needs the `tls` feature, which also installs rustls' `ring` crypto
+///   provider as the process default when the application has none (install yours before
+///   making the config to have it used instead).
+/// - On the first connection to each server (per process), its `maxmemory-policy` is read
+///   beside the first request: a policy that may evict keys with a TTL (`volatile-*`,
+///   `allkeys-*`) is warned about once, since an evicted lock key hands the lock to a second
+///   owner. Where `CONFIG` is disabled, nothing is said above debug level.
 ///
 /// ```
 /// use std::time::Duration;
@@ -126,9 +133,11 @@ impl Config {
         }
     }
 
-    /// A single Redis server, e.g. `redis://:password@host:6379/0` or `rediss://…` (TLS needs
-    /// the redis crate's TLS feature). Fails with [`LockError::Config`] when the URL cannot be
-    /// parsed; nothing connects yet.
+    /// A single Redis server, e.g. `redis://:password@host:6379/0`, or `rediss://…` over TLS
+    /// (with distlock's `tls` feature; the server's certificate must chain to a root the
+    /// system trusts, else see [`Config::from_redis_client`]). Fails with [`LockError::Config`]
+    /// naming the part of the URL that cannot work (scheme, host, port, database, a query
+    /// parameter, TLS without the feature); nothing connects yet.
     ///
     /// ```
     /// let config = distlock::Config::from_url("redis://127.0.0.1:6379/0")?;
@@ -137,6 +146,27 @@ impl Config {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let client = url::parse(url, UrlFor::Single)?;
+        Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
+    }
+
+    /// A single Redis server reached through a `redis::Client` the application built itself:
+    /// the escape hatch for what a URL cannot say, such as a private certificate authority or
+    /// a client certificate (`redis::Client::build_with_tls`), or connection settings made in
+    /// code. Cluster, Sentinel and Redlock take URLs only: their TLS servers need certificates
+    /// the system trusts.
+    ///
+    /// A TLS client needs distlock's `tls` feature (or the redis crate's own TLS support,
+    /// enabled by the application with a rustls crypto provider installed); without either it
+    /// is a [`LockError::Config`] that names the feature. Nothing connects yet.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = redis::Client::open("redis://127.0.0.1:6379/0")?;
+    /// let config = distlock::Config::from_redis_client(redis)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn from_redis_client(client: redis::Client) -> Result<Self, LockError> {
+        crate::tls::prepare("the Redis client", &client)?;
         Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
     }
 
@@ -162,7 +192,7 @@ impl Config {
     /// and found again after a failover: after a connection error or a `READONLY` reply the
     /// sentinels are asked anew and the new primary's role is checked before it is used.
     /// The user name, password and db in the first sentinel URL are also used for the
-    /// primary.
+    /// primary, and so is TLS: with `rediss://` sentinels the primary is reached over TLS.
     ///
     /// ```
     /// let config = distlock::Config::sentinel(

@@ -131,6 +131,8 @@ pub struct BackendError {
     /// The request may have taken effect on the server although it failed (it was sent, and
     /// no answer says otherwise): a grant nobody knows about may exist.
     maybe_applied: bool,
+    /// A connect that ran out of time: the server may be up but frozen, which the advice says.
+    connect_timed_out: bool,
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
@@ -154,6 +156,10 @@ pub enum BackendErrorKind {
     /// The failover guard ([`Config::replicas`](crate::Config::replicas)): too few replicas
     /// acknowledged a renewal within the guard's timeout, so it does not count.
     Unreplicated,
+    /// TLS could not be set up or the handshake failed: no rustls crypto provider, a server
+    /// certificate that no trusted root vouches for or that names another host, or a server
+    /// that does not speak TLS on that port.
+    Tls,
 }
 
 impl BackendError {
@@ -166,8 +172,15 @@ impl BackendError {
             operation,
             kind,
             maybe_applied: false,
+            connect_timed_out: false,
             source: source.into(),
         }
+    }
+
+    /// Marks a failed connect as one that ran out of time (rather than being refused).
+    pub(crate) fn connect_timed_out(mut self, timed_out: bool) -> Self {
+        self.connect_timed_out = timed_out;
+        self
     }
 
     /// Marks the failed request as one that may nevertheless have taken effect.
@@ -195,6 +208,17 @@ impl BackendError {
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let advice = match self.kind {
+            // Refused at once means nothing listens; no answer in time is a server (or a path
+            // to it) that takes the connection and then says nothing.
+            BackendErrorKind::Connection | BackendErrorKind::Timeout if self.connect_timed_out => {
+                "no answer within the connect timeout: the server may be unreachable (a \
+                 firewall that drops packets, a wrong address), or up but frozen — it accepts \
+                 TCP connections but answers nothing when it is stopped (SIGSTOP, a paused VM or \
+                 container), swapping, busy in a long script or command (see its SLOWLOG), \
+                 or behind a proxy or load balancer whose backend is gone; check with \
+                 `redis-cli -h HOST -p PORT PING`, or raise `connect_timeout` if the server is \
+                 just slow"
+            }
             BackendErrorKind::Connection => {
                 "check that Redis is running and reachable at the configured URL"
             }
@@ -210,6 +234,12 @@ impl fmt::Display for BackendError {
             BackendErrorKind::Unavailable => {
                 "the server cannot take writes now (a replica, after a failover, or still \
                  loading); the next request reconnects — point the URL at the primary"
+            }
+            BackendErrorKind::Tls => {
+                "check that the port serves TLS, that the server's certificate names the host in \
+                 the URL and chains to a root this machine trusts (for a private CA build a \
+                 `redis::Client` with `build_with_tls` and pass it to \
+                 `Config::from_redis_client`), and that distlock's `tls` feature is enabled"
             }
             BackendErrorKind::Unreplicated => {
                 "check that the replicas are up and linked to the primary, or give the failover \
@@ -247,7 +277,12 @@ impl fmt::Display for Shortened<'_> {
 /// hold any character, so no string surgery on the URL is safe).
 pub(crate) fn server_address(client: &redis::Client) -> String {
     let info = client.get_connection_info();
-    format!("{} (db {})", info.addr(), info.redis_settings().db())
+    let tls = if crate::tls::is_tls(client) {
+        ", TLS"
+    } else {
+        ""
+    };
+    format!("{} (db {}{tls})", info.addr(), info.redis_settings().db())
 }
 
 #[cfg(test)]

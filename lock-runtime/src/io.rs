@@ -2,6 +2,11 @@
 //! owns the watchdog, releases spawned from `Drop`, the pub/sub and Cluster connections, and a
 //! node's connection when no multi-thread caller runtime made it (`backend/redis.rs`).
 //!
+//! A task that panics there (say, rustls finding no crypto provider while connecting) ends
+//! alone: the runtime lets a panicking task go and keeps running the others, and
+//! [`connect_task_failed`] turns the panic into an error that says what happened, not "the
+//! runtime has shut down".
+//!
 //! Why not only the caller's runtime: a task spawned on the runtime of the first
 //! `#[tokio::test]` dies with it, and the global client would fail in every later test. Work
 //! that must outlive whichever runtime the caller happens to be on runs here instead; requests
@@ -12,9 +17,9 @@ use std::future::Future;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinHandle};
 
-use crate::error::LockError;
+use crate::error::{BackendError, BackendErrorKind, LockError};
 
 /// The caller's runtime, when it is a multi-thread one: there a connection's driver can run
 /// beside the requests (no hop to the I/O thread), and its tasks keep running between the
@@ -90,5 +95,64 @@ impl IoRuntime {
         F::Output: Send + 'static,
     {
         self.handle.spawn(future)
+    }
+}
+
+/// The error of a connect whose task did not finish: it panicked (inside the redis crate or
+/// rustls: TLS set up without a crypto provider is the known case), or its runtime is gone.
+pub(crate) fn connect_task_failed(err: JoinError) -> BackendError {
+    if !err.is_panic() {
+        return BackendError::new(
+            "connect",
+            BackendErrorKind::Connection,
+            "the client's I/O runtime has shut down",
+        );
+    }
+    let payload = err.into_panic();
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    if message.contains("CryptoProvider") {
+        BackendError::new(
+            "connect",
+            BackendErrorKind::Tls,
+            format!(
+                "TLS could not be set up: no rustls crypto provider is installed ({message}); \
+                 enable distlock's `tls` feature (`{}`), which installs one, or install one \
+                 with `rustls::crypto::CryptoProvider::install_default` before connecting",
+                crate::tls::ENABLE_TLS
+            ),
+        )
+    } else {
+        BackendError::new(
+            "connect",
+            BackendErrorKind::Connection,
+            format!("connecting panicked: {message}"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_task_leaves_the_runtime_serving_the_next_ones() {
+        let io = IoRuntime::start().unwrap();
+        let caller = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        caller.block_on(async {
+            let panicked = io
+                .spawn(async { panic!("no process-level CryptoProvider available") })
+                .await
+                .unwrap_err();
+            let err = connect_task_failed(panicked);
+            assert_eq!(err.kind(), BackendErrorKind::Tls);
+            assert!(err.to_string().contains("`tls` feature"), "{err}");
+            assert_eq!(io.spawn(async { 7 }).await.unwrap(), 7);
+        });
     }
 }

@@ -22,6 +22,7 @@ mod lease;
 mod release;
 mod scope;
 mod telemetry;
+mod tls;
 mod url;
 mod watchdog;
 

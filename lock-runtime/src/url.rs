@@ -1,7 +1,9 @@
 //! Reading the Redis URLs of a [`Config`](crate::Config): one URL where one server is meant,
-//! lists for Cluster, Sentinel and Redlock, and errors that name the part that cannot work
-//! (a missing scheme, a scheme that needs a cargo feature, a list where one URL is expected)
-//! without ever showing a password. Neighbours: `config.rs` calls it; `error.rs` redacts.
+//! lists for Cluster, Sentinel and Redlock, and errors that name the part that cannot work (a
+//! missing scheme or host, a port out of range, a path that is not a database number, a query
+//! parameter the redis crate would ignore in silence, TLS without the `tls` feature, a list
+//! where one URL is expected) without ever showing a password. Neighbours: `config.rs` calls
+//! it; `tls.rs` readies TLS for a `rediss://` URL; `error.rs` redacts.
 
 use crate::error::LockError;
 
@@ -53,15 +55,11 @@ pub(crate) fn parse(url: &str, purpose: UrlFor) -> Result<redis::Client, LockErr
              `redis+unix:///path` for a socket)"
         )));
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "redis" | "redis+unix" | "unix" | "valkey" => {}
-        "rediss" | "valkeys" => {
-            return Err(LockError::Config(format!(
-                "{what} uses the TLS scheme `{scheme}://`, which needs TLS support that this \
-                 build of distlock lacks: enable the `redis` crate's `tokio-rustls-comp` feature \
-                 (with a rustls crypto provider) or use `redis://`"
-            )))
-        }
+    let scheme = scheme.to_ascii_lowercase();
+    let tls = match scheme.as_str() {
+        "redis" | "valkey" => false,
+        "rediss" | "valkeys" => true,
+        "redis+unix" | "valkey+unix" | "unix" => false,
         other => {
             // Only the scheme is quoted: the rest may hold a password.
             let shown: String = other.chars().take(20).collect();
@@ -70,13 +68,134 @@ pub(crate) fn parse(url: &str, purpose: UrlFor) -> Result<redis::Client, LockErr
                  `redis://`, `rediss://` or `redis+unix://`"
             )));
         }
+    };
+    if tls && !cfg!(feature = "tls") {
+        return Err(crate::tls::missing_feature(what));
     }
-    redis::Client::open(url).map_err(|err| {
+    check_parts(url, what, &scheme)?;
+    let client = redis::Client::open(url).map_err(|err| {
+        // What `check_parts` lets through and the redis crate refuses (a wildcard address, a
+        // user name that is not UTF-8): its messages name the part and quote no secret.
         LockError::Config(format!(
-            "{what} is not usable ({}); expected `redis://[[user]:password@]host[:port][/db]`",
-            err.category()
+            "{what} is not usable ({err}); expected `{}`",
+            expected_form(&scheme)
         ))
-    })
+    })?;
+    crate::tls::prepare(what, &client)?;
+    Ok(client)
+}
+
+/// The accepted form of a URL with `scheme`, as errors quote it.
+fn expected_form(scheme: &str) -> &'static str {
+    if scheme.ends_with("unix") {
+        "redis+unix:///path/to/redis.sock[?db=N&user=U&pass=P]"
+    } else if scheme.ends_with('s') {
+        "rediss://[[user]:password@]host[:port][/db]"
+    } else {
+        "redis://[[user]:password@]host[:port][/db]"
+    }
+}
+
+/// Checks each part of a URL the redis crate would refuse without saying which, or ignore
+/// in silence (a query parameter it does not know, such as `?db=2` on a TCP URL, would leave
+/// the client on db 0). Names the part; quotes nothing that may be a secret.
+fn check_parts(url: &str, what: &str, scheme: &str) -> Result<(), LockError> {
+    let form = expected_form(scheme);
+    let bad = |part: String| LockError::Config(format!("{what} {part}; expected `{form}`"));
+    let parsed = ::url::Url::parse(url).map_err(|err| {
+        bad(match err {
+            ::url::ParseError::InvalidPort => {
+                "has a port that is not a number from 0 to 65535".to_owned()
+            }
+            ::url::ParseError::EmptyHost => "has no host after `://`".to_owned(),
+            ::url::ParseError::InvalidIpv4Address => {
+                "has a host that is not a valid IPv4 address".to_owned()
+            }
+            ::url::ParseError::InvalidIpv6Address => {
+                "has a host that is not a valid IPv6 address (write it in brackets: \
+                 `[::1]:6379`)"
+                    .to_owned()
+            }
+            ::url::ParseError::InvalidDomainCharacter | ::url::ParseError::IdnaError => {
+                "has a host name with a character a host name cannot hold (a password with \
+                 `@`, `/`, `?` or `#` must be percent-encoded: `%40`, `%2F`, `%3F`, `%23`)"
+                    .to_owned()
+            }
+            other => format!("cannot be read as a URL ({other})"),
+        })
+    })?;
+    let unix = scheme.ends_with("unix");
+    if !unix {
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(bad("has no host after `://`".to_owned()));
+        }
+        if parsed.port() == Some(0) {
+            return Err(bad(
+                "has port 0; give the port the server listens on".to_owned()
+            ));
+        }
+        let db = parsed.path().trim_matches('/');
+        if !db.is_empty() && db.parse::<u32>().is_err() {
+            return Err(bad(
+                "has a path that is not a database number (`/0`, `/1`, …): the path of a \
+                 Redis URL selects the database"
+                    .to_owned(),
+            ));
+        }
+    }
+    let known: &[&str] = if unix {
+        &["db", "user", "pass", "protocol"]
+    } else {
+        &["protocol"]
+    };
+    for (name, value) in parsed.query_pairs() {
+        if !known.contains(&name.as_ref()) {
+            let shown: String = name.chars().take(30).collect();
+            let hint = match (unix, name.as_ref()) {
+                (false, "db") => ": the database is the path, `redis://host:6379/2`",
+                (false, "password" | "pass" | "user" | "username") => {
+                    ": credentials go before the host, `redis://user:password@host:6379`"
+                }
+                _ => "",
+            };
+            return Err(bad(format!(
+                "has the query parameter `{shown}`, which a Redis URL does not take (known: \
+                 {}){hint}",
+                known
+                    .iter()
+                    .map(|k| format!("`{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if unix && name == "db" && value.parse::<u32>().is_err() {
+            return Err(bad(
+                "has a `db` parameter that is not a database number".to_owned()
+            ));
+        }
+        if name == "protocol" && !["2", "3", "resp2", "resp3"].contains(&value.as_ref()) {
+            return Err(bad(
+                "has a `protocol` parameter other than `resp2` or `resp3`".to_owned(),
+            ));
+        }
+    }
+    if parsed.fragment() == Some("insecure") {
+        return Err(bad(
+            "ends in `#insecure`, which would turn off the certificate check; distlock does \
+             not offer that: have the system trust the server's certificate authority, or \
+             build a `redis::Client` with `build_with_tls` and its CA for \
+             `Config::from_redis_client`"
+                .to_owned(),
+        ));
+    }
+    if let Some(fragment) = parsed.fragment() {
+        let shown: String = fragment.chars().take(20).collect();
+        return Err(bad(format!(
+            "ends in the fragment `#{shown}`, which a Redis URL does not take (a password \
+             with `#` must be percent-encoded: `%23`)"
+        )));
+    }
+    Ok(())
 }
 
 /// Parses a list of URLs; the caller checks how many a deployment needs.
@@ -109,7 +228,6 @@ mod tests {
     #[test]
     fn each_wrong_part_is_named() {
         assert!(message("127.0.0.1:6379", UrlFor::Single).contains("no scheme"));
-        assert!(message("rediss://h:6379", UrlFor::Single).contains("tokio-rustls-comp"));
         assert!(message("http://u:s3cret@h", UrlFor::Single).contains("`http://`"));
         let list = message("redis://a:1,redis://b:2", UrlFor::Single);
         assert!(
@@ -119,6 +237,58 @@ mod tests {
         assert!(message("", UrlFor::Redlock).contains("Redlock master URL is empty"));
         assert!(!message("http://u:s3cret@h", UrlFor::Single).contains("s3cret"));
         assert!(parse("redis://127.0.0.1:6379/0", UrlFor::Single).is_ok());
+    }
+
+    #[test]
+    fn each_bad_part_of_an_address_is_named() {
+        let said = |url: &str, part: &str| {
+            let message = message(url, UrlFor::Single);
+            assert!(message.contains(part), "{url}: {message}");
+            assert!(!message.contains("s3cret"), "{url}: {message}");
+        };
+        said("redis://:s3cret@h:99999", "port that is not a number");
+        said("redis://:s3cret@h:63a79", "port that is not a number");
+        said("redis://:s3cret@h:0", "port 0");
+        said("redis://:s3cret@:6379", "no host");
+        said("redis://:s3cret@[::1:6379", "IPv6");
+        said("redis://:s3cret@h:6379/one", "not a database number");
+        said("redis://:s3cret@h:6379/-1", "not a database number");
+        said("redis://h:6379?db=2&pass=s3cret", "query parameter `db`");
+        said("redis://h:6379?db=2", "the database is the path");
+        said(
+            "redis://h:6379?password=s3cret",
+            "credentials go before the host",
+        );
+        said("redis://h:6379?protocol=resp9", "`protocol` parameter");
+        said("redis+unix:///tmp/r.sock?db=x", "`db` parameter");
+        said("redis://:s3cret@h:6379/0#frag", "fragment `#frag`");
+        said("redis://h:6379/#insecure", "certificate check");
+        said("redis://0.0.0.0:6379", "wildcard");
+        assert!(parse("redis+unix:///tmp/r.sock?db=1&pass=s3cret", UrlFor::Single).is_ok());
+        assert!(parse("redis://u:p@h:6379/3?protocol=resp3", UrlFor::Single).is_ok());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_tls_url_without_the_feature_names_the_feature() {
+        for url in ["rediss://h:6379", "valkeys://:s3cret@h:6379/0"] {
+            let message = message(url, UrlFor::Single);
+            assert!(message.contains("`tls` feature"), "{message}");
+            assert!(message.contains(r#"features = ["tls"]"#), "{message}");
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+        let message = message("rediss://h:1", UrlFor::Cluster);
+        assert!(
+            message
+                .starts_with("invalid distlock configuration: a Redis Cluster node URL uses TLS"),
+            "{message}"
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_tls_url_with_the_feature_is_accepted() {
+        assert!(parse("rediss://h:6379/0", UrlFor::Single).is_ok());
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod masters;
 pub mod monitor;
 pub mod proxy;
 pub mod sentinel;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

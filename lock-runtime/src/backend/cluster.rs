@@ -26,7 +26,7 @@ use super::redis::{Failure, NodeOptions};
 use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
-use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::error::{BackendError, LockError};
 use crate::kind::{self, FirstTry, Tokens};
 
 pub(crate) struct ClusterBackend {
@@ -97,14 +97,13 @@ impl ClusterBackend {
                 match connected {
                     Ok(Ok(connection)) => {
                         tracing::debug!(target: crate::LOG_TARGET, nodes = %self.nodes, "connected to Redis Cluster");
+                        // Beside the first request, not before it: the check only ever logs.
+                        self.io
+                            .spawn(super::eviction::check_cluster(connection.clone()));
                         Ok(connection)
                     }
-                    Ok(Err(err)) => Err(BackendError::new("connect", Failure::of(&err).kind, err)),
-                    Err(_) => Err(BackendError::new(
-                        "connect",
-                        BackendErrorKind::Connection,
-                        "the client's I/O runtime has shut down",
-                    )),
+                    Ok(Err(err)) => Err(super::redis::connect_error(err)),
+                    Err(err) => Err(crate::io::connect_task_failed(err)),
                 }
             })
             .await?;

@@ -127,7 +127,7 @@ impl Sentinel {
     }
 
     /// Asks the sentinels in turn for the primary's address; the primary is reached with the
-    /// credentials and db of the first sentinel URL.
+    /// credentials and db of the first sentinel URL, and over TLS when it is a `rediss://` one.
     async fn primary(&self) -> Result<redis::Client, RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
@@ -151,10 +151,10 @@ impl Sentinel {
                 Ok(Some((host, port))) => {
                     self.last_answered.store(at, Ordering::Relaxed);
                     self.note_primary(&host, port);
-                    let info = self.sentinels[0]
-                        .get_connection_info()
+                    let first = self.sentinels[0].get_connection_info();
+                    let info = first
                         .clone()
-                        .set_addr(ConnectionAddr::Tcp(host, port));
+                        .set_addr(primary_addr(first.addr(), host, port));
                     return redis::Client::open(info);
                 }
                 Ok(None) => failures.push(format!(
@@ -191,5 +191,47 @@ impl Sentinel {
             None => {}
         }
         *last = Some(now);
+    }
+}
+
+/// The address of the primary a sentinel named: over TLS (with the sentinel's certificate
+/// settings) when the sentinel is reached over TLS, as a TLS deployment serves both that way.
+fn primary_addr(sentinel: &ConnectionAddr, host: String, port: u16) -> ConnectionAddr {
+    match sentinel {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host, port),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_primary_is_reached_over_tls_when_the_sentinels_are() {
+        let plain = ConnectionAddr::Tcp("s".to_owned(), 26379);
+        assert!(matches!(
+            primary_addr(&plain, "p".to_owned(), 6379),
+            ConnectionAddr::Tcp(host, 6379) if host == "p"
+        ));
+        let tls = ConnectionAddr::TcpTls {
+            host: "s".to_owned(),
+            port: 26379,
+            insecure: false,
+            tls_params: None,
+        };
+        assert!(matches!(
+            primary_addr(&tls, "p".to_owned(), 6380),
+            ConnectionAddr::TcpTls { host, port: 6380, insecure: false, .. } if host == "p"
+        ));
     }
 }

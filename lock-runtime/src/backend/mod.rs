@@ -11,6 +11,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod endpoint;
+pub(crate) mod eviction;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;

@@ -224,26 +224,20 @@ impl RedisBackend {
         let runtime = caller.unwrap_or_else(|| self.io.clone());
         let connected = runtime
             .spawn(async move {
-                endpoint
-                    .resolve()
-                    .await?
+                let server = endpoint.resolve().await?;
+                let connection = server
                     .get_multiplexed_async_connection_with_config(&config)
-                    .await
+                    .await?;
+                Ok::<_, RedisError>((connection, server.get_connection_info().addr().to_string()))
             })
             .await;
-        let mut connection = match connected {
-            Ok(Ok(connection)) => connection,
+        let (mut connection, address) = match connected {
+            Ok(Ok(connected)) => connected,
             Ok(Err(err)) => {
                 state.last_failure = Some((Instant::now(), err.clone()));
                 return Err(connect_error(err));
             }
-            Err(_) => {
-                return Err(BackendError::new(
-                    "connect",
-                    BackendErrorKind::Connection,
-                    "the client's I/O runtime has shut down",
-                ))
-            }
+            Err(err) => return Err(crate::io::connect_task_failed(err)),
         };
         if self.require_primary {
             if let Err(err) = self.check_role(&mut connection).await {
@@ -258,6 +252,11 @@ impl RedisBackend {
                 return Err(connect_error(err));
             }
         };
+        if super::eviction::first_time(&address) {
+            // Beside the first request, not before it: the check only ever logs.
+            self.io
+                .spawn(super::eviction::check_node(connection.clone(), address));
+        }
         state.last_failure = None;
         state.last_generation += 1;
         let generation = state.last_generation;
@@ -515,8 +514,14 @@ impl RedisBackend {
     }
 }
 
-fn connect_error(err: RedisError) -> BackendError {
-    BackendError::new("connect", Failure::of(&err).kind, err)
+pub(crate) fn connect_error(err: RedisError) -> BackendError {
+    let timed_out = err.is_timeout();
+    let kind = if crate::tls::is_handshake_failure(&err) {
+        BackendErrorKind::Tls
+    } else {
+        Failure::of(&err).kind
+    };
+    BackendError::new("connect", kind, err).connect_timed_out(timed_out)
 }
 
 /// The server refused a command (permissions, unknown command): not a broken connection.
