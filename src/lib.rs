@@ -103,6 +103,8 @@
 /// }
 /// ```
 pub use lock_macros::distributed_lock;
+#[doc(no_inline)]
+pub use lock_runtime::redis;
 pub use lock_runtime::{
     current, init, lock, read_lock, shutdown, try_init, write_lock, BackendError, BackendErrorKind,
     Client, Config, FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest,

@@ -31,6 +31,10 @@ use std::fmt;
 /// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
 pub const LOG_TARGET: &str = "distlock";
 
+/// The `redis` crate distlock is built on, for [`Config::from_redis_client`] and
+/// [`fenced`] (so the versions match).
+pub use redis;
+
 pub use backend::MAX_KEY_LEN;
 pub use client::{init, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest};
 pub use config::{
