@@ -13,6 +13,7 @@ mod client;
 mod config;
 mod error;
 mod guard;
+mod inspect;
 mod io;
 mod kind;
 mod lease;
@@ -31,11 +32,12 @@ pub use client::{init, lock, read_lock, write_lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
-    ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
+    ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
     MAX_LEASE, MIN_LEASE,
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;
+pub use inspect::{ForcedUnlock, Holder, LockState};
 pub use scope::{current, LockInfo};
 
 /// What the attribute macro expands to. Not a public API: no stability promise.
