@@ -1,6 +1,8 @@
 //! The classic scenario: workers sell items from one stock counter through an annotated
 //! service method. The counter lives in Redis and is updated with a non-atomic GET + SET, so
-//! without the lock concurrent sales overwrite each other; with it, none are lost.
+//! without the lock concurrent sales overwrite each other; with it, none are lost. Under the
+//! lock the write is fenced (`distlock::fenced::set` with the grant's token): a seller whose
+//! lease ran out while it stalled cannot overwrite a later seller's stock.
 //!
 //!     cargo run --example inventory                 # 8 tasks in this process
 //!     cargo run --example inventory -- --processes 4  # also 4 OS processes at once
@@ -13,7 +15,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{distributed_lock, Config, LockError};
+use distlock::fenced::FencedWrite;
+use distlock::{distributed_lock, Config, FencingToken, LockError};
 
 const WORKERS: usize = 8;
 const SALES_PER_WORKER: i64 = 25;
@@ -67,14 +70,18 @@ impl InventoryService {
         }
     }
 
-    async fn write(&self, sku: &str, value: i64) -> Result<(), AppError> {
+    /// Sets the stock, for a run's start: the fence is reset with it.
+    async fn reset(&self, sku: &str, value: i64) -> Result<(), AppError> {
         match &self.store {
             Store::Redis(conn) => {
-                let mut conn = conn.clone();
-                redis::cmd("SET")
-                    .arg(format!("inventory:{sku}"))
+                let key = format!("inventory:{sku}");
+                redis::pipe()
+                    .cmd("SET")
+                    .arg(&key)
                     .arg(value)
-                    .query_async::<()>(&mut conn)
+                    .cmd("DEL")
+                    .arg(distlock::fenced::fence_key(&key))
+                    .exec_async(&mut conn.clone())
                     .await
                     .map_err(|e| AppError::Store(e.to_string()))
             }
@@ -85,17 +92,56 @@ impl InventoryService {
         }
     }
 
+    /// Writes the stock back; with a fencing token, only if no later holder has written.
+    async fn write(
+        &self,
+        sku: &str,
+        value: i64,
+        token: Option<FencingToken>,
+    ) -> Result<(), AppError> {
+        match (&self.store, token) {
+            (Store::Redis(conn), Some(token)) => {
+                let key = format!("inventory:{sku}");
+                let wrote = distlock::fenced::set(&mut conn.clone(), &key, value, token)
+                    .await
+                    .map_err(|e| AppError::Store(e.to_string()))?;
+                match wrote {
+                    FencedWrite::Applied => Ok(()),
+                    FencedWrite::Stale { highest } => Err(AppError::Store(format!(
+                        "stale write refused: token {token} after {highest}"
+                    ))),
+                }
+            }
+            (Store::Redis(conn), None) => redis::cmd("SET")
+                .arg(format!("inventory:{sku}"))
+                .arg(value)
+                .query_async::<()>(&mut conn.clone())
+                .await
+                .map_err(|e| AppError::Store(e.to_string())),
+            (Store::Local(stock), _) => {
+                stock.store(value, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    }
+
     /// A sale without a lock: read, think, write back.
     async fn sell_unlocked(&self, sku: &str) -> Result<(), AppError> {
+        self.sell_with(sku, None).await
+    }
+
+    async fn sell_with(&self, sku: &str, token: Option<FencingToken>) -> Result<(), AppError> {
         let stock = self.read(sku).await?;
         tokio::time::sleep(Duration::from_micros(500)).await; // e.g. price the order
-        self.write(sku, stock - 1).await
+        self.write(sku, stock - 1, token).await
     }
 
     /// The same sale, under a distributed lock on the SKU.
     #[distributed_lock(key = "inventory:{sku}", lease = "5s", wait = "30s")]
     async fn sell(&self, sku: &str) -> Result<(), AppError> {
-        self.sell_unlocked(sku).await
+        // The grant's fencing token goes to the store with the write.
+        let token = distlock::current().and_then(|lock| lock.fencing_token());
+        self.sell_with(sku, token).await
     }
 }
 
@@ -156,7 +202,7 @@ async fn main() -> Result<(), AppError> {
     let multi = processes > 0 && matches!(service.store, Store::Redis(_));
     let sales = WORKERS as i64 * SALES_PER_WORKER * (1 + if multi { processes as i64 } else { 0 });
     for (sku, locked) in [("sku-unlocked", false), ("sku-locked", true)] {
-        service.write(sku, INITIAL_STOCK).await?;
+        service.reset(sku, INITIAL_STOCK).await?;
         let mut children = Vec::new();
         if multi {
             for _ in 0..processes {

@@ -13,6 +13,7 @@
 //!   acknowledge survive the failover;
 //! - the guard on a single primary with replicas: grants need the replicas, and renewals that
 //!   no replica acknowledges do not count, so the lease is reported lost;
+//! - a failover is told as an INFO event (target `distlock`) naming the old and new primary;
 //! - configuration errors: an unknown master name, `replicas(0, …)`, a guard timeout not below
 //!   the response timeout.
 //!
@@ -59,6 +60,7 @@ async fn lock_once(client: &Client, name: &str) -> Result<(), LockError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_client_follows_a_failover_after_the_primary_is_killed() {
+    let captured = support::capture::install();
     let mut setup = SentinelSetup::start("killed");
     let client = Client::new(sentinel_config(&setup)).expect("client");
     for round in 0..3 {
@@ -88,6 +90,26 @@ async fn a_sentinel_client_follows_a_failover_after_the_primary_is_killed() {
             .await
             .expect("the new primary serves locks");
     }
+    // The operator is told, once, under the target `distlock`.
+    let told: Vec<_> = captured
+        .records()
+        .into_iter()
+        .filter(|record| record.name.contains("Sentinel failover"))
+        .filter(|record| {
+            record
+                .field("to")
+                .is_some_and(|to| to.ends_with(&format!(":{new_port}")))
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "{told:#?}");
+    assert_eq!(told[0].target, "distlock");
+    assert_eq!(told[0].level, tracing::Level::INFO);
+    assert!(
+        told[0]
+            .field("from")
+            .is_some_and(|from| from.ends_with(&format!(":{old_port}"))),
+        "{told:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

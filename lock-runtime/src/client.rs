@@ -2,10 +2,12 @@
 //! and [`LockRequest`] with the acquire loop, the same for every lock kind: try, and while the lock is held, back off with full jitter — capped by the
 //! holder's remaining lease and never past the wait deadline — and try again.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backend::cluster::ClusterBackend;
 use crate::backend::endpoint::{Endpoint, Sentinel};
@@ -21,6 +23,7 @@ use crate::io::IoRuntime;
 use crate::kind::Tokens;
 use crate::lease::{drift, Lease};
 use crate::release::Releaser;
+use crate::telemetry::{self, Acquire};
 use crate::watchdog::Watchdog;
 use crate::FencingToken;
 
@@ -141,6 +144,10 @@ pub(crate) struct ClientInner {
     pub(crate) releaser: Arc<Releaser>,
     /// This process's holder record, in every owner token.
     pub(crate) holder: HolderTag,
+    /// The store's name in spans and metrics ([`crate::telemetry`]).
+    pub(crate) store: &'static str,
+    /// Set by [`Client::shutdown`]: no new grants.
+    pub(crate) shut_down: AtomicBool,
 }
 
 impl Client {
@@ -187,8 +194,11 @@ impl Client {
         });
         let watchdog = Watchdog::start(&io, backend.clone());
         let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io));
+        telemetry::describe();
         Ok(Self {
             inner: Arc::new(ClientInner {
+                store: store_name(&config.backend),
+                shut_down: AtomicBool::new(false),
                 backend,
                 watchdog,
                 releaser,
@@ -213,6 +223,61 @@ impl Client {
     /// Starts a request for the read side of the read/write lock `key`. See [`read_lock`].
     pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(Some(self.clone()), key.into(), Kind::Read)
+    }
+
+    /// Graceful shutdown: gives back every lock this client (and its clones) holds, and
+    /// refuses new requests. Call it when the process is about to exit, after it has stopped
+    /// taking work, so the next holders need not wait for leases to run out.
+    ///
+    /// Each held grant is first reported lost to its holder ([`LockGuard::lost`] completes, an
+    /// annotated fn with `on_lost = "abort"` returns [`LockError::LeaseLost`] at its next
+    /// await), then released. Requests made afterwards fail with [`LockError::Config`]; guards
+    /// dropped afterwards cost one request that finds nothing to delete.
+    ///
+    /// Returns how many grants were held and given back; an error is the first release that
+    /// failed (every release is tried; a failed one's lease runs out).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let guard = client.lock("job:1").acquire().await?;
+    /// assert_eq!(client.shutdown().await?, 1);
+    /// assert!(!guard.is_held());
+    /// assert!(client.lock("job:1").acquire().await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> Result<usize, LockError> {
+        let inner = &self.inner;
+        inner.shut_down.store(true, Ordering::SeqCst);
+        let mut leases = inner.watchdog.drain();
+        leases.retain(|lease| lease.shut_down());
+        let released = leases.len();
+        // A holder told of the shutdown may drop its guard meanwhile: its release and this
+        // one are the same compare-and-delete, and whichever comes second finds nothing.
+        let releases = leases.iter().map(|lease| inner.releaser.release(lease));
+        let first_error = futures_util::future::join_all(releases)
+            .await
+            .into_iter()
+            .find_map(Result::err);
+        tracing::info!(target: crate::LOG_TARGET, store = inner.store, released, "client shut down");
+        first_error.map_or(Ok(released), Err)
+    }
+
+    fn shut_down_error() -> LockError {
+        LockError::Config(
+            "this distlock client was shut down (`Client::shutdown`); make a new client to \
+             take locks again"
+                .to_owned(),
+        )
+    }
+}
+
+/// [`Client::shutdown`] for the global client set up by [`init`]: gives back every lock it
+/// holds and refuses new requests. Without [`init`], nothing to do (`Ok(0)`).
+pub async fn shutdown() -> Result<usize, LockError> {
+    match GLOBAL.get() {
+        Some(client) => client.shutdown().await,
+        None => Ok(0),
     }
 }
 
@@ -449,8 +514,32 @@ impl LockRequest {
     /// zero lease or a Redlock master that is a replica, and [`LockError::NotInitialized`]
     /// for the global client before [`init`].
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let client = self.client.ok_or(LockError::NotInitialized)?;
+        let client = self.client.clone().ok_or(LockError::NotInitialized)?;
+        let mut observed = Acquire::start(&self.key, self.kind.into(), client.inner.store);
+        let span = observed.span.clone();
+        let outcome = self
+            .acquire_on(&client, &mut observed)
+            .instrument(span)
+            .await;
+        if let Err(err) = &outcome {
+            match err {
+                LockError::Timeout { .. } => observed.timed_out(),
+                err => observed.failed(err),
+            }
+        }
+        outcome
+    }
+
+    /// The acquire loop, observed through `observed`.
+    async fn acquire_on(
+        self,
+        client: &Client,
+        observed: &mut Acquire,
+    ) -> Result<LockGuard, LockError> {
         let inner = &client.inner;
+        if inner.shut_down.load(Ordering::Relaxed) {
+            return Err(Client::shut_down_error());
+        }
         let config = &inner.config;
         let key = LockKey::new(&config.key_prefix, self.key)?;
         let lease = self.lease.unwrap_or(config.default_lease);
@@ -468,6 +557,7 @@ impl LockRequest {
             )));
         }
         let wait = self.wait.unwrap_or(config.default_wait);
+        observed.try_once = wait.is_zero();
         // The wait runs on the caller's clock; leases run on the real one (see `lease`).
         let started = Instant::now();
         let deadline = started
@@ -495,6 +585,7 @@ impl LockRequest {
                 expires: sent + lease,
                 settled: false,
             };
+            observed.tried();
             let reply = inner
                 .backend
                 .acquire(&Try {
@@ -518,6 +609,7 @@ impl LockRequest {
                 }
                 Ok(AcquireReply::Acquired(token)) => {
                     let owner = attempt.settle();
+                    let hold = observed.granted(&key.name, token, lease);
                     let lease = Arc::new(Lease::new(
                         kind,
                         key,
@@ -527,12 +619,20 @@ impl LockRequest {
                         self.watchdog,
                         self.max_hold,
                         sent,
+                        hold,
                     ));
                     inner.watchdog.watch(lease.clone());
-                    return Ok(LockGuard::new(lease, inner.releaser.clone()));
+                    let guard = LockGuard::new(lease, inner.releaser.clone());
+                    if inner.shut_down.load(Ordering::SeqCst) {
+                        // Granted while the client shut down: given back at once.
+                        let _ = guard.release().await;
+                        return Err(Client::shut_down_error());
+                    }
+                    return Ok(guard);
                 }
                 Ok(AcquireReply::Held(remaining)) => {
                     attempt.settle();
+                    observed.refused();
                     refused_before = true;
                     remaining
                 }
@@ -559,11 +659,22 @@ impl LockRequest {
                 Some(waker) => {
                     let interest =
                         interest.get_or_insert_with(|| waker.interest(&key.channel, kind));
-                    waker.wait(interest, delay).await;
+                    observed.waited(waker.wait(interest, delay).await);
                 }
                 None => tokio::time::sleep(delay).await,
             }
         }
+    }
+}
+
+/// The name of the store a config chooses, as spans and metrics label it.
+fn store_name(backend: &BackendConfig) -> &'static str {
+    match backend {
+        BackendConfig::Redis(_) => "redis",
+        BackendConfig::Sentinel { .. } => "sentinel",
+        BackendConfig::Cluster(_) => "cluster",
+        BackendConfig::Redlock(_) => "redlock",
+        BackendConfig::InMemory(_) => "memory",
     }
 }
 

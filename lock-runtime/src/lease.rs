@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::backend::{Kind, LockKey};
+use crate::telemetry::{Ended, Hold};
 use crate::FencingToken;
 
 static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
@@ -74,6 +75,8 @@ pub(crate) struct Lease {
     state: watch::Sender<LeaseState>,
     /// Serialises a renewal with the release, so no renewal is sent after the release.
     pub(crate) gate: tokio::sync::Mutex<()>,
+    /// The grant as observed: its `hold` span, renewals and end ([`crate::telemetry`]).
+    pub(crate) hold: Hold,
 }
 
 impl Lease {
@@ -88,6 +91,7 @@ impl Lease {
         renew: bool,
         max_hold: Option<Duration>,
         sent: Instant,
+        hold: Hold,
     ) -> Self {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
         Self {
@@ -105,6 +109,7 @@ impl Lease {
             }),
             state: watch::Sender::new(LeaseState::Held),
             gate: tokio::sync::Mutex::new(()),
+            hold,
         }
     }
 
@@ -123,6 +128,8 @@ impl Lease {
         let renewed = deadline_after(sent, self.duration, self.max_hold);
         times.deadline = times.deadline.max(renewed);
         times.next_renewal = sent + self.duration / 3;
+        drop(times);
+        self.hold.renewed();
     }
 
     /// The request's `max_hold`, if it has one and it has run out.
@@ -150,11 +157,19 @@ impl Lease {
         self.state() == LeaseState::Held && Instant::now() < self.deadline()
     }
 
-    /// Records that the guard let go of the lease (released or dropped).
-    pub(crate) fn end(&self) {
-        self.state.send_if_modified(|state| {
-            std::mem::replace(state, LeaseState::Ended) == LeaseState::Held
+    /// Records that the guard let go of the lease (`how`: released, dropped, or given back by
+    /// a shutdown).
+    pub(crate) fn end(&self, how: Ended) {
+        // A lost lease stays lost: a holder told of the loss must still see it when it looks.
+        let was_held = self.state.send_if_modified(|state| {
+            *state == LeaseState::Held && {
+                *state = LeaseState::Ended;
+                true
+            }
         });
+        if was_held {
+            self.hold.ended(how);
+        }
     }
 
     /// Records that the lease is lost, unless it already ended or was lost.
@@ -166,8 +181,27 @@ impl Lease {
             }
         });
         if marked {
-            tracing::warn!(target: crate::LOG_TARGET, key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
+            tracing::warn!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
+            self.hold.ended(Ended::Lost);
         }
+    }
+
+    /// Records that the client was shut down while the lease was held: the holder is told as for
+    /// a loss (its `lost()` completes, an attribute body with `on_lost = "abort"` stops), and
+    /// the lease is then given back.
+    /// Returns whether it was held.
+    pub(crate) fn shut_down(&self) -> bool {
+        let marked = self.state.send_if_modified(|state| {
+            *state == LeaseState::Held && {
+                *state = LeaseState::Lost;
+                true
+            }
+        });
+        if marked {
+            tracing::info!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, "giving the lock back: the client is shutting down");
+            self.hold.ended(Ended::Shutdown);
+        }
+        marked
     }
 
     /// Completes when the lease is lost (never, if it never is). Checks the deadline itself on

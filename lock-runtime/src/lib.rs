@@ -12,6 +12,7 @@ mod backend;
 mod client;
 mod config;
 mod error;
+pub mod fenced;
 mod guard;
 mod inspect;
 mod io;
@@ -19,6 +20,7 @@ mod kind;
 mod lease;
 mod release;
 mod scope;
+mod telemetry;
 mod url;
 mod watchdog;
 
@@ -28,7 +30,7 @@ use std::fmt;
 pub const LOG_TARGET: &str = "distlock";
 
 pub use backend::MAX_KEY_LEN;
-pub use client::{init, lock, read_lock, write_lock, Client, LockRequest};
+pub use client::{init, lock, read_lock, shutdown, write_lock, Client, LockRequest};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
@@ -39,6 +41,7 @@ pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LockState};
 pub use scope::{current, LockInfo};
+pub use telemetry::METRICS;
 
 /// What the attribute macro expands to. Not a public API: no stability promise.
 #[doc(hidden)]
@@ -91,6 +94,16 @@ impl FencingToken {
     /// The token as a number.
     pub fn get(self) -> u64 {
         self.0
+    }
+}
+
+/// For binding a token to an SQL `BIGINT` (see [`fenced`]): checked, never wrapped. Tokens
+/// are server-clock microseconds or Redlock counters, far below `i64::MAX`.
+impl TryFrom<FencingToken> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    fn try_from(token: FencingToken) -> Result<i64, Self::Error> {
+        i64::try_from(token.0)
     }
 }
 

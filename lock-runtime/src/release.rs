@@ -14,6 +14,7 @@ use crate::backend::{Backend, Kind, LockBackend, LockKey};
 use crate::error::LockError;
 use crate::io::IoRuntime;
 use crate::lease::{drift, Lease};
+use crate::telemetry::Ended;
 use crate::watchdog::Watchdog;
 
 /// First pause before a failed background release is tried again; it doubles up to
@@ -40,7 +41,7 @@ impl Releaser {
     /// Stops the renewals of `lease`, lets a renewal in flight finish, then deletes its key if
     /// it is still ours: `Ok(true)` it was, `Ok(false)` it no longer was.
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
-        self.stop_renewing(lease);
+        self.stop_renewing(lease, Ended::Released);
         let _gate = lease.gate.lock().await;
         self.backend
             .release(lease.kind, &lease.key, &lease.owner)
@@ -50,7 +51,7 @@ impl Releaser {
     /// [`release`](Self::release) in the background, for a guard dropped unreleased. Never
     /// blocks or panics; a failed try is repeated while the lease could still be in force.
     pub(crate) fn release_in_background(self: &Arc<Self>, lease: Arc<Lease>) {
-        self.stop_renewing(&lease);
+        self.stop_renewing(&lease, Ended::Dropped);
         let this = self.clone();
         self.io.spawn(async move {
             let _gate = lease.gate.lock().await;
@@ -90,8 +91,8 @@ impl Releaser {
         });
     }
 
-    fn stop_renewing(&self, lease: &Lease) {
-        lease.end();
+    fn stop_renewing(&self, lease: &Lease, how: Ended) {
+        lease.end(how);
         self.watchdog.forget(lease.id);
     }
 

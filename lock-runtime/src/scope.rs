@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use tracing::Instrument;
+
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
@@ -217,7 +219,10 @@ where
         Err(err) => return R::from_lock_error(err.for_key(&key)),
     };
     let lease = held.lease.clone();
-    let outcome = run_scoped(held, spec.on_lost, body).await;
+    // The body runs in the grant's `hold` span: its own events name the lock they ran under.
+    let outcome = run_scoped(held, spec.on_lost, body)
+        .instrument(lease.hold.span().clone())
+        .await;
     if let Grant::Own(guard) = grant {
         if outcome.is_some() && !guard.is_held() {
             tracing::warn!(target: crate::LOG_TARGET, %key, "the lease was lost while the body ran (on_lost = \"continue\")");

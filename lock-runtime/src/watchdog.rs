@@ -148,6 +148,15 @@ impl Watchdog {
     pub(crate) fn forget(&self, id: u64) {
         self.shared.registry().remove(id);
     }
+
+    /// Stops watching every lease, and returns them (for [`Client::shutdown`](crate::Client::shutdown)).
+    pub(crate) fn drain(&self) -> Vec<Arc<Lease>> {
+        let mut registry = self.shared.registry();
+        let ids: Vec<u64> = registry.watched.keys().copied().collect();
+        ids.into_iter()
+            .filter_map(|id| registry.remove(id))
+            .collect()
+    }
 }
 
 /// How soon a failed renewal is tried again.
@@ -331,6 +340,7 @@ mod tests {
             true,
             None,
             sent,
+            crate::telemetry::Hold::detached(),
         ));
         watchdog.watch(lease.clone());
         tokio::time::sleep(duration * 6).await;

@@ -5,9 +5,11 @@
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
 //! Deployments built from these servers live next door: `cluster` (3+3 Redis Cluster),
 //! `sentinel` (primary, replicas, sentinels) and `masters` (independent masters); `proxy`
-//! and `monitor` inject and observe faults between a client and one server.
+//! and `monitor` inject and observe faults between a client and one server; `capture` keeps
+//! what distlock logs, for the tests of its spans and events.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
+pub mod capture;
 pub mod cluster;
 pub mod masters;
 pub mod monitor;

@@ -8,6 +8,7 @@
 //! answers is enough.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
@@ -37,6 +38,8 @@ pub(crate) struct Sentinel {
     /// The sentinel that answered last: asked first next time, so a sentinel that hangs
     /// (its host died with the primary, say) does not cost every lookup a connect timeout.
     last_answered: AtomicUsize,
+    /// The primary the sentinels named last (`host:port`), to tell of a failover.
+    last_primary: Mutex<Option<String>>,
 }
 
 impl Endpoint {
@@ -119,6 +122,7 @@ impl Sentinel {
             connect_timeout,
             response_timeout,
             last_answered: AtomicUsize::new(0),
+            last_primary: Mutex::new(None),
         }
     }
 
@@ -146,6 +150,7 @@ impl Sentinel {
             match asked.await {
                 Ok(Some((host, port))) => {
                     self.last_answered.store(at, Ordering::Relaxed);
+                    self.note_primary(&host, port);
                     let info = self.sentinels[0]
                         .get_connection_info()
                         .clone()
@@ -165,5 +170,26 @@ impl Sentinel {
             "no sentinel named the primary",
             failures.join("; "),
         )))
+    }
+
+    /// Remembers the primary the sentinels named, and tells of a failover when it changed.
+    fn note_primary(&self, host: &str, port: u16) {
+        let now = format!("{host}:{port}");
+        let mut last = self
+            .last_primary
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match last.as_deref() {
+            Some(before) if before != now => tracing::info!(
+                target: crate::LOG_TARGET,
+                master = %self.master,
+                from = before,
+                to = %now,
+                "Sentinel failover: the primary has moved"
+            ),
+            Some(_) => return,
+            None => {}
+        }
+        *last = Some(now);
     }
 }

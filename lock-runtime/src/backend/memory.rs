@@ -180,8 +180,9 @@ impl MemoryBackend {
             state
                 .locks
                 .iter_mut()
-                .filter(|(lock, entry)| !entry.view(now).holders.is_empty() && matches(lock))
-                .map(|(lock, _)| lock.clone())
+                .filter_map(|(lock, entry)| {
+                    (matches(lock) && !entry.view(now).holders.is_empty()).then(|| lock.clone())
+                })
                 .take(limit)
                 .collect()
         })

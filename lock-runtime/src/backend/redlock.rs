@@ -259,6 +259,15 @@ impl RedlockBackend {
     }
 
     fn quorum_unavailable(&self, key: &LockKey, answered: usize, granted: usize) -> LockError {
+        tracing::warn!(
+            target: crate::LOG_TARGET,
+            key = %key.name,
+            answered,
+            granted,
+            needed = self.quorum(),
+            nodes = self.masters.len(),
+            "Redlock quorum unavailable: too few masters answered"
+        );
         LockError::QuorumUnavailable {
             key: key.name.clone(),
             answered,

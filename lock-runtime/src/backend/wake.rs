@@ -273,9 +273,9 @@ impl Waker {
     }
 
     /// Waits until a release of `interest`'s lock is announced, or `delay` has passed, never
-    /// longer. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
+    /// longer; `true` when a release announcement ended it. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
     /// first cannot cut it short and leave a subscription nobody tracks.
-    pub(crate) async fn wait(&self, interest: &mut Interest, delay: Duration) {
+    pub(crate) async fn wait(&self, interest: &mut Interest, delay: Duration) -> bool {
         let until = Instant::now() + delay;
         let woken = async {
             match &mut interest.side {
@@ -292,17 +292,17 @@ impl Waker {
         // Register for a wake-up before subscribing: a release announced meanwhile counts.
         let first = std::future::poll_fn(|cx| Poll::Ready(woken.as_mut().poll(cx))).await;
         if first.is_ready() {
-            return;
+            return true;
         }
         let subscribing = self.subscribe(&interest.name);
         tokio::select! {
-            () = &mut woken => {}
+            () = &mut woken => true,
             () = async {
                 if let Some(subscribing) = subscribing {
                     let _ = tokio::time::timeout_at(until, subscribing).await;
                 }
                 tokio::time::sleep_until(until).await;
-            } => {}
+            } => false,
         }
     }
 

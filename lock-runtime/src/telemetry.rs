@@ -1,0 +1,334 @@
+//! What distlock tells the outside about its work: `tracing` spans and events (target
+//! [`LOG_TARGET`]), and — with the cargo feature `metrics` — counters, gauges and histograms
+//! through the [`metrics`](https://docs.rs/metrics) facade. Everything an operator can observe
+//! is named here, in one place; the acquire loop (`client.rs`), the lease (`lease.rs`), the
+//! watchdog and the stores call in at the moments they describe.
+//!
+//! - **`acquire` span** (DEBUG), one per [`LockRequest::acquire`](crate::LockRequest::acquire):
+//!   `key`, `mode`, `store`, then `attempts`, `waited_ms`, `token` and `outcome`
+//!   (`acquired`, `timeout`, `error`), with one event as it ends (`timeout`: INFO when the
+//!   request waited, DEBUG for a try-once request).
+//! - **`hold` span** (DEBUG), one per grant, from the grant to its end: `key`, `mode`, `store`,
+//!   `token`, `lease_ms`, then `held_ms`, `renewals` and `ended` (`released`, `dropped`,
+//!   `lost`, `shutdown`). The attribute runs the fn's body inside it, so the body's own events
+//!   name the lock they ran under.
+//! - **Metrics** (feature `metrics`), each labelled with `store` (`redis`, `sentinel`,
+//!   `cluster`, `redlock`, `memory`) and most with `mode` (`write`, `read`): see
+//!   [`METRICS`].
+//!
+//! Without a subscriber or a recorder all of this costs a few relaxed loads per request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tracing::field::Empty;
+use tracing::Span;
+
+use crate::{FencingToken, LockMode, LOG_TARGET};
+
+/// The metrics distlock records with the `metrics` feature: name, kind, labels and meaning.
+///
+/// | name | kind | labels | meaning |
+/// |---|---|---|---|
+/// | `distlock_acquire_seconds` | histogram | store, mode, outcome | time from request to grant, timeout or error |
+/// | `distlock_wait_seconds` | histogram | store, mode, outcome | for requests that found the lock held: time from the first refusal to the outcome |
+/// | `distlock_acquire_timeouts_total` | counter | store, mode | requests that ran out of wait |
+/// | `distlock_acquire_errors_total` | counter | store, mode | requests that failed with an error |
+/// | `distlock_locks_held` | gauge | store, mode | grants held by this process now |
+/// | `distlock_hold_seconds` | histogram | store, mode, ended | how long grants were held, by how they ended |
+/// | `distlock_leases_lost_total` | counter | store, mode | leases lost while held (expired unrenewed, or no longer ours) |
+/// | `distlock_renewals_total` | counter | store | leases renewed by the watchdog |
+/// | `distlock_wakeups_total` | counter | store | waits ended early by a release announcement |
+pub const METRICS: &[&str] = &[
+    ACQUIRE_SECONDS,
+    WAIT_SECONDS,
+    ACQUIRE_TIMEOUTS,
+    ACQUIRE_ERRORS,
+    LOCKS_HELD,
+    HOLD_SECONDS,
+    LEASES_LOST,
+    RENEWALS,
+    WAKEUPS,
+];
+
+const ACQUIRE_SECONDS: &str = "distlock_acquire_seconds";
+const WAIT_SECONDS: &str = "distlock_wait_seconds";
+const ACQUIRE_TIMEOUTS: &str = "distlock_acquire_timeouts_total";
+const ACQUIRE_ERRORS: &str = "distlock_acquire_errors_total";
+const LOCKS_HELD: &str = "distlock_locks_held";
+const HOLD_SECONDS: &str = "distlock_hold_seconds";
+const LEASES_LOST: &str = "distlock_leases_lost_total";
+const RENEWALS: &str = "distlock_renewals_total";
+const WAKEUPS: &str = "distlock_wakeups_total";
+
+/// Describes every metric to the installed recorder (units and help texts). Called when a
+/// client is made; a recorder installed later sees the metrics without their descriptions.
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+        describe_histogram!(
+            ACQUIRE_SECONDS,
+            Unit::Seconds,
+            "Time from a lock request to its grant, timeout or error."
+        );
+        describe_histogram!(
+            WAIT_SECONDS,
+            Unit::Seconds,
+            "For requests that found the lock held: time from the first refusal to the outcome."
+        );
+        describe_counter!(ACQUIRE_TIMEOUTS, "Lock requests that ran out of wait.");
+        describe_counter!(ACQUIRE_ERRORS, "Lock requests that failed with an error.");
+        describe_gauge!(LOCKS_HELD, "Grants held by this process now.");
+        describe_histogram!(
+            HOLD_SECONDS,
+            Unit::Seconds,
+            "How long grants were held, by how they ended."
+        );
+        describe_counter!(LEASES_LOST, "Leases lost while held.");
+        describe_counter!(RENEWALS, "Leases renewed by the watchdog.");
+        describe_counter!(WAKEUPS, "Waits ended early by a release announcement.");
+    }
+}
+
+fn mode_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Write => "write",
+        LockMode::Read => "read",
+    }
+}
+
+/// One lock request as it is observed: its span, and what it has done so far.
+pub(crate) struct Acquire {
+    pub(crate) span: Span,
+    /// The span the caller was in, parent of the grant's `hold` span.
+    caller: Span,
+    store: &'static str,
+    mode: &'static str,
+    started: Instant,
+    attempts: u32,
+    first_refused: Option<Instant>,
+    /// The request tries once (a zero wait): running out of wait is its normal "busy".
+    pub(crate) try_once: bool,
+}
+
+impl Acquire {
+    pub(crate) fn start(key: &str, mode: LockMode, store: &'static str) -> Self {
+        let mode = mode_name(mode);
+        Self {
+            span: tracing::debug_span!(
+                target: LOG_TARGET,
+                "acquire",
+                key,
+                mode,
+                store,
+                attempts = Empty,
+                waited_ms = Empty,
+                token = Empty,
+                outcome = Empty,
+            ),
+            caller: Span::current(),
+            store,
+            mode,
+            started: Instant::now(),
+            attempts: 0,
+            first_refused: None,
+            try_once: false,
+        }
+    }
+
+    /// A try is sent.
+    pub(crate) fn tried(&mut self) {
+        self.attempts += 1;
+    }
+
+    /// A try found the lock held.
+    pub(crate) fn refused(&mut self) {
+        self.first_refused.get_or_insert_with(Instant::now);
+    }
+
+    /// A wait between tries ended; `woken`: by a release announcement.
+    pub(crate) fn waited(&self, woken: bool) {
+        if woken {
+            #[cfg(feature = "metrics")]
+            metrics::counter!(WAKEUPS, "store" => self.store).increment(1);
+        }
+    }
+
+    fn finish(&self, outcome: &'static str) -> Duration {
+        let waited = self.started.elapsed();
+        self.span.record("attempts", self.attempts);
+        self.span.record("waited_ms", waited.as_millis() as u64);
+        self.span.record("outcome", outcome);
+        #[cfg(feature = "metrics")]
+        {
+            let labels = [
+                ("store", self.store),
+                ("mode", self.mode),
+                ("outcome", outcome),
+            ];
+            metrics::histogram!(ACQUIRE_SECONDS, &labels).record(waited.as_secs_f64());
+            if let Some(refused) = self.first_refused {
+                metrics::histogram!(WAIT_SECONDS, &labels).record(refused.elapsed().as_secs_f64());
+            }
+        }
+        waited
+    }
+
+    /// The request was granted: returns the grant's `hold` span.
+    pub(crate) fn granted(&self, key: &str, token: Option<FencingToken>, lease: Duration) -> Hold {
+        let token = token.map(FencingToken::get);
+        if let Some(token) = token {
+            self.span.record("token", token);
+        }
+        let waited = self.finish("acquired");
+        tracing::debug!(
+            target: LOG_TARGET,
+            parent: &self.span,
+            attempts = self.attempts,
+            waited_ms = waited.as_millis() as u64,
+            token,
+            "lock acquired"
+        );
+        Hold::start(self, key, token, lease)
+    }
+
+    /// The wait ran out with the lock still held.
+    pub(crate) fn timed_out(&self) {
+        let waited = self.finish("timeout");
+        #[cfg(feature = "metrics")]
+        metrics::counter!(ACQUIRE_TIMEOUTS, "store" => self.store, "mode" => self.mode)
+            .increment(1);
+        let waited_ms = waited.as_millis() as u64;
+        if self.try_once {
+            tracing::debug!(target: LOG_TARGET, parent: &self.span, attempts = self.attempts, waited_ms, "lock held elsewhere (tried once)");
+        } else {
+            tracing::info!(target: LOG_TARGET, parent: &self.span, attempts = self.attempts, waited_ms, "timed out waiting for the lock");
+        }
+    }
+
+    /// The request failed with `err`.
+    pub(crate) fn failed(&self, err: &dyn std::fmt::Display) {
+        let waited = self.finish("error");
+        #[cfg(feature = "metrics")]
+        metrics::counter!(ACQUIRE_ERRORS, "store" => self.store, "mode" => self.mode).increment(1);
+        tracing::debug!(target: LOG_TARGET, parent: &self.span, attempts = self.attempts, waited_ms = waited.as_millis() as u64, "lock request failed: {err}");
+    }
+}
+
+/// How a hold ended, for its span, its event and `distlock_hold_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// [`LockGuard::release`](crate::LockGuard::release), or the attribute's release.
+    Released,
+    /// The guard was dropped unreleased (cancellation, panic, or simply dropped).
+    Dropped,
+    /// The lease was lost while held.
+    Lost,
+    /// [`Client::shutdown`](crate::Client::shutdown) gave it back.
+    Shutdown,
+}
+
+impl Ended {
+    fn name(self) -> &'static str {
+        match self {
+            Ended::Released => "released",
+            Ended::Dropped => "dropped",
+            Ended::Lost => "lost",
+            Ended::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// One grant as it is observed, from the grant to its end: its `hold` span, and its renewals.
+pub(crate) struct Hold {
+    span: Span,
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    store: &'static str,
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    mode: &'static str,
+    since: Instant,
+    renewals: AtomicU64,
+}
+
+impl Hold {
+    fn start(acquire: &Acquire, key: &str, token: Option<u64>, lease: Duration) -> Self {
+        let span = tracing::debug_span!(
+            target: LOG_TARGET,
+            parent: &acquire.caller,
+            "hold",
+            key,
+            mode = acquire.mode,
+            store = acquire.store,
+            token,
+            lease_ms = lease.as_millis() as u64,
+            held_ms = Empty,
+            renewals = Empty,
+            ended = Empty,
+        );
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(LOCKS_HELD, "store" => acquire.store, "mode" => acquire.mode).increment(1);
+        Self {
+            span,
+            store: acquire.store,
+            mode: acquire.mode,
+            since: Instant::now(),
+            renewals: AtomicU64::new(0),
+        }
+    }
+
+    /// A hold made outside the acquire loop (the watchdog's own tests).
+    #[cfg(test)]
+    pub(crate) fn detached() -> Self {
+        Self {
+            span: Span::none(),
+            store: "memory",
+            mode: "write",
+            since: Instant::now(),
+            renewals: AtomicU64::new(0),
+        }
+    }
+
+    /// The span the grant is held in (the attribute runs the body inside it).
+    pub(crate) fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// The watchdog renewed the lease.
+    pub(crate) fn renewed(&self) {
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(RENEWALS, "store" => self.store).increment(1);
+    }
+
+    /// The grant stopped being held, `how`. Called once per grant, by the lease as it leaves
+    /// its held state.
+    pub(crate) fn ended(&self, how: Ended) {
+        let held = self.since.elapsed();
+        let renewals = self.renewals.load(Ordering::Relaxed);
+        self.span.record("held_ms", held.as_millis() as u64);
+        self.span.record("renewals", renewals);
+        self.span.record("ended", how.name());
+        #[cfg(feature = "metrics")]
+        {
+            metrics::gauge!(LOCKS_HELD, "store" => self.store, "mode" => self.mode).decrement(1);
+            metrics::histogram!(HOLD_SECONDS, "store" => self.store, "mode" => self.mode, "ended" => how.name())
+                .record(held.as_secs_f64());
+            if how == Ended::Lost {
+                metrics::counter!(LEASES_LOST, "store" => self.store, "mode" => self.mode)
+                    .increment(1);
+            }
+        }
+        if how != Ended::Lost {
+            // A loss has its own WARN event, with the reason (`Lease::mark_lost`).
+            tracing::debug!(
+                target: LOG_TARGET,
+                parent: &self.span,
+                held_ms = held.as_millis() as u64,
+                renewals,
+                "lock {}",
+                how.name()
+            );
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! distlock's metrics (feature `metrics`), read back from the text a Prometheus exporter
+//! renders: acquire latency and wait histograms, timeouts, leases lost, locks held, renewals
+//! and wake-ups, labelled by store — against a real `redis-server` and the in-process store.
+//!
+//! One recorder per process, so one test: the steps run in order and each reads the deltas
+//! it caused.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock::{Client, Config, LockError};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use support::RedisServer;
+
+/// The value of the sample `name` whose labels include all of `labels` (0 when absent).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            (metric == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+fn render(handle: &PrometheusHandle) -> String {
+    handle.run_upkeep();
+    handle.render()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_exported_per_store() {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder in this binary");
+    let server = RedisServer::start();
+    let client = Client::new(
+        Config::from_url(&server.url())
+            .expect("url")
+            .backoff(Duration::from_millis(5), Duration::from_millis(50)),
+    )
+    .expect("client");
+    let redis = [("store", "redis")];
+
+    // A grant: one acquire, one lock held while the guard lives, renewals while held long.
+    let guard = client
+        .lock("m:held")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("a free lock");
+    let text = render(&handle);
+    assert_eq!(
+        sample(
+            &text,
+            "distlock_locks_held",
+            &[("store", "redis"), ("mode", "write")]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "distlock_acquire_seconds_count",
+            &[
+                ("store", "redis"),
+                ("mode", "write"),
+                ("outcome", "acquired")
+            ]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(text.contains("# HELP distlock_acquire_seconds"), "{text}");
+
+    // A request that waits in vain: a timeout, with its wait recorded.
+    let err = client
+        .lock("m:held")
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .await
+        .expect_err("held");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    // Held for three leases: the watchdog renews it.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(guard.release().await.expect("release"));
+    let text = render(&handle);
+    assert_eq!(
+        sample(&text, "distlock_acquire_timeouts_total", &redis),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "distlock_wait_seconds_count",
+            &[("store", "redis"), ("outcome", "timeout")]
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        sample(&text, "distlock_renewals_total", &redis) >= 2.0,
+        "{text}"
+    );
+    assert_eq!(sample(&text, "distlock_locks_held", &redis), 0.0, "{text}");
+    assert_eq!(
+        sample(
+            &text,
+            "distlock_hold_seconds_count",
+            &[("store", "redis"), ("ended", "released")]
+        ),
+        1.0,
+        "{text}"
+    );
+
+    // A waiter woken by the holder's release.
+    let holder = client.lock("m:wake").acquire().await.expect("free");
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("m:wake")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    // The waiter has been refused once when its writer-waiting mark is there.
+    support::wait_until_async("the waiter to be refused", Duration::from_secs(5), || {
+        let marked: bool = redis::cmd("EXISTS")
+            .arg("distlock:{m:wake}:writer-waiting")
+            .query(&mut server.connection())
+            .map_err(|e| e.to_string())?;
+        marked.then_some(()).ok_or_else(|| "no mark yet".to_owned())
+    })
+    .await;
+    holder.release().await.expect("release");
+    let woken = waiter
+        .await
+        .expect("join")
+        .expect("granted after the release");
+    woken.release().await.expect("release");
+    let text = render(&handle);
+    assert!(
+        sample(&text, "distlock_wakeups_total", &redis) >= 1.0,
+        "{text}"
+    );
+
+    // A lease lost: the lock deleted behind the holder's back.
+    let lost = client
+        .lock("m:lost")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("free");
+    let _: i64 = redis::cmd("DEL")
+        .arg("distlock:{m:lost}")
+        .query(&mut server.connection())
+        .expect("DEL");
+    tokio::time::timeout(Duration::from_secs(5), lost.lost())
+        .await
+        .expect("noticed within a lease");
+    drop(lost);
+    let text = render(&handle);
+    assert_eq!(
+        sample(&text, "distlock_leases_lost_total", &redis),
+        1.0,
+        "{text}"
+    );
+
+    // Another store has its own label.
+    let memory = Client::new(Config::in_memory()).expect("client");
+    let read = memory.read_lock("m:mem").acquire().await.expect("free");
+    let text = render(&handle);
+    assert_eq!(
+        sample(
+            &text,
+            "distlock_locks_held",
+            &[("store", "memory"), ("mode", "read")]
+        ),
+        1.0,
+        "{text}"
+    );
+    read.release().await.expect("release");
+}

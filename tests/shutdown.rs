@@ -1,0 +1,88 @@
+//! Graceful shutdown: `Client::shutdown().await` gives back every lock the client holds (so
+//! the next holders need not wait out 30-second leases), tells each holder its lease is gone,
+//! and refuses new requests — on a real `redis-server` and in-process.
+
+mod support;
+
+use std::time::Duration;
+
+use distlock::{Client, Config, LockError};
+use support::RedisServer;
+
+async fn gives_back_every_lock_and_refuses_new_requests(config: impl Fn() -> Config) {
+    let client = Client::new(config()).expect("client");
+    let other = Client::new(config()).expect("client");
+    let lease = Duration::from_secs(30);
+    let writer = client
+        .lock("shut:w")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("free");
+    let reader = client
+        .read_lock("shut:r")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("free");
+    let (granted, grant) = tokio::sync::oneshot::channel();
+    let told = tokio::spawn({
+        let client = client.clone();
+        async move {
+            // A holder in another task learns of it like of a lost lease.
+            let guard = client.lock("shut:task").lease(lease).acquire().await?;
+            let _ = granted.send(());
+            guard.lost().await;
+            Ok::<_, LockError>(guard.is_held())
+        }
+    });
+    grant.await.expect("the task's grant");
+
+    assert_eq!(client.shutdown().await.expect("shutdown"), 3);
+    assert!(!writer.is_held());
+    assert!(!reader.is_held());
+    let held = tokio::time::timeout(Duration::from_secs(5), told)
+        .await
+        .expect("the holder is told at once")
+        .expect("join")
+        .expect("granted before the shutdown");
+    assert!(!held);
+
+    // Free at once for everyone else, long before the 30 s leases would run out.
+    for key in ["shut:w", "shut:r", "shut:task"] {
+        let guard = other
+            .lock(key)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_or_else(|err| panic!("{key} was given back: {err}"));
+        guard.release().await.expect("release");
+    }
+    let err = client
+        .lock("shut:new")
+        .acquire()
+        .await
+        .expect_err("shut down");
+    assert!(
+        matches!(&err, LockError::Config(message) if message.contains("shut down")),
+        "{err}"
+    );
+    // Guards dropped or released afterwards are harmless.
+    assert!(!writer.release().await.expect("nothing left to release"));
+    drop(reader);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis() {
+    let server = RedisServer::start();
+    gives_back_every_lock_and_refuses_new_requests(|| {
+        Config::from_url(&server.url()).expect("url")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process() {
+    let store = Config::in_memory();
+    gives_back_every_lock_and_refuses_new_requests(|| store.clone()).await;
+}
