@@ -1,22 +1,24 @@
 //! The global client keeps working when used from several tokio runtimes one after another:
 //! every `#[tokio::test]` below builds its own runtime, and one test builds and drops runtimes
-//! in a loop. A connection driver tied to the first runtime would fail all later ones.
+//! in a loop. A connection driver tied to the first runtime would fail all later ones. Every
+//! test sets the client up the way the README's "Testing your code" says, with
+//! `distlock::try_init`, against one real `redis-server` for the binary; one test pauses its
+//! clock.
 
 mod support;
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use distlock::LockError;
 use support::RedisServer;
 
-/// One server and one `init` for the whole test binary (the server dies with the process).
+/// One server for the whole test binary (it dies with the process), and the documented first
+/// line of every test: `try_init`, whichever test runs first.
 fn init_once() {
     static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = RedisServer::start();
-        distlock::init(distlock::Config::from_url(&server.url()).expect("url")).expect("init");
-        server
-    });
+    let server = SERVER.get_or_init(RedisServer::start);
+    distlock::try_init(distlock::Config::from_url(&server.url()).expect("url")).expect("try_init");
 }
 
 async fn take_and_release(key: &str) {
@@ -115,4 +117,39 @@ fn a_lease_taken_in_a_multi_thread_runtime_is_renewed_after_that_runtime_is_gone
             assert!(guard.release().await.expect("release"), "round {round}");
         });
     }
+}
+
+/// A test that pauses its clock uses the global Redis client like any other: requests keep
+/// their timeouts on the real clock, leases keep Redis's real time, `wait` keeps the test's.
+#[tokio::test(start_paused = true)]
+async fn a_paused_test_uses_the_global_redis_client() {
+    init_once();
+    let holder = distlock::lock("global:paused")
+        .lease(Duration::from_secs(5))
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("acquire under a paused clock");
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    assert!(holder.is_held(), "Redis keeps real time");
+    let real = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
+    let err = distlock::lock("global:paused")
+        .wait(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect_err("held for the whole (virtual) wait");
+    let LockError::Timeout { waited, .. } = err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        waited >= Duration::from_secs(60) && started.elapsed() < Duration::from_secs(61),
+        "gave up after {waited:?} on the paused clock"
+    );
+    assert!(
+        real.elapsed() < Duration::from_secs(5),
+        "a virtual minute of waiting took {:?} of real time",
+        real.elapsed()
+    );
+    assert!(holder.release().await.expect("release"));
 }

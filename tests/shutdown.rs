@@ -86,3 +86,11 @@ async fn in_process() {
     let store = Config::in_memory();
     gives_back_every_lock_and_refuses_new_requests(|| store.clone()).await;
 }
+
+/// A current-thread runtime (as `#[tokio::test]` makes): the in-process store's leases are
+/// watched on it, and a shutdown gives them back too.
+#[tokio::test]
+async fn in_process_on_a_current_thread_runtime() {
+    let store = Config::in_memory();
+    gives_back_every_lock_and_refuses_new_requests(|| store.clone()).await;
+}

@@ -15,6 +15,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{NodeOptions, RedisBackend};
 use crate::backend::redlock::RedlockBackend;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
+use crate::clock::Clock;
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -39,6 +40,7 @@ const MAX_WRITER_WAITING_MARK: Duration = Duration::from_secs(60);
 /// it is synchronous and does not connect, so it can run before the async runtime starts.
 ///
 /// Fails with [`LockError::Config`] when called a second time or when the config is unusable.
+/// In tests, where every test sets up what it uses, call [`try_init`] instead.
 ///
 /// ```no_run
 /// fn main() -> Result<(), distlock::LockError> {
@@ -51,7 +53,8 @@ pub fn init(config: Config) -> Result<(), LockError> {
     let already = || {
         LockError::Config(
             "`distlock::init` was already called; it may be called once per process \
-             (build a `distlock::Client` for a second configuration)"
+             (in tests, call `distlock::try_init` in each test instead; build a \
+             `distlock::Client` for a second configuration)"
                 .to_owned(),
         )
     };
@@ -59,6 +62,57 @@ pub fn init(config: Config) -> Result<(), LockError> {
         return Err(already());
     }
     GLOBAL.set(Client::new(config)?).map_err(|_| already())
+}
+
+/// Sets up the global client like [`init`], unless it is set up already with the same
+/// settings: made for tests, where every test calls it and whichever runs first sets it up.
+/// `Ok(true)` when this call set it up, `Ok(false)` when it already was (`config` is then
+/// dropped unused: an in-process store stays the first one, shared by every test of the
+/// binary).
+///
+/// Fails with [`LockError::Config`] when the config is unusable, or when the global client
+/// was set up with other settings (another server, say): a test would otherwise lock on a
+/// server it does not know. Settings are compared as [`Config`]'s `Debug` shows them.
+///
+/// The global client works in every test although each `#[tokio::test]` runs on a runtime of
+/// its own: its connections and watchdog do not depend on the runtime of the test that set
+/// it up. Leases of the in-process store keep the clock of the test that takes them, paused
+/// or not (see [`Config::in_memory`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// // At the start of each `#[tokio::test]` that locks through the global client:
+/// distlock::try_init(distlock::Config::in_memory())?;
+/// let guard = distlock::lock("stock:42").acquire().await?;
+/// // … the code under test …
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn try_init(config: Config) -> Result<bool, LockError> {
+    let settings = format!("{config:?}");
+    if GLOBAL.get().is_none() {
+        let client = Client::new(config)?;
+        // Two tests may get here at once: one client is kept, the other dropped unused.
+        if GLOBAL.set(client).is_ok() {
+            return Ok(true);
+        }
+    } else {
+        config.validate()?;
+    }
+    let Some(global) = GLOBAL.get() else {
+        return Err(LockError::NotInitialized);
+    };
+    let global_settings = format!("{:?}", global.inner.config);
+    if settings != global_settings {
+        return Err(LockError::Config(format!(
+            "`distlock::try_init` was called with other settings than the global client has \
+             ({settings} instead of {global_settings}): give every test of a binary the same \
+             configuration, or build a `distlock::Client` of its own for a test that needs \
+             another"
+        )));
+    }
+    Ok(false)
 }
 
 /// Starts a request for the lock `key` through the global client set up by [`init`].
@@ -148,6 +202,10 @@ pub(crate) struct ClientInner {
     pub(crate) store: &'static str,
     /// Set by [`Client::shutdown`]: no new grants.
     pub(crate) shut_down: AtomicBool,
+    /// The clock of the backend's leases.
+    pub(crate) clock: Clock,
+    /// The client's own runtime, whose (never paused) timers requests to Redis use.
+    pub(crate) io: Arc<IoRuntime>,
 }
 
 impl Client {
@@ -193,17 +251,19 @@ impl Client {
             BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
         });
         let watchdog = Watchdog::start(&io, backend.clone());
-        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io));
+        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
         telemetry::describe();
         Ok(Self {
             inner: Arc::new(ClientInner {
                 store: store_name(&config.backend),
                 shut_down: AtomicBool::new(false),
+                holder: HolderTag::of_this_process(config.app_name.as_deref()),
+                config,
+                clock: Clock::of(&backend),
                 backend,
                 watchdog,
                 releaser,
-                holder: HolderTag::of_this_process(config.app_name.as_deref()),
-                config,
+                io,
             }),
         })
     }
@@ -281,6 +341,27 @@ pub async fn shutdown() -> Result<usize, LockError> {
     }
 }
 
+/// [`Client::inspect`] on the global client set up by [`init`]: who holds the lock `key`
+/// (any process), its lease, its waiters and its fencing token ceiling. Without [`init`],
+/// [`LockError::NotInitialized`].
+pub async fn inspect(key: impl Into<String>) -> Result<LockState, LockError> {
+    GLOBAL
+        .get()
+        .ok_or(LockError::NotInitialized)?
+        .inspect(key)
+        .await
+}
+
+/// [`Client::is_locked`] on the global client set up by [`init`]: whether any process holds
+/// the lock `key` now. Without [`init`], [`LockError::NotInitialized`].
+pub async fn is_locked(key: impl Into<String>) -> Result<bool, LockError> {
+    GLOBAL
+        .get()
+        .ok_or(LockError::NotInitialized)?
+        .is_locked(key)
+        .await
+}
+
 /// Operator's tools: who holds a lock, freeing it by force, and the locks held. They read
 /// (and, for [`force_unlock`](Client::force_unlock), change) the store directly, never the
 /// state of this process, so they see locks held by every process; the `distlock` command-line
@@ -307,7 +388,11 @@ impl Client {
     /// ```
     pub async fn inspect(&self, key: impl Into<String>) -> Result<LockState, LockError> {
         let key = LockKey::new(&self.inner.config.key_prefix, key.into())?;
-        let view = self.inner.backend.inspect(&key).await?;
+        let inner = &self.inner;
+        let view = inner
+            .clock
+            .send(&inner.io, inner.backend.inspect(&key))
+            .await?;
         Ok(LockState {
             mode: view.mode,
             holders: view
@@ -359,7 +444,11 @@ impl Client {
     /// ```
     pub async fn force_unlock(&self, key: impl Into<String>) -> Result<ForcedUnlock, LockError> {
         let key = LockKey::new(&self.inner.config.key_prefix, key.into())?;
-        let (evicted, token) = self.inner.backend.force_unlock(&key).await?;
+        let inner = &self.inner;
+        let (evicted, token) = inner
+            .clock
+            .send(&inner.io, inner.backend.force_unlock(&key))
+            .await?;
         tracing::warn!(target: crate::LOG_TARGET, key = %key.name, evicted = evicted.len(), token,
             "lock freed by force_unlock; its evicted holders learn it at their next renewal");
         Ok(ForcedUnlock {
@@ -390,11 +479,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
-        let prefix = &self.inner.config.key_prefix;
-        let keys = self
-            .inner
-            .backend
-            .scan(&scan_patterns(prefix, pattern), usize::MAX)
+        let inner = &self.inner;
+        let prefix = &inner.config.key_prefix;
+        let patterns = scan_patterns(prefix, pattern);
+        let keys = inner
+            .clock
+            .send(&inner.io, inner.backend.scan(&patterns, usize::MAX))
             .await?;
         let mut names: Vec<String> = keys
             .iter()
@@ -558,7 +648,7 @@ impl LockRequest {
         }
         let wait = self.wait.unwrap_or(config.default_wait);
         observed.try_once = wait.is_zero();
-        // The wait runs on the caller's clock; leases run on the real one (see `lease`).
+        // The wait runs on the caller's clock; leases on the backend's (see `clock`).
         let started = Instant::now();
         let deadline = started
             .checked_add(wait)
@@ -574,7 +664,7 @@ impl LockRequest {
             // Every try has an owner token of its own, so a try can never be mistaken for an
             // earlier one whose grant is being given back: a late grant's clean-up and the
             // next try may reach Redis in either order.
-            let sent = std::time::Instant::now();
+            let sent = inner.clock.now();
             let writer_waiting =
                 writer_waiting_mark(config.backoff_max, deadline - Instant::now().min(deadline));
             let attempt = Attempt {
@@ -587,20 +677,23 @@ impl LockRequest {
             };
             observed.tried();
             let reply = inner
-                .backend
-                .acquire(&Try {
-                    kind,
-                    key: &key,
-                    owner: &attempt.owner,
-                    lease,
-                    writer_waiting,
-                    refused_before,
-                    fencing,
-                })
+                .clock
+                .send(
+                    &inner.io,
+                    inner.backend.acquire(&Try {
+                        kind,
+                        key: &key,
+                        owner: &attempt.owner,
+                        lease,
+                        writer_waiting,
+                        refused_before,
+                        fencing,
+                    }),
+                )
                 .await;
             let remaining = match reply {
                 Ok(AcquireReply::Acquired(_))
-                    if std::time::Instant::now() >= sent + lease - drift(lease) =>
+                    if inner.clock.now() >= sent + lease - drift(lease) =>
                 {
                     // The reply came too late to leave any of the lease: dropping the
                     // unsettled attempt gives the grant back; try again like a held lock.
@@ -619,6 +712,7 @@ impl LockRequest {
                         self.watchdog,
                         self.max_hold,
                         sent,
+                        inner.clock,
                         hold,
                     ));
                     inner.watchdog.watch(lease.clone());

@@ -334,6 +334,12 @@ impl Config {
     /// Clients made from clones of the returned config share one store; two calls make two
     /// independent stores.
     ///
+    /// Its time is tokio's clock: in a test with a paused clock (`start_paused = true`),
+    /// `tokio::time::advance` past a lease frees the lock and reports it lost to its holder,
+    /// unless the watchdog renews it — it renews on the same clock, from a task on the
+    /// runtime that took the lock, so a renewed lease lives through any amount of virtual
+    /// time. (The Redis stores keep real time, as Redis does.)
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::Client::new(distlock::Config::in_memory())?;

@@ -24,8 +24,11 @@ use crate::{FencingToken, LockMode};
 ///   detect.
 /// - Release and drop stop the renewals first: no renewal is sent after the release.
 /// - `Drop` of an unreleased guard never blocks and never panics: it spawns the release on the
-///   client's I/O runtime, which outlives the caller's runtime. If even that fails (the process
-///   is exiting), the lease's expiry frees the lock.
+///   client's I/O runtime, which outlives the caller's runtime (the in-process store answers at
+///   once, so its lock is released on the spot). If even that fails (the process is exiting),
+///   the lease's expiry frees the lock.
+/// - [`Client::shutdown`](crate::Client::shutdown) ends every guard of the client: each is
+///   reported lost, then released.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), distlock::LockError> {

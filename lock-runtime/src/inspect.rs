@@ -255,7 +255,8 @@ pub(crate) fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
                         let mut i = 0;
                         while i < class.len() {
                             if i + 2 < class.len() && class[i + 1] == b'-' {
-                                let (lo, hi) = (class[i].min(class[i + 2]), class[i].max(class[i + 2]));
+                                let (lo, hi) =
+                                    (class[i].min(class[i + 2]), class[i].max(class[i + 2]));
                                 hit |= (lo..=hi).contains(&c);
                                 i += 3;
                             } else {
@@ -294,7 +295,11 @@ mod tests {
 
     #[test]
     fn a_foreign_owner_is_shown_raw() {
-        for owner in ["deadbeef", "a:b:c:d:e", "0123456789abcdef0123456789abcdef:x:1:h:a"] {
+        for owner in [
+            "deadbeef",
+            "a:b:c:d:e",
+            "0123456789abcdef0123456789abcdef:x:1:h:a",
+        ] {
             let holder = Holder::parse(owner.to_owned(), None);
             assert_eq!(holder.owner, owner);
             assert_eq!((holder.app, holder.pid, holder.since), (None, None, None));
@@ -313,7 +318,12 @@ mod tests {
     fn listed_names_come_back_from_lock_keys_of_both_forms_and_not_from_companions() {
         for name in ["order:42", "a}b", "}x", "{}", "}:fence"] {
             let key = LockKey::new("p:", name.to_owned()).unwrap();
-            assert_eq!(name_of("p:", &key.lock).as_deref(), Some(name), "{}", key.lock);
+            assert_eq!(
+                name_of("p:", &key.lock).as_deref(),
+                Some(name),
+                "{}",
+                key.lock
+            );
             assert_eq!(name_of("p:", &key.fence), None, "{}", key.fence);
             assert_eq!(name_of("p:", &key.writer_waiting), None);
         }

@@ -5,7 +5,8 @@
 //! Why not only the caller's runtime: a task spawned on the runtime of the first
 //! `#[tokio::test]` dies with it, and the global client would fail in every later test. Work
 //! that must outlive whichever runtime the caller happens to be on runs here instead; requests
-//! themselves are sent from the caller's task.
+//! themselves are sent from the caller's task, with their timeouts on this runtime's clock when
+//! the caller's may be paused ([`IoRuntime::with_real_timers`]).
 
 use std::future::Future;
 
@@ -59,6 +60,26 @@ impl IoRuntime {
     /// A handle to the background runtime.
     pub(crate) fn handle(&self) -> Handle {
         self.handle.clone()
+    }
+
+    /// Polls `request`, a request to Redis sent from the caller's task, with this runtime's
+    /// context entered when the caller is not on a multi-thread runtime: the timeouts it starts
+    /// (the `redis` crate's response timeout, Redlock's per-node timeout) then run on this
+    /// runtime's clock, which is never paused. On a caller's paused clock (`start_paused`, only
+    /// possible on a current-thread runtime) auto-advance would fire them while the reply is on
+    /// its way. Connections made meanwhile get their driver here, as they do for such callers
+    /// anyway (`backend/redis.rs`); a multi-thread caller keeps its own context, where its
+    /// connections' drivers run.
+    pub(crate) async fn with_real_timers<F: Future>(&self, request: F) -> F::Output {
+        if multi_thread_caller().is_some() {
+            return request.await;
+        }
+        let mut request = std::pin::pin!(request);
+        std::future::poll_fn(|cx| {
+            let _entered = self.handle.enter();
+            request.as_mut().poll(cx)
+        })
+        .await
     }
 
     /// Runs `future` on the background runtime. Never panics; after shutdown the task is

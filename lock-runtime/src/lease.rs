@@ -2,11 +2,12 @@
 //! whether it is still held, was lost, or has ended (released or dropped). The guard and the
 //! attribute's scopes hold it; the [watchdog](crate::watchdog) renews it and declares it lost.
 //!
-//! All lease bookkeeping runs on one clock, the real one (`std::time::Instant`): Redis expires
-//! keys in real time, and so does the in-process store, so a caller that pauses tokio's clock
-//! in its tests (`start_paused = true`) must not move a lease's deadline. Waiting for the
-//! deadline therefore never uses the caller's timers: the watchdog, on the client's own
-//! runtime, marks the lease lost when its deadline passes.
+//! A lease keeps the clock of its store ([`Clock`]): the real one on Redis, which expires keys
+//! in real time, so a test that pauses tokio's clock (`start_paused = true`) does not move a
+//! Redis lease's deadline; tokio's on the in-process store, which expires its entries by that
+//! clock too, so advancing a paused clock past the lease ends it, while the watchdog — ticking
+//! on the same clock (`watchdog.rs`) — keeps a renewed one. Whoever watches the deadline marks
+//! the lease lost when it passes: the watchdog, and any task that polls [`Lease::lost`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::backend::{Kind, LockKey};
+use crate::clock::Clock;
 use crate::telemetry::{Ended, Hold};
 use crate::FencingToken;
 
@@ -50,7 +52,7 @@ pub(crate) enum LeaseState {
     Ended,
 }
 
-/// The times of a lease, on the real clock.
+/// The times of a lease, on its [`Clock`].
 pub(crate) struct Times {
     /// When the lease ends for sure unless renewed: send time of the last successful
     /// acquire or renewal, plus the lease, minus drift.
@@ -69,6 +71,8 @@ pub(crate) struct Lease {
     pub(crate) duration: Duration,
     /// Whether the watchdog renews it (else it is a hard time limit).
     pub(crate) renew: bool,
+    /// The clock its times are on: its store's.
+    pub(crate) clock: Clock,
     /// The request's `max_hold` and when it runs out: no deadline goes past this.
     max_hold: Option<(Duration, Instant)>,
     times: Mutex<Times>,
@@ -80,7 +84,7 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// A lease granted by a request sent at `sent`.
+    /// A lease granted by a request sent at `sent` (on `clock`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         kind: Kind,
@@ -91,6 +95,7 @@ impl Lease {
         renew: bool,
         max_hold: Option<Duration>,
         sent: Instant,
+        clock: Clock,
         hold: Hold,
     ) -> Self {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
@@ -102,6 +107,7 @@ impl Lease {
             token,
             duration,
             renew,
+            clock,
             max_hold,
             times: Mutex::new(Times {
                 deadline: deadline_after(sent, duration, max_hold),
@@ -115,6 +121,11 @@ impl Lease {
 
     pub(crate) fn times(&self) -> MutexGuard<'_, Times> {
         self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Now, on the lease's clock.
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -135,7 +146,7 @@ impl Lease {
     /// The request's `max_hold`, if it has one and it has run out.
     pub(crate) fn max_hold_passed(&self) -> Option<Duration> {
         self.max_hold
-            .filter(|&(_, until)| Instant::now() >= until)
+            .filter(|&(_, until)| self.now() >= until)
             .map(|(max_hold, _)| max_hold)
     }
 
@@ -154,54 +165,43 @@ impl Lease {
 
     /// Not lost, not ended, and its deadline not passed.
     pub(crate) fn is_held(&self) -> bool {
-        self.state() == LeaseState::Held && Instant::now() < self.deadline()
+        self.state() == LeaseState::Held && self.now() < self.deadline()
     }
 
-    /// Records that the guard let go of the lease (`how`: released, dropped, or given back by
-    /// a shutdown).
-    pub(crate) fn end(&self, how: Ended) {
-        // A lost lease stays lost: a holder told of the loss must still see it when it looks.
-        let was_held = self.state.send_if_modified(|state| {
+    /// Moves the lease from held to `to`, telling the outside (`tell`, then the hold's end)
+    /// *before* waking its waiters: a holder told of a loss finds it logged and counted.
+    /// Returns whether it was held.
+    fn leave(&self, to: LeaseState, how: Ended, tell: impl FnOnce()) -> bool {
+        self.state.send_if_modified(|state| {
             *state == LeaseState::Held && {
-                *state = LeaseState::Ended;
+                *state = to;
+                tell();
+                self.hold.ended(how);
                 true
             }
-        });
-        if was_held {
-            self.hold.ended(how);
-        }
+        })
+    }
+
+    /// Records that the guard let go of the lease (`how`: released or dropped). A lost lease
+    /// stays lost: a holder told of the loss must still see it when it looks.
+    pub(crate) fn end(&self, how: Ended) {
+        self.leave(LeaseState::Ended, how, || {});
     }
 
     /// Records that the lease is lost, unless it already ended or was lost.
     pub(crate) fn mark_lost(&self, why: &str) {
-        let marked = self.state.send_if_modified(|state| {
-            *state == LeaseState::Held && {
-                *state = LeaseState::Lost;
-                true
-            }
-        });
-        if marked {
+        self.leave(LeaseState::Lost, Ended::Lost, || {
             tracing::warn!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
-            self.hold.ended(Ended::Lost);
-        }
+        });
     }
 
     /// Records that the client was shut down while the lease was held: the holder is told as for
     /// a loss (its `lost()` completes, an attribute body with `on_lost = "abort"` stops), and
-    /// the lease is then given back.
-    /// Returns whether it was held.
+    /// the lease is then given back. Returns whether it was held.
     pub(crate) fn shut_down(&self) -> bool {
-        let marked = self.state.send_if_modified(|state| {
-            *state == LeaseState::Held && {
-                *state = LeaseState::Lost;
-                true
-            }
-        });
-        if marked {
+        self.leave(LeaseState::Lost, Ended::Shutdown, || {
             tracing::info!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, "giving the lock back: the client is shutting down");
-            self.hold.ended(Ended::Shutdown);
-        }
-        marked
+        })
     }
 
     /// Completes when the lease is lost (never, if it never is). Checks the deadline itself on
@@ -231,7 +231,7 @@ impl Lease {
             // long pause (SIGSTOP, a blocked thread) by its body's own timer must see the loss
             // before its body runs again, although the watchdog thread may not have run yet.
             let past_deadline = std::future::poll_fn(|_| {
-                if Instant::now() >= self.deadline() {
+                if self.now() >= self.deadline() {
                     Poll::Ready(())
                 } else {
                     // No waker of its own: the watchdog changes the state at the deadline,

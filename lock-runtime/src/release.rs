@@ -10,7 +10,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
+
 use crate::backend::{Backend, Kind, LockBackend, LockKey};
+use crate::clock::Clock;
 use crate::error::LockError;
 use crate::io::IoRuntime;
 use crate::lease::{drift, Lease};
@@ -43,15 +46,18 @@ impl Releaser {
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         self.stop_renewing(lease, Ended::Released);
         let _gate = lease.gate.lock().await;
-        self.backend
-            .release(lease.kind, &lease.key, &lease.owner)
-            .await
+        let release = self.backend.release(lease.kind, &lease.key, &lease.owner);
+        lease.clock.send(&self.io, release).await
     }
 
     /// [`release`](Self::release) in the background, for a guard dropped unreleased. Never
     /// blocks or panics; a failed try is repeated while the lease could still be in force.
+    /// (The in-process store's release is done at once instead: it needs no I/O.)
     pub(crate) fn release_in_background(self: &Arc<Self>, lease: Arc<Lease>) {
         self.stop_renewing(&lease, Ended::Dropped);
+        if lease.clock == Clock::Tokio && self.release_in_memory_now(&lease) {
+            return;
+        }
         let this = self.clone();
         self.io.spawn(async move {
             let _gate = lease.gate.lock().await;
@@ -89,6 +95,22 @@ impl Releaser {
             )
             .await;
         });
+    }
+
+    /// Releases a lease of the in-process store here and now, on the dropping task's clock
+    /// (a test's paused one, say; the I/O thread's is real): the store answers without
+    /// waiting. `false` when a renewal holds the gate at this moment (the release is then
+    /// left to the background).
+    fn release_in_memory_now(&self, lease: &Lease) -> bool {
+        let Ok(_gate) = lease.gate.try_lock() else {
+            return false;
+        };
+        let release = self.backend.release(lease.kind, &lease.key, &lease.owner);
+        let Some(released) = release.now_or_never() else {
+            return false;
+        };
+        tracing::debug!(target: crate::LOG_TARGET, key = %lease.key.name, ?released, "released a dropped guard's lock");
+        true
     }
 
     fn stop_renewing(&self, lease: &Lease, how: Ended) {

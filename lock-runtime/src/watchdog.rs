@@ -6,15 +6,20 @@
 //! Leases wait in two ordered queues — by when the watchdog must next look at them (renewal or
 //! deadline), and by when a renewal may be brought forward to join a batch — so a wake-up costs
 //! the leases it acts on, not every lease held: a client holding 50,000 long leases renews a
-//! 10 ms one on time. Everything here runs on the real clock (see [`crate::lease`]).
+//! 10 ms one on time. That task keeps the real clock (see [`crate::clock`]); a lease of the
+//! in-process store taken on a current-thread runtime — the only kind of runtime whose clock
+//! tokio can pause — is watched instead by a task of its own on that runtime, on its clock, so
+//! a test that advances paused time past the lease sees it end unless it is renewed.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
 
 use crate::backend::{Backend, LockBackend, Renewal, Renewed};
+use crate::clock::Clock;
 use crate::io::IoRuntime;
 use crate::lease::{Lease, LeaseState};
 
@@ -89,6 +94,8 @@ impl Registry {
 #[derive(Default)]
 struct Shared {
     registry: Mutex<Registry>,
+    /// The leases watched by a task of their own ([`follow`]), for [`Watchdog::drain`].
+    followed: Mutex<HashMap<u64, Arc<Lease>>>,
     wake: Notify,
     /// How many times the watchdog has looked at its queues.
     #[cfg(test)]
@@ -96,6 +103,13 @@ struct Shared {
 }
 
 impl Shared {
+    fn unfollow(&self, id: u64) {
+        self.followed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
     fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -129,33 +143,58 @@ const TICK: Duration = Duration::from_millis(250);
 #[derive(Clone)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
+    backend: Arc<Backend>,
 }
 
 impl Watchdog {
     pub(crate) fn start(io: &IoRuntime, backend: Arc<Backend>) -> Self {
         let shared = Arc::new(Shared::default());
-        io.spawn(run(shared.clone(), backend));
-        Self { shared }
+        io.spawn(run(shared.clone(), backend.clone()));
+        Self { shared, backend }
     }
 
     /// Starts watching `lease`: renewing it (if it renews) and declaring it lost when its
-    /// deadline passes.
+    /// deadline passes. Called from the task that acquired it.
     pub(crate) fn watch(&self, lease: Arc<Lease>) {
+        if lease.clock == Clock::Tokio {
+            if let Some(caller) = Handle::try_current()
+                .ok()
+                .filter(|caller| caller.runtime_flavor() == RuntimeFlavor::CurrentThread)
+            {
+                self.shared
+                    .followed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(lease.id, lease.clone());
+                caller.spawn(follow(lease, self.backend.clone(), self.shared.clone()));
+                return;
+            }
+        }
         self.shared.queue(self.shared.registry(), lease);
     }
 
     /// Stops watching the lease `id`.
     pub(crate) fn forget(&self, id: u64) {
         self.shared.registry().remove(id);
+        self.shared.unfollow(id);
     }
 
     /// Stops watching every lease, and returns them (for [`Client::shutdown`](crate::Client::shutdown)).
     pub(crate) fn drain(&self) -> Vec<Arc<Lease>> {
         let mut registry = self.shared.registry();
         let ids: Vec<u64> = registry.watched.keys().copied().collect();
-        ids.into_iter()
+        let mut leases: Vec<_> = ids
+            .into_iter()
             .filter_map(|id| registry.remove(id))
-            .collect()
+            .collect();
+        drop(registry);
+        let mut followed = self
+            .shared
+            .followed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        leases.extend(followed.drain().map(|(_, lease)| lease));
+        leases
     }
 }
 
@@ -237,6 +276,53 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
     }
 }
 
+/// Watches one lease of the in-process store on the current-thread runtime that took it, on
+/// that runtime's clock: renews it when due (if it renews) and declares it lost when its
+/// deadline passes. A paused clock's auto-advance stops at each renewal (a timer of this
+/// runtime), and the renewal, which needs no I/O, is done before the clock moves on; so a
+/// renewed lease lives through any amount of virtual time, an unrenewed one ends at its
+/// deadline. Ends with the lease, or with the runtime (its guard then sees the deadline pass
+/// when it looks). The [`Shared`] registry never holds it; `renew` finds it gone and leaves it.
+async fn follow(lease: Arc<Lease>, backend: Arc<Backend>, shared: Arc<Shared>) {
+    // Also when the runtime drops this task: the lease leaves the followed set.
+    struct Unfollow<'a>(&'a Shared, u64);
+    impl Drop for Unfollow<'_> {
+        fn drop(&mut self) {
+            self.0.unfollow(self.1);
+        }
+    }
+    let _unfollow = Unfollow(&shared, lease.id);
+    follow_until_over(&lease, backend, &shared).await;
+}
+
+async fn follow_until_over(lease: &Arc<Lease>, backend: Arc<Backend>, shared: &Arc<Shared>) {
+    loop {
+        let due = {
+            let times = lease.times();
+            if lease.renew {
+                times.next_renewal.min(times.deadline)
+            } else {
+                times.deadline
+            }
+        };
+        tokio::select! {
+            () = lease.over() => return,
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {}
+        }
+        let now = lease.now();
+        if lease.state() != LeaseState::Held {
+            return;
+        }
+        if now >= lease.deadline() {
+            lease.mark_lost(lease.deadline_passed_why());
+            return;
+        }
+        if lease.renew && now >= lease.times().next_renewal {
+            renew(vec![lease.clone()], backend.clone(), shared.clone()).await;
+        }
+    }
+}
+
 /// Renews `leases` in one request, then queues each for its next renewal. A lease whose
 /// release is under way (its gate is taken) is left out: no renewal may follow a release.
 async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Shared>) {
@@ -251,7 +337,9 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
         }
     }
     let mut outcome = Ok(Vec::new());
-    let sent = Instant::now();
+    // One clock per call: the I/O task's batches are of real-clock leases, `follow` renews one.
+    let clock = leases.first().map_or(Clock::Real, |lease| lease.clock);
+    let sent = clock.now();
     if !live.is_empty() {
         let renewals: Vec<Renewal<'_>> = live
             .iter()
@@ -274,7 +362,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
                     Renewed::Yes => lease.renewed(sent),
                     Renewed::No => lease.mark_lost("Redis says it is no longer the owner"),
                     Renewed::Unknown => {
-                        lease.times().next_renewal = Instant::now() + retry_delay(lease.duration);
+                        lease.times().next_renewal = clock.now() + retry_delay(lease.duration);
                     }
                 }
             }
@@ -282,7 +370,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
         Err(err) => {
             tracing::warn!(target: crate::LOG_TARGET, leases = live.len(), "lease renewal failed, retrying: {err}");
             for lease in &live {
-                lease.times().next_renewal = Instant::now() + retry_delay(lease.duration);
+                lease.times().next_renewal = clock.now() + retry_delay(lease.duration);
             }
         }
     }
@@ -340,6 +428,7 @@ mod tests {
             true,
             None,
             sent,
+            Clock::Real,
             crate::telemetry::Hold::detached(),
         ));
         watchdog.watch(lease.clone());

@@ -7,12 +7,20 @@
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
 //! (at least [`MIN_SWEEP_AFTER`]): amortised O(1) per grant, and the store's size follows the
 //! locks in use, not every key ever locked.
+//!
+//! Its time is tokio's clock of the runtime each request runs on ([`tokio_now`]): in a test
+//! with a paused clock, `tokio::time::advance` past a lease frees the lock, as time passing
+//! frees it on Redis. A sweep keeps whatever is live on that clock or on the real one, so tests
+//! that share one store (the global client) while each moves its own paused clock do not sweep
+//! each other's locks as long as their clocks are ahead of real time (any advance puts them
+//! there).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use crate::clock::tokio_now;
 use crate::error::LockError;
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::kind::{TwinEntry, TwinReply};
@@ -104,6 +112,8 @@ impl State {
         if self.grants_to_sweep > 0 {
             return;
         }
+        // The caller's clock may be a test's paused one, hours ahead of another test's.
+        let now = now.min(Instant::now());
         self.locks.retain(|_, entry| {
             entry.purge(now);
             !entry.is_empty()
@@ -149,7 +159,7 @@ fn clock_micros() -> u64 {
 impl MemoryBackend {
     /// What the store holds of `key`'s lock.
     pub(crate) fn inspect(&self, key: &LockKey) -> RawView {
-        let now = Instant::now();
+        let now = tokio_now();
         self.with_state(|state| {
             let mut view = state.with_entry(&key.lock, |entry| entry.view(now));
             // No token so far exceeds the live counter or the clock (`next_token`).
@@ -166,7 +176,7 @@ impl MemoryBackend {
     /// Frees `key`'s lock whatever holds it: the evicted holders and the next fencing token,
     /// which the counter keeps (so every later grant's token is greater).
     pub(crate) fn force_unlock(&self, key: &LockKey) -> (Vec<RawHolder>, u64) {
-        let now = Instant::now();
+        let now = tokio_now();
         self.with_state(|state| {
             let evicted = state.with_entry(&key.lock, |entry| entry.evict(now));
             (evicted, state.next_token(&key.fence, FORCED_FENCE_TTL, now))
@@ -175,7 +185,7 @@ impl MemoryBackend {
 
     /// The lock keys held now, those for which `matches` says yes, at most `limit`.
     pub(crate) fn scan(&self, matches: impl Fn(&str) -> bool, limit: usize) -> Vec<String> {
-        let now = Instant::now();
+        let now = tokio_now();
         self.with_state(|state| {
             state
                 .locks
@@ -191,7 +201,7 @@ impl MemoryBackend {
 
 impl LockBackend for MemoryBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let now = Instant::now();
+        let now = tokio_now();
         let key = attempt.key;
         Ok(self.with_state(|state| {
             let reply = state.with_entry(&key.lock, |entry| {
@@ -213,14 +223,14 @@ impl LockBackend for MemoryBackend {
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let now = Instant::now();
+        let now = tokio_now();
         Ok(self.with_state(|state| {
             state.with_entry(&key.lock, |entry| kind.release_twin(entry, owner, now))
         }))
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let now = Instant::now();
+        let now = tokio_now();
         Ok(self.with_state(|state| {
             leases
                 .iter()
@@ -320,6 +330,40 @@ mod tests {
         assert!(
             entries <= 2,
             "{entries} entries left of 50,000 abandoned locks"
+        );
+    }
+
+    #[test]
+    fn a_sweep_on_a_clock_hours_ahead_keeps_the_locks_of_callers_on_real_time() {
+        let backend = backend();
+        let live = key("live");
+        let runtime = |paused| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(paused)
+                .build()
+                .expect("runtime")
+        };
+        // Taken on a running clock, for a minute.
+        runtime(false).block_on(grant(&backend, &live, Duration::from_secs(60)));
+        // Another test's paused clock, two hours ahead, sweeps the store.
+        runtime(true).block_on(async {
+            tokio::time::advance(Duration::from_secs(2 * 3600)).await;
+            backend.with_state(|state| state.grants_to_sweep = 1);
+            grant(&backend, &key("ahead"), Duration::from_secs(60)).await;
+        });
+        let held = runtime(false).block_on(backend.acquire(&Try {
+            kind: Kind::Write,
+            key: &live,
+            owner: "rival",
+            lease: Duration::from_secs(60),
+            writer_waiting: Duration::ZERO,
+            refused_before: false,
+            fencing: true,
+        }));
+        assert!(
+            matches!(held, Ok(AcquireReply::Held(_))),
+            "a sweep on a clock hours ahead freed a live lock: {held:?}"
         );
     }
 

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
-pub(crate) use crate::kind::{Kind, Try};
 use crate::kind::operator::{RawHolder, RawView};
+pub(crate) use crate::kind::{Kind, Try};
 use crate::FencingToken;
 
 /// Longest lock key accepted, in bytes: Redis would take more, but a key this long is a bug.

@@ -596,7 +596,10 @@ impl RedisBackend {
     }
 
     /// Frees `key`'s lock whatever holds it: the evicted holders and a fresh fencing token.
-    pub(crate) async fn force_unlock(&self, key: &LockKey) -> Result<(Vec<RawHolder>, u64), LockError> {
+    pub(crate) async fn force_unlock(
+        &self,
+        key: &LockKey,
+    ) -> Result<(Vec<RawHolder>, u64), LockError> {
         let call = operator::force_unlock_call(key, Announce::Publish, self.tokens);
         Ok(operator::read_force_unlock_reply(
             self.invoke("force unlock", call).await?,

@@ -468,7 +468,11 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
         holders,
         writer_waiting: views.iter().any(|view| view.writer_waiting),
         subscribers: views.iter().map(|view| view.subscribers).sum(),
-        token_ceiling: views.iter().map(|view| view.token_ceiling).max().unwrap_or(0),
+        token_ceiling: views
+            .iter()
+            .map(|view| view.token_ceiling)
+            .max()
+            .unwrap_or(0),
     }
 }
 

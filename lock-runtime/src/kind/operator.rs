@@ -54,7 +54,9 @@ pub(crate) fn inspect_call(
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
     let mut call = INSPECT.prepare_invoke();
-    call.key(&key.lock).key(&key.writer_waiting).key(&key.channel);
+    call.key(&key.lock)
+        .key(&key.writer_waiting)
+        .key(&key.channel);
     if tokens == Tokens::Counter {
         call.key(&key.fence);
     }
@@ -72,7 +74,9 @@ pub(crate) fn force_unlock_call(
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
     let mut call = FORCE_UNLOCK.prepare_invoke();
-    call.key(&key.lock).key(&key.writer_waiting).key(&key.channel);
+    call.key(&key.lock)
+        .key(&key.writer_waiting)
+        .key(&key.channel);
     if tokens == Tokens::Counter {
         call.key(&key.fence);
     }
