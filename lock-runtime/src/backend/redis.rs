@@ -587,6 +587,9 @@ impl Failure {
 /// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
 pub(crate) const SCAN_COUNT: u64 = 1000;
 
+/// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
+type ScanStep = (u64, Vec<Vec<u8>>);
+
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on this server.
 impl RedisBackend {
     /// What the server says of `key`'s lock (read-only).
@@ -624,9 +627,10 @@ impl RedisBackend {
                 .arg(pattern)
                 .arg("COUNT")
                 .arg(SCAN_COUNT);
-            let (((next, keys),), _): (((u64, Vec<Vec<u8>>),), bool) = self
+            let ((step,), _): ((ScanStep,), bool) = self
                 .invoke_replicated("list", Call::Pipeline(&pipeline), None, |_| false)
                 .await?;
+            let (next, keys) = step;
             found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
             if next == 0 || found.len() >= limit {
                 return Ok(());
