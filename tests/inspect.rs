@@ -356,3 +356,82 @@ async fn a_force_unlocked_annotated_fn_is_cancelled_at_its_next_renewal() {
         begun.elapsed()
     );
 }
+
+// ---- force_unlock announces the release: a waiter that would sleep long is woken -----------
+
+/// One test per Redis store (the in-process store has no release channel; its waiters poll).
+macro_rules! on_every_redis_store {
+    ($name:ident) => {
+        mod woken {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis_store() {
+                $name(Harness::redis()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sentinel_store() {
+                $name(Harness::sentinel()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cluster_store() {
+                $name(Harness::cluster()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redlock_store() {
+                $name(Harness::redlock()).await;
+            }
+        }
+    };
+}
+
+on_every_redis_store!(force_unlock_wakes_a_waiter_at_once);
+
+/// The waiter's backoff is seconds long and the holder's lease is renewed, so only the
+/// release announced by `force_unlock` (`PUBLISH`, `SPUBLISH` on Cluster) lets it in within a
+/// second. Shown to fail with the announcement taken out of `force_unlock.lua`.
+async fn force_unlock_wakes_a_waiter_at_once(h: Harness) {
+    assert!(h.pub_sub);
+    let (hung, operator) = (h.client("hung"), h.client("ops"));
+    let waiter = Client::new(
+        h.config
+            .clone()
+            .app_name("waiter")
+            .backoff(Duration::from_secs(8), Duration::from_secs(8)),
+    )
+    .expect("valid config");
+    let lease = Duration::from_secs(10);
+    let _held = hung.lock("wake").lease(lease).acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("wake")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    // The waiter is counted once it listens for the release.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = operator.inspect("wake").await.unwrap();
+        if state.waiting_processes >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never listened: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let forced_at = Instant::now();
+    operator.force_unlock("wake").await.unwrap();
+    let (guard, granted_at) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter got in")
+        .unwrap();
+    guard.expect("granted");
+    let waited = granted_at - forced_at;
+    assert!(
+        waited < Duration::from_secs(1),
+        "not woken: in after {waited:?}"
+    );
+}
