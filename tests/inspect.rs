@@ -435,3 +435,31 @@ async fn force_unlock_wakes_a_waiter_at_once(h: Harness) {
         "not woken: in after {waited:?}"
     );
 }
+
+// ---- the application name: from the environment, else the executable's name ---------------
+
+/// `Config::from_env` reads `DISTLOCK_APP_NAME` (sanitized into the record), and a config
+/// without a name records the executable's file name. Only this test of the binary reads the
+/// environment, so setting it here disturbs no other test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_name_comes_from_the_environment_or_else_the_executable() {
+    let server = RedisServer::start();
+    std::env::set_var(distlock::ENV_REDIS_URL, server.url());
+    std::env::set_var(distlock::ENV_APP_NAME, "nightly report:eu");
+    let from_env = Client::new(Config::from_env().expect("config")).expect("client");
+    let unnamed = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
+    std::env::remove_var(distlock::ENV_APP_NAME);
+    std::env::remove_var(distlock::ENV_REDIS_URL);
+
+    let guard = from_env.lock("env:named").acquire().await.unwrap();
+    let state = unnamed.inspect("env:named").await.unwrap();
+    assert_eq!(state.holders[0].app.as_deref(), Some("nightly_report_eu"));
+    guard.release().await.unwrap();
+
+    let guard = unnamed.lock("env:unnamed").acquire().await.unwrap();
+    let state = from_env.inspect("env:unnamed").await.unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let stem = exe.file_stem().unwrap().to_string_lossy();
+    assert_eq!(state.holders[0].app.as_deref(), Some(&*stem));
+    guard.release().await.unwrap();
+}
