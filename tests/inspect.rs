@@ -463,3 +463,38 @@ async fn the_app_name_comes_from_the_environment_or_else_the_executable() {
     assert_eq!(state.holders[0].app.as_deref(), Some(&*stem));
     guard.release().await.unwrap();
 }
+
+// ---- a key that is no lock: a clear error, and force_unlock leaves it alone ----------------
+
+/// Another application's hash under distlock's prefix: `inspect` and `force_unlock` say so and
+/// name the fix (another key prefix) instead of misreading or deleting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_no_lock_is_reported_and_left_alone() {
+    let server = RedisServer::start();
+    let mut raw = server.connection();
+    let key = format!("{}{{profile}}", distlock::DEFAULT_KEY_PREFIX);
+    redis::cmd("HSET")
+        .arg(&key)
+        .arg("name")
+        .arg("ada")
+        .exec(&mut raw)
+        .unwrap();
+    let client = Client::new(Config::from_url(&server.url()).unwrap()).unwrap();
+    for result in [
+        client.inspect("profile").await.map(|_| ()),
+        client.force_unlock("profile").await.map(|_| ()),
+    ] {
+        let err = result.expect_err("no lock");
+        assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("hash"), "{text}");
+    }
+    let text = client.inspect("profile").await.unwrap_err().to_string();
+    assert!(text.contains("key_prefix"), "{text}");
+    let kept: String = redis::cmd("HGET")
+        .arg(&key)
+        .arg("name")
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(kept, "ada");
+}
