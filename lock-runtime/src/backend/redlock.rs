@@ -635,3 +635,56 @@ impl LockBackend for RedlockBackend {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LockMode;
+
+    fn view(mode: Option<LockMode>, holders: &[(&str, u64)], subscribers: u64) -> RawView {
+        RawView {
+            mode,
+            holders: holders
+                .iter()
+                .map(|&(owner, ms)| (owner.to_owned(), Some(Duration::from_millis(ms))))
+                .collect(),
+            remaining: holders
+                .iter()
+                .map(|&(_, ms)| Duration::from_millis(ms))
+                .max(),
+            writer_waiting: false,
+            subscribers,
+            token_ceiling: subscribers * 10,
+        }
+    }
+
+    #[test]
+    fn a_holder_counts_when_a_quorum_of_masters_has_it_with_the_lease_the_quorum_keeps() {
+        let w = Some(LockMode::Write);
+        let views = [
+            view(w, &[("a", 900)], 1),
+            view(w, &[("a", 700)], 0),
+            // A stale grant left on one master only is no holder.
+            view(w, &[("stale", 5000)], 2),
+        ];
+        let merged = merge_views(&views, 2);
+        assert_eq!(merged.mode, w);
+        assert_eq!(
+            merged.holders,
+            [("a".to_owned(), Some(Duration::from_millis(700)))]
+        );
+        assert_eq!(merged.remaining, Some(Duration::from_millis(700)));
+        assert_eq!((merged.subscribers, merged.token_ceiling), (3, 20));
+
+        let split = [
+            view(w, &[("a", 900)], 0),
+            view(w, &[("b", 900)], 0),
+            view(None, &[], 0),
+        ];
+        let merged = merge_views(&split, 2);
+        assert!(
+            merged.holders.is_empty() && merged.mode.is_none(),
+            "{merged:?}"
+        );
+    }
+}
