@@ -106,10 +106,11 @@ pub use lock_macros::distributed_lock;
 #[doc(no_inline)]
 pub use lock_runtime::redis;
 pub use lock_runtime::{
-    current, init, lock, read_lock, shutdown, try_init, write_lock, BackendError, BackendErrorKind,
-    Client, Config, FencingToken, LockError, LockGuard, LockInfo, LockMode, LockRequest,
-    DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
-    DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
+    current, init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock,
+    BackendError, BackendErrorKind, Client, Config, FencingToken, ForcedUnlock, Holder, LockError,
+    LockGuard, LockInfo, LockMode, LockRequest, LockState, DEFAULT_BACKOFF_MAX,
+    DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, ENV_APP_NAME,
     ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
     LOG_TARGET, MAX_KEY_LEN, MAX_LEASE, METRICS, MIN_LEASE,
 };

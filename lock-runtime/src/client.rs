@@ -19,12 +19,14 @@ use crate::clock::Clock;
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::inspect::{scan_patterns, ForcedUnlock, Holder, HolderTag, LockState};
 use crate::io::IoRuntime;
 use crate::kind::Tokens;
 use crate::lease::{drift, Lease};
 use crate::release::Releaser;
 use crate::telemetry::{self, Acquire};
 use crate::watchdog::Watchdog;
+use crate::FencingToken;
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
 
@@ -199,6 +201,8 @@ pub(crate) struct ClientInner {
     pub(crate) watchdog: Watchdog,
     /// The one way grants are given back; it keeps the I/O runtime alive while guards live.
     pub(crate) releaser: Arc<Releaser>,
+    /// This process's holder record, in every owner token.
+    pub(crate) holder: HolderTag,
     /// The store's name in spans and metrics ([`crate::telemetry`]).
     pub(crate) store: &'static str,
     /// Set by [`Client::shutdown`]: no new grants.
@@ -258,6 +262,7 @@ impl Client {
             inner: Arc::new(ClientInner {
                 store: store_name(&config.backend),
                 shut_down: AtomicBool::new(false),
+                holder: HolderTag::of_this_process(config.app_name.as_deref()),
                 config,
                 clock: Clock::of(&backend),
                 backend,
@@ -343,6 +348,162 @@ pub async fn shutdown() -> Result<usize, LockError> {
     match GLOBAL.get() {
         Some(client) => client.shutdown().await,
         None => Ok(0),
+    }
+}
+
+/// [`Client::inspect`] on the global client set up by [`init`]: who holds the lock `key`
+/// (any process), its lease, its waiters and its fencing token ceiling. Without [`init`],
+/// [`LockError::NotInitialized`].
+pub async fn inspect(key: impl Into<String>) -> Result<LockState, LockError> {
+    GLOBAL
+        .get()
+        .ok_or(LockError::NotInitialized)?
+        .inspect(key)
+        .await
+}
+
+/// [`Client::is_locked`] on the global client set up by [`init`]: whether any process holds
+/// the lock `key` now. Without [`init`], [`LockError::NotInitialized`].
+pub async fn is_locked(key: impl Into<String>) -> Result<bool, LockError> {
+    GLOBAL
+        .get()
+        .ok_or(LockError::NotInitialized)?
+        .is_locked(key)
+        .await
+}
+
+/// Operator's tools: who holds a lock, freeing it by force, and the locks held. They read
+/// (and, for [`force_unlock`](Client::force_unlock), change) the store directly, never the
+/// state of this process, so they see locks held by every process; the `distlock` command-line
+/// tool is built on them.
+impl Client {
+    /// Who holds the lock `key` now (the writer, or every reader, each with its host, process
+    /// id, application name and since when), how long it stays held, whether a writer waits,
+    /// how many processes wait for its release, and the fencing token ceiling. Read-only: one
+    /// request (on Redlock, one per master; see [`LockState`] for how they are merged).
+    ///
+    /// Errors: [`LockError::InvalidKey`], [`LockError::Backend`] when the store failed (or
+    /// the key holds something that is no lock: another application uses the same prefix),
+    /// [`LockError::QuorumUnavailable`] when too few Redlock masters answered.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory().app_name("billing"))?;
+    /// let guard = client.lock("invoice:7").acquire().await?;
+    /// let state = client.inspect("invoice:7").await?;
+    /// assert_eq!(state.mode, Some(distlock::LockMode::Write));
+    /// assert_eq!(state.holders[0].app.as_deref(), Some("billing"));
+    /// assert_eq!(state.holders[0].pid, Some(std::process::id()));
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub async fn inspect(&self, key: impl Into<String>) -> Result<LockState, LockError> {
+        let key = LockKey::new(&self.inner.config.key_prefix, key.into())?;
+        let inner = &self.inner;
+        let view = inner
+            .clock
+            .send(&inner.io, inner.backend.inspect(&key))
+            .await?;
+        Ok(LockState {
+            mode: view.mode,
+            holders: view
+                .holders
+                .into_iter()
+                .map(|(owner, remaining)| Holder::parse(owner, remaining))
+                .collect(),
+            remaining: view.remaining,
+            writer_waiting: view.writer_waiting,
+            waiting_processes: view.subscribers,
+            token_ceiling: FencingToken(view.token_ceiling),
+            key: key.name,
+        })
+    }
+
+    /// Whether anyone (any process) holds the lock `key` now, as a writer or a reader. The
+    /// answer can be stale by the time it arrives: to act on a lock, take it.
+    ///
+    /// Errors: those of [`Client::inspect`].
+    pub async fn is_locked(&self, key: impl Into<String>) -> Result<bool, LockError> {
+        Ok(self.inspect(key).await?.is_locked())
+    }
+
+    /// **An operator's tool**: frees the lock `key` whatever holds it — its writer or every
+    /// reader — and the writer-waiting mark, and wakes the waiters. Returns the evicted
+    /// holders and a fencing token greater than every token handed out for the key so far
+    /// (every later grant's token is greater still).
+    ///
+    /// **Warning**: this breaks mutual exclusion for the evicted holders. Each notices only at
+    /// its next renewal (a third of its lease at most): its guard then reports the lease lost
+    /// ([`LockGuard::lost`]) and an annotated fn with `on_lost = "abort"` is cancelled; until
+    /// then it runs beside the next holder. Only a fenced store is safe: hand it the returned
+    /// token, and it rejects the evicted holders' late writes. Use it for a lock left held by
+    /// a hung process, not as part of normal operation.
+    ///
+    /// Errors: those of [`Client::inspect`]; on Redlock also [`LockError::QuorumUnavailable`]
+    /// when the lock could not be freed, or the token not made to stand, on a majority.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let hung = client.lock("report").acquire().await?;
+    /// let forced = client.force_unlock("report").await?;
+    /// assert_eq!(forced.evicted.len(), 1);
+    /// assert!(Some(forced.token) > hung.fencing_token());
+    /// // … store forced.token in the fenced store, so the hung holder's writes are refused …
+    /// assert!(!client.is_locked("report").await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self, key: impl Into<String>) -> Result<ForcedUnlock, LockError> {
+        let key = LockKey::new(&self.inner.config.key_prefix, key.into())?;
+        let inner = &self.inner;
+        let (evicted, token) = inner
+            .clock
+            .send(&inner.io, inner.backend.force_unlock(&key))
+            .await?;
+        tracing::warn!(target: crate::LOG_TARGET, key = %key.name, evicted = evicted.len(), token,
+            "lock freed by force_unlock; its evicted holders learn it at their next renewal");
+        Ok(ForcedUnlock {
+            evicted: evicted
+                .into_iter()
+                .map(|(owner, remaining)| Holder::parse(owner, remaining))
+                .collect(),
+            token: FencingToken(token),
+            key: key.name,
+        })
+    }
+
+    /// The names of the locks held now whose name matches the glob `pattern` (Redis glob:
+    /// `*`, `?`, `[a-z]`, `[^a-z]`, `\` escapes; `*` for all), sorted, at most `limit`. Found
+    /// with `SCAN … MATCH` (never `KEYS`, which blocks the server) under this client's key
+    /// prefix: on every primary of a Cluster, and the union over Redlock's masters. A lock
+    /// taken or freed during the scan may or may not be listed; a name beyond `limit` is
+    /// left out, not the scan cut short at random.
+    ///
+    /// Errors: [`LockError::Backend`], [`LockError::QuorumUnavailable`] (Redlock).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let _a = client.lock("order:1").acquire().await?;
+    /// let _b = client.read_lock("user:2").acquire().await?;
+    /// assert_eq!(client.list("order:*", 100).await?, ["order:1"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
+        let inner = &self.inner;
+        let prefix = &inner.config.key_prefix;
+        let patterns = scan_patterns(prefix, pattern);
+        let keys = inner
+            .clock
+            .send(&inner.io, inner.backend.scan(&patterns, usize::MAX))
+            .await?;
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|key| crate::inspect::name_of(prefix, key))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(limit);
+        Ok(names)
     }
 }
 
@@ -520,7 +681,7 @@ impl LockRequest {
                 releaser: &inner.releaser,
                 kind,
                 key: &key,
-                owner: new_owner(),
+                owner: new_owner(&inner.holder),
                 expires: sent + lease,
                 settled: false,
             };
@@ -636,13 +797,11 @@ fn writer_waiting_mark(backoff_max: Duration, left_to_wait: Duration) -> Duratio
         .min(MAX_WRITER_WAITING_MARK)
 }
 
-/// A random owner token: a v4 UUID from the thread-local generator (unique, and no system
-/// call per try).
-fn new_owner() -> String {
-    uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes())
-        .into_uuid()
-        .simple()
-        .to_string()
+/// A fresh owner token: a random v4 UUID from the thread-local generator (unique, and no
+/// system call per try) with the holder record (`inspect.rs`).
+fn new_owner(holder: &HolderTag) -> String {
+    let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
+    holder.owner(uuid.simple().encode_lower(&mut uuid::Uuid::encode_buffer()))
 }
 
 /// A try that may have taken the lock until its reply says otherwise. Dropped unsettled

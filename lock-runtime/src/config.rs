@@ -46,6 +46,9 @@ pub const ENV_SENTINEL_URLS: &str = "DISTLOCK_SENTINEL_URLS";
 pub const ENV_SENTINEL_MASTER: &str = "DISTLOCK_SENTINEL_MASTER";
 /// Environment variable with the Redlock masters' URLs, comma-separated.
 pub const ENV_REDLOCK_URLS: &str = "DISTLOCK_REDLOCK_URLS";
+/// Environment variable with the application name of holder records ([`Config::from_env`],
+/// [`Config::app_name`]).
+pub const ENV_APP_NAME: &str = "DISTLOCK_APP_NAME";
 
 /// Where the locks are kept.
 #[derive(Clone)]
@@ -104,6 +107,7 @@ pub struct Config {
     pub(crate) node_timeout: Duration,
     pub(crate) replicas: Option<ReplicaGuard>,
     pub(crate) fencing: bool,
+    pub(crate) app_name: Option<String>,
 }
 
 /// The failover guard ([`Config::replicas`]): a grant or renewal counts only once this many
@@ -130,6 +134,7 @@ impl Config {
             node_timeout: DEFAULT_NODE_TIMEOUT,
             replicas: None,
             fencing: true,
+            app_name: None,
         }
     }
 
@@ -314,6 +319,22 @@ impl Config {
                 set.join(", ")
             )));
         }
+        let app_name = var(ENV_APP_NAME)?;
+        let config = Self::from_env_deployment(cluster, sentinel, master, redlock, single)?;
+        Ok(match app_name {
+            Some(app) => config.app_name(app),
+            None => config,
+        })
+    }
+
+    /// The deployment part of [`Config::from_env`], from the variables it read.
+    fn from_env_deployment(
+        cluster: Option<String>,
+        sentinel: Option<String>,
+        master: Option<String>,
+        redlock: Option<String>,
+        single: Option<String>,
+    ) -> Result<Self, LockError> {
         if let Some(urls) = cluster {
             return Self::cluster(url::split_env_list(&urls));
         }
@@ -359,6 +380,20 @@ impl Config {
     /// ```
     pub fn in_memory() -> Self {
         Self::with_backend(BackendConfig::InMemory(Arc::new(MemoryStore::default())))
+    }
+
+    /// The application name recorded with every grant, for operators to see who holds a lock
+    /// ([`Client::inspect`](crate::Client::inspect), the `distlock` command-line tool), beside
+    /// the host name and process id. Characters other than letters, digits, `.`, `-` and `_`
+    /// become `_`, and it is cut to 48 bytes: it travels in every request. [`Config::from_env`]
+    /// reads it from `DISTLOCK_APP_NAME`. Defaults to the executable's file name.
+    ///
+    /// ```
+    /// let config = distlock::Config::in_memory().app_name("billing-worker");
+    /// ```
+    pub fn app_name(mut self, name: impl Into<String>) -> Self {
+        self.app_name = Some(name.into());
+        self
     }
 
     /// Text put before every lock key (keys of different applications sharing one Redis stay
@@ -537,6 +572,7 @@ impl fmt::Debug for Config {
             .field("node_timeout", &self.node_timeout)
             .field("replicas", &self.replicas)
             .field("fencing", &self.fencing)
+            .field("app_name", &self.app_name)
             .finish()
     }
 }

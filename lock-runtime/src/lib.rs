@@ -16,6 +16,7 @@ mod config;
 mod error;
 pub mod fenced;
 mod guard;
+mod inspect;
 mod io;
 mod kind;
 mod lease;
@@ -36,15 +37,18 @@ pub const LOG_TARGET: &str = "distlock";
 pub use redis;
 
 pub use backend::MAX_KEY_LEN;
-pub use client::{init, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest};
+pub use client::{
+    init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest,
+};
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
-    ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
-    MAX_LEASE, MIN_LEASE,
+    ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER,
+    ENV_SENTINEL_URLS, MAX_LEASE, MIN_LEASE,
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;
+pub use inspect::{ForcedUnlock, Holder, LockState};
 pub use scope::{current, LockInfo};
 pub use telemetry::METRICS;
 

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
@@ -27,6 +27,7 @@ use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, LockError};
+use crate::kind::operator::{self, RawHolder, RawView};
 use crate::kind::{self, FirstTry, Tokens};
 
 pub(crate) struct ClusterBackend {
@@ -169,6 +170,106 @@ fn backend_error(operation: &'static str, err: RedisError) -> LockError {
     BackendError::new(operation, failure.kind, err)
         .maybe_applied(failure.maybe_applied)
         .into()
+}
+
+/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on the cluster. A
+/// lock's keys share one slot, so inspecting or freeing it is one script on its shard.
+impl ClusterBackend {
+    /// What the lock's shard says of `key`'s lock (read-only).
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
+        let call = operator::inspect_call(key, Announce::ShardedPublish, Tokens::Clock);
+        operator::read_inspect_reply(key, self.invoke("inspect", call).await?)
+    }
+
+    /// Frees `key`'s lock whatever holds it: the evicted holders and a fresh fencing token.
+    pub(crate) async fn force_unlock(
+        &self,
+        key: &LockKey,
+    ) -> Result<(Vec<RawHolder>, u64), LockError> {
+        let call = operator::force_unlock_call(key, Announce::ShardedPublish, Tokens::Clock);
+        Ok(operator::read_force_unlock_reply(
+            self.invoke("force unlock", call).await?,
+        ))
+    }
+
+    /// Adds the keys matching `pattern` on every primary to `found` (`SCAN` on each, never
+    /// `KEYS`), stopping once it holds `limit` keys or more.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+        found: &mut Vec<String>,
+    ) -> Result<(), LockError> {
+        let mut connection = self.connection().await?;
+        let slots = connection
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await
+            .map_err(|err| backend_error("list", err))?;
+        for (host, port) in primaries(&slots) {
+            let mut cursor = 0u64;
+            loop {
+                let reply = connection
+                    .route_command(
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(pattern)
+                            .arg("COUNT")
+                            .arg(super::redis::SCAN_COUNT)
+                            .clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port,
+                        }),
+                    )
+                    .await
+                    .map_err(|err| backend_error("list", err))?;
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply)
+                    .map_err(|err| backend_error("list", err.into()))?;
+                found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+                if found.len() >= limit {
+                    return Ok(());
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The primaries named by a `CLUSTER SLOTS` reply (`[[start, end, [host, port, …], replicas…],
+/// …]`), each once.
+fn primaries(slots: &redis::Value) -> Vec<(String, u16)> {
+    let mut primaries: Vec<(String, u16)> = Vec::new();
+    let redis::Value::Array(ranges) = slots else {
+        return primaries;
+    };
+    for range in ranges {
+        let redis::Value::Array(range) = range else {
+            continue;
+        };
+        let Some(redis::Value::Array(node)) = range.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(redis::Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(redis::Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Ok(port)) = node.get(1).map(redis::from_redis_value_ref::<u16>) else {
+            continue;
+        };
+        if !primaries.contains(&(host.clone(), port)) {
+            primaries.push((host, port));
+        }
+    }
+    primaries
 }
 
 impl LockBackend for ClusterBackend {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::clock::tokio_now;
 use crate::error::LockError;
+use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::kind::{TwinEntry, TwinReply};
 use crate::FencingToken;
 
@@ -152,6 +153,50 @@ fn clock_micros() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) in this process.
+impl MemoryBackend {
+    /// What the store holds of `key`'s lock.
+    pub(crate) fn inspect(&self, key: &LockKey) -> RawView {
+        let now = tokio_now();
+        self.with_state(|state| {
+            let mut view = state.with_entry(&key.lock, |entry| entry.view(now));
+            // No token so far exceeds the live counter or the clock (`next_token`).
+            let counter = state
+                .fences
+                .get(&key.fence)
+                .filter(|fence| fence.expires_at > now)
+                .map_or(0, |fence| fence.last);
+            view.token_ceiling = counter.max(clock_micros());
+            view
+        })
+    }
+
+    /// Frees `key`'s lock whatever holds it: the evicted holders and the next fencing token,
+    /// which the counter keeps (so every later grant's token is greater).
+    pub(crate) fn force_unlock(&self, key: &LockKey) -> (Vec<RawHolder>, u64) {
+        let now = tokio_now();
+        self.with_state(|state| {
+            let evicted = state.with_entry(&key.lock, |entry| entry.evict(now));
+            (evicted, state.next_token(&key.fence, FORCED_FENCE_TTL, now))
+        })
+    }
+
+    /// The lock keys held now, those for which `matches` says yes, at most `limit`.
+    pub(crate) fn scan(&self, matches: impl Fn(&str) -> bool, limit: usize) -> Vec<String> {
+        let now = tokio_now();
+        self.with_state(|state| {
+            state
+                .locks
+                .iter_mut()
+                .filter_map(|(lock, entry)| {
+                    (matches(lock) && !entry.view(now).holders.is_empty()).then(|| lock.clone())
+                })
+                .take(limit)
+                .collect()
+        })
+    }
 }
 
 impl LockBackend for MemoryBackend {

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::operator::{RawHolder, RawView};
 pub(crate) use crate::kind::{Kind, Try};
 use crate::FencingToken;
 
@@ -255,6 +256,61 @@ impl Backend {
             Backend::Redlock(b) => Some(b.waker()),
             Backend::Memory(_) => None,
         }
+    }
+}
+
+/// The operator's operations, on whichever store the client was configured with.
+impl Backend {
+    /// What the store says of `key`'s lock, read-only.
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
+        match self {
+            Backend::Redis(b) => b.inspect(key).await,
+            Backend::Cluster(b) => b.inspect(key).await,
+            Backend::Redlock(b) => b.inspect(key).await,
+            Backend::Memory(b) => Ok(b.inspect(key)),
+        }
+    }
+
+    /// Frees `key`'s lock whatever holds it and wakes its waiters: the evicted holders, and
+    /// a fencing token above every token handed out for the key so far.
+    pub(crate) async fn force_unlock(
+        &self,
+        key: &LockKey,
+    ) -> Result<(Vec<RawHolder>, u64), LockError> {
+        match self {
+            Backend::Redis(b) => b.force_unlock(key).await,
+            Backend::Cluster(b) => b.force_unlock(key).await,
+            Backend::Redlock(b) => b.force_unlock(key).await,
+            Backend::Memory(b) => Ok(b.force_unlock(key)),
+        }
+    }
+
+    /// The keys matching any of the `SCAN … MATCH` `patterns`, deduplicated, at most `limit`
+    /// (every primary of a Cluster, the union over Redlock's masters).
+    pub(crate) async fn scan(
+        &self,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Vec<String>, LockError> {
+        let mut found = Vec::new();
+        for pattern in patterns {
+            match self {
+                Backend::Redis(b) => b.scan(pattern, limit, &mut found).await?,
+                Backend::Cluster(b) => b.scan(pattern, limit, &mut found).await?,
+                Backend::Redlock(b) => b.scan(pattern, limit, &mut found).await?,
+                Backend::Memory(b) => found.extend(b.scan(
+                    |key| crate::inspect::glob_matches(pattern.as_bytes(), key.as_bytes()),
+                    limit,
+                )),
+            }
+            found.sort_unstable();
+            found.dedup();
+            if found.len() >= limit {
+                break;
+            }
+        }
+        found.truncate(limit);
+        Ok(found)
     }
 }
 

@@ -26,6 +26,7 @@ use super::wake::{Transport, Waker};
 use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::operator::{self, RawHolder, RawView};
 use crate::kind::{self, FirstTry, Tokens};
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
@@ -584,6 +585,62 @@ impl Failure {
             kind,
             reconnect,
             maybe_applied,
+        }
+    }
+}
+
+/// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
+pub(crate) const SCAN_COUNT: u64 = 1000;
+
+/// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
+type ScanStep = (u64, Vec<Vec<u8>>);
+
+/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on this server.
+impl RedisBackend {
+    /// What the server says of `key`'s lock (read-only).
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
+        let call = operator::inspect_call(key, Announce::Publish, self.tokens);
+        operator::read_inspect_reply(key, self.invoke("inspect", call).await?)
+    }
+
+    /// Frees `key`'s lock whatever holds it: the evicted holders and a fresh fencing token.
+    pub(crate) async fn force_unlock(
+        &self,
+        key: &LockKey,
+    ) -> Result<(Vec<RawHolder>, u64), LockError> {
+        let call = operator::force_unlock_call(key, Announce::Publish, self.tokens);
+        Ok(operator::read_force_unlock_reply(
+            self.invoke("force unlock", call).await?,
+        ))
+    }
+
+    /// Adds the keys matching `pattern` to `found` (`SCAN`, never `KEYS`), stopping once it
+    /// holds `limit` keys or more. Keys that are not UTF-8 are no lock keys and are skipped.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+        found: &mut Vec<String>,
+    ) -> Result<(), LockError> {
+        let mut cursor = 0u64;
+        loop {
+            let mut pipeline = redis::pipe();
+            pipeline
+                .cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let ((step,), _): ((ScanStep,), bool) = self
+                .invoke_replicated("list", Call::Pipeline(&pipeline), None, |_| false)
+                .await?;
+            let (next, keys) = step;
+            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+            if next == 0 || found.len() >= limit {
+                return Ok(());
+            }
+            cursor = next;
         }
     }
 }

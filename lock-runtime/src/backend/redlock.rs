@@ -43,6 +43,7 @@ use super::redis::{NodeOptions, RedisBackend};
 use super::wake::{Transport, Waker};
 use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::kind::{self, write::fence_ttl, Tokens};
 use crate::lease::drift;
 use crate::FencingToken;
@@ -323,6 +324,158 @@ impl RedlockBackend {
     }
 }
 
+/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) over the masters:
+/// each runs on every master, and a majority must answer.
+impl RedlockBackend {
+    /// What a majority of the masters agree on (see [`merge_views`]).
+    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
+        self.reconnect_missing();
+        let answers = self
+            .on_all(self.node_timeout, |master| master.inspect(key))
+            .await;
+        let views = self.answered(key, answers)?;
+        Ok(merge_views(&views, self.quorum()))
+    }
+
+    /// Frees the lock on every master and raises a majority's fencing counters to the
+    /// highest token they handed out for it, so that every later grant's token (the largest
+    /// of a quorum, which shares a master with that majority) is greater.
+    pub(crate) async fn force_unlock(
+        &self,
+        key: &LockKey,
+    ) -> Result<(Vec<RawHolder>, u64), LockError> {
+        self.reconnect_missing();
+        let answers = self
+            .on_all(self.node_timeout, |master| master.force_unlock(key))
+            .await;
+        let at_token: Vec<Option<u64>> = answers
+            .iter()
+            .map(|answer| match answer {
+                Answer::Said((_, token)) => Some(*token),
+                Answer::Failed(_) => None,
+            })
+            .collect();
+        let freed = self.answered(key, answers)?;
+        let token = freed.iter().map(|(_, token)| *token).max().unwrap_or(0);
+        let mut evicted: Vec<RawHolder> = Vec::new();
+        for (holders, _) in freed {
+            for (owner, remaining) in holders {
+                match evicted.iter_mut().find(|(o, _)| *o == owner) {
+                    Some(known) => known.1 = known.1.max(remaining),
+                    None => evicted.push((owner, remaining)),
+                }
+            }
+        }
+        let at_token: Vec<bool> = at_token.iter().map(|t| *t == Some(token)).collect();
+        let raised = self
+            .raise_fence(
+                key,
+                FencingToken(token),
+                FORCED_FENCE_TTL,
+                self.node_timeout,
+                &at_token,
+            )
+            .await;
+        if raised < self.quorum() {
+            return Err(self.quorum_unavailable(key, raised, 0));
+        }
+        Ok((evicted, token))
+    }
+
+    /// Adds the keys matching `pattern` on the masters to `found` (the union: a key on any
+    /// master), stopping once it holds `limit` keys or more.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+        found: &mut Vec<String>,
+    ) -> Result<(), LockError> {
+        self.reconnect_missing();
+        let mut answered = 0;
+        let mut error = None;
+        for master in &self.masters {
+            match master.scan(pattern, limit, found).await {
+                Ok(()) => answered += 1,
+                Err(err) => error = Some(err),
+            }
+            found.sort_unstable();
+            found.dedup();
+            if found.len() >= limit {
+                return Ok(());
+            }
+        }
+        match error {
+            Some(err) if answered < self.quorum() => Err(err),
+            _ => Ok(()),
+        }
+    }
+
+    /// The masters' answers, or the quorum's absence as an error.
+    fn answered<T>(&self, key: &LockKey, answers: Vec<Answer<T>>) -> Result<Vec<T>, LockError> {
+        let said: Vec<T> = answers
+            .into_iter()
+            .filter_map(|answer| match answer {
+                Answer::Said(said) => Some(said),
+                Answer::Failed(_) => None,
+            })
+            .collect();
+        if said.len() < self.quorum() {
+            return Err(self.quorum_unavailable(key, said.len(), 0));
+        }
+        Ok(said)
+    }
+}
+
+/// One view of a lock from the masters' views: a holder counts when at least `quorum` masters
+/// have its owner token, with the lease that quorum keeps (the `quorum`-th longest of its
+/// remaining leases); the waiting processes are summed (each listens on one master), the
+/// writer-waiting mark counts when any master has it, and the token ceiling is the highest.
+fn merge_views(views: &[RawView], quorum: usize) -> RawView {
+    let mut seen: Vec<(&str, Vec<Option<Duration>>)> = Vec::new();
+    for view in views {
+        for (owner, remaining) in &view.holders {
+            match seen.iter_mut().find(|(o, _)| o == owner) {
+                Some((_, leases)) => leases.push(*remaining),
+                None => seen.push((owner, vec![*remaining])),
+            }
+        }
+    }
+    let holders: Vec<RawHolder> = seen
+        .into_iter()
+        .filter(|(_, leases)| leases.len() >= quorum)
+        .map(|(owner, mut leases)| {
+            // `None` (no expiry) sorts first: longest first after the reversal.
+            leases.sort_unstable_by(|a, b| match (a, b) {
+                (None, None) => std::cmp::Ordering::Equal,
+                (None, _) => std::cmp::Ordering::Less,
+                (_, None) => std::cmp::Ordering::Greater,
+                (Some(a), Some(b)) => b.cmp(a),
+            });
+            (owner.to_owned(), leases[quorum - 1])
+        })
+        .collect();
+    let mode = views
+        .iter()
+        .find(|view| {
+            view.holders
+                .iter()
+                .any(|(owner, _)| holders.iter().any(|(h, _)| h == owner))
+        })
+        .and_then(|view| view.mode);
+    RawView {
+        mode,
+        remaining: holders.iter().filter_map(|(_, r)| *r).max(),
+        holders,
+        writer_waiting: views.iter().any(|view| view.writer_waiting),
+        subscribers: views.iter().map(|view| view.subscribers).sum(),
+        token_ceiling: views
+            .iter()
+            .map(|view| view.token_ceiling)
+            .max()
+            .unwrap_or(0),
+    }
+}
+
 impl LockBackend for RedlockBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let timeout = self.timeout_for(attempt.lease);
@@ -480,5 +633,58 @@ impl LockBackend for RedlockBackend {
                 }
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LockMode;
+
+    fn view(mode: Option<LockMode>, holders: &[(&str, u64)], subscribers: u64) -> RawView {
+        RawView {
+            mode,
+            holders: holders
+                .iter()
+                .map(|&(owner, ms)| (owner.to_owned(), Some(Duration::from_millis(ms))))
+                .collect(),
+            remaining: holders
+                .iter()
+                .map(|&(_, ms)| Duration::from_millis(ms))
+                .max(),
+            writer_waiting: false,
+            subscribers,
+            token_ceiling: subscribers * 10,
+        }
+    }
+
+    #[test]
+    fn a_holder_counts_when_a_quorum_of_masters_has_it_with_the_lease_the_quorum_keeps() {
+        let w = Some(LockMode::Write);
+        let views = [
+            view(w, &[("a", 900)], 1),
+            view(w, &[("a", 700)], 0),
+            // A stale grant left on one master only is no holder.
+            view(w, &[("stale", 5000)], 2),
+        ];
+        let merged = merge_views(&views, 2);
+        assert_eq!(merged.mode, w);
+        assert_eq!(
+            merged.holders,
+            [("a".to_owned(), Some(Duration::from_millis(700)))]
+        );
+        assert_eq!(merged.remaining, Some(Duration::from_millis(700)));
+        assert_eq!((merged.subscribers, merged.token_ceiling), (3, 20));
+
+        let split = [
+            view(w, &[("a", 900)], 0),
+            view(w, &[("b", 900)], 0),
+            view(None, &[], 0),
+        ];
+        let merged = merge_views(&split, 2);
+        assert!(
+            merged.holders.is_empty() && merged.mode.is_none(),
+            "{merged:?}"
+        );
     }
 }

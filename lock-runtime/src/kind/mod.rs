@@ -6,6 +6,7 @@
 //! acquire loop (`client.rs`), the watchdog and the guard pass a [`Kind`] along and never look
 //! inside it.
 
+pub(crate) mod operator;
 pub(crate) mod read;
 pub(crate) mod write;
 

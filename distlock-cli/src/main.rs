@@ -1,0 +1,189 @@
+//! `distlock`, the operator's command-line tool for distlock's locks: who holds a lock
+//! (`status`), which locks are held (`list`), freeing a lock by force (`unlock --force`) and a
+//! live view (`watch`), on every store the library supports. Built on the library's operator
+//! tools (`Client::inspect`, `list`, `force_unlock`). Neighbours: `store.rs` (which store,
+//! from the options or the environment) and `output.rs` (text or `--json`).
+//!
+//! Exit codes: 0 success; 1 the lock is not held (`status`; `unlock --force` of a free lock);
+//! 2 usage or configuration errors (also `unlock` without `--force`); 3 the store failed
+//! (unreachable, too few Redlock masters, …).
+
+mod output;
+mod store;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use distlock::{Client, LockError};
+
+/// Inspect and steer distlock's locks in Redis.
+///
+/// The store comes from --url, --cluster, --sentinel/--master or --redlock, else from the
+/// environment as the library reads it (REDIS_URL, DISTLOCK_CLUSTER_URLS,
+/// DISTLOCK_SENTINEL_URLS with DISTLOCK_SENTINEL_MASTER, DISTLOCK_REDLOCK_URLS).
+///
+/// Exit codes: 0 ok, 1 not locked (status, unlock), 2 usage or configuration error,
+/// 3 the store failed.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version)]
+struct Cli {
+    #[command(flatten)]
+    store: store::StoreArgs,
+    /// Print JSON (one document; `watch`: one per line) instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Who holds the lock KEY: its writer or readers (app, host, pid, since when), the lease
+    /// left, waiters, and the fencing token ceiling. Exits 1 when it is not locked.
+    Status {
+        /// The lock's name, as the application passes it (without the prefix).
+        key: String,
+    },
+    /// The held locks whose names match PATTERN (Redis glob; default `*`), found with SCAN.
+    List {
+        /// A glob over lock names: `*`, `?`, `[a-z]`, `[^a-z]`, `\` escapes.
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// Show at most this many names.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+    },
+    /// Free the lock KEY whatever holds it. The evicted holders run on until their next
+    /// renewal: only a fenced store is safe (give it the printed token). Needs --force.
+    Unlock {
+        /// The lock's name.
+        key: String,
+        /// Really free it (without it, the tool says what it would do and exits 2).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show the lock KEY's holder, waiters and lease, refreshing.
+    Watch {
+        /// The lock's name.
+        key: String,
+        /// Time between refreshes, e.g. `500ms`, `2s`.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// How a command ended.
+enum Outcome {
+    Done,
+    NotLocked,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("distlock: cannot start the async runtime: {err}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(run(&cli)) {
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::NotLocked) => ExitCode::from(1),
+        Err(err) => {
+            eprintln!("distlock: {err}");
+            ExitCode::from(match err {
+                LockError::Config(_) | LockError::InvalidKey { .. } => 2,
+                _ => 3,
+            })
+        }
+    }
+}
+
+async fn run(cli: &Cli) -> Result<Outcome, LockError> {
+    let client = Client::new(cli.store.config()?)?;
+    match &cli.command {
+        Command::Status { key } => {
+            let state = client.inspect(key.as_str()).await?;
+            if cli.json {
+                println!("{}", output::json(&output::JsonState::from(&state)));
+            } else {
+                println!("{}", output::state_text(&state));
+            }
+            Ok(if state.is_locked() {
+                Outcome::Done
+            } else {
+                Outcome::NotLocked
+            })
+        }
+        Command::List { pattern, limit } => {
+            let locks = client.list(pattern, *limit).await?;
+            if cli.json {
+                println!("{}", output::json(&output::JsonList::new(pattern, &locks)));
+            } else {
+                for lock in &locks {
+                    println!("{lock}");
+                }
+            }
+            Ok(Outcome::Done)
+        }
+        Command::Unlock { key, force: false } => {
+            let state = client.inspect(key.as_str()).await?;
+            let mut what = format!(
+                "refusing to unlock `{key}` without --force. It would free the lock whatever \
+                 holds it and evict {} holder(s):",
+                state.holders.len()
+            );
+            for holder in &state.holders {
+                what.push_str("\n  ");
+                what.push_str(&output::holder_text(holder));
+            }
+            what.push_str(
+                "\nAn evicted holder keeps running until its next renewal, beside the next \
+                 holder: only a store fenced with the printed token is safe. Run again with \
+                 --force to do it.",
+            );
+            Err(LockError::Config(what))
+        }
+        Command::Unlock { key, force: true } => {
+            let forced = client.force_unlock(key.as_str()).await?;
+            if cli.json {
+                println!("{}", output::json(&output::JsonForced::from(&forced)));
+            } else {
+                println!("{}", output::forced_text(&forced));
+            }
+            Ok(if forced.evicted.is_empty() {
+                Outcome::NotLocked
+            } else {
+                Outcome::Done
+            })
+        }
+        Command::Watch {
+            key,
+            interval,
+            count,
+        } => {
+            let mut shown = 0u64;
+            loop {
+                let state = client.inspect(key.as_str()).await?;
+                if cli.json {
+                    println!("{}", output::json(&output::JsonState::from(&state)));
+                } else {
+                    println!("{}\n", output::state_text(&state));
+                }
+                shown += 1;
+                if count.is_some_and(|count| shown >= count) {
+                    return Ok(Outcome::Done);
+                }
+                tokio::time::sleep(*interval).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! How the tool shows what it found: a few lines of text for people, or one JSON document
+//! per answer (`--json`; `watch` prints one per line). The JSON shapes are the `Json*` structs
+//! below, kept stable for scripts. Neighbours: `main.rs` runs the commands and picks the form.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::{ForcedUnlock, Holder, LockMode, LockState};
+use serde::Serialize;
+
+/// One holder, as `--json` shows it.
+#[derive(Debug, Serialize)]
+pub struct JsonHolder {
+    owner: String,
+    app: Option<String>,
+    host: Option<String>,
+    pid: Option<u32>,
+    /// When the holder took the lock, ms since the Unix epoch on the holder's clock.
+    since_ms: Option<u64>,
+    /// Remaining lease in ms; null when the key has no expiry.
+    remaining_ms: Option<u64>,
+}
+
+impl From<&Holder> for JsonHolder {
+    fn from(holder: &Holder) -> Self {
+        Self {
+            owner: holder.owner.clone(),
+            app: holder.app.clone(),
+            host: holder.host.clone(),
+            pid: holder.pid,
+            since_ms: holder.since.map(epoch_ms),
+            remaining_ms: holder.remaining.map(ms),
+        }
+    }
+}
+
+/// `status` and `watch`, as `--json` shows them.
+#[derive(Debug, Serialize)]
+pub struct JsonState {
+    key: String,
+    locked: bool,
+    /// `"write"`, `"read"`, or null when free.
+    mode: Option<&'static str>,
+    holders: Vec<JsonHolder>,
+    remaining_ms: Option<u64>,
+    writer_waiting: bool,
+    waiting_processes: u64,
+    token_ceiling: u64,
+}
+
+impl From<&LockState> for JsonState {
+    fn from(state: &LockState) -> Self {
+        Self {
+            key: state.key.clone(),
+            locked: state.is_locked(),
+            mode: state.mode.map(mode_name),
+            holders: state.holders.iter().map(JsonHolder::from).collect(),
+            remaining_ms: state.remaining.map(ms),
+            writer_waiting: state.writer_waiting,
+            waiting_processes: state.waiting_processes,
+            token_ceiling: state.token_ceiling.get(),
+        }
+    }
+}
+
+/// `unlock --force`, as `--json` shows it.
+#[derive(Debug, Serialize)]
+pub struct JsonForced {
+    key: String,
+    evicted: Vec<JsonHolder>,
+    /// Hand this to the fenced store: every evicted holder's token is below it.
+    token: u64,
+}
+
+impl From<&ForcedUnlock> for JsonForced {
+    fn from(forced: &ForcedUnlock) -> Self {
+        Self {
+            key: forced.key.clone(),
+            evicted: forced.evicted.iter().map(JsonHolder::from).collect(),
+            token: forced.token.get(),
+        }
+    }
+}
+
+/// `list`, as `--json` shows it.
+#[derive(Debug, Serialize)]
+pub struct JsonList<'a> {
+    pattern: &'a str,
+    locks: &'a [String],
+}
+
+impl<'a> JsonList<'a> {
+    pub fn new(pattern: &'a str, locks: &'a [String]) -> Self {
+        Self { pattern, locks }
+    }
+}
+
+/// The value as one line of JSON.
+pub fn json(value: &impl Serialize) -> String {
+    // Plain data with string keys: serialising cannot fail.
+    serde_json::to_string(value).unwrap_or_else(|err| format!("{{\"error\":\"{err}\"}}"))
+}
+
+/// `status` for people.
+pub fn state_text(state: &LockState) -> String {
+    let mut text = match state.mode {
+        None => format!("{}: not locked", state.key),
+        Some(mode) => format!(
+            "{}: locked ({}), {} left",
+            state.key,
+            mode_name(mode),
+            lease_text(state.remaining)
+        ),
+    };
+    for holder in &state.holders {
+        text.push_str("\n  ");
+        text.push_str(&holder_text(holder));
+    }
+    text.push_str(&format!(
+        "\n  writer waiting: {}, waiting processes: {}, token ceiling: {}",
+        if state.writer_waiting { "yes" } else { "no" },
+        state.waiting_processes,
+        state.token_ceiling
+    ));
+    text
+}
+
+/// `unlock --force` for people.
+pub fn forced_text(forced: &ForcedUnlock) -> String {
+    let mut text = if forced.evicted.is_empty() {
+        format!("{}: was not locked; nothing evicted", forced.key)
+    } else {
+        format!(
+            "{}: unlocked by force, {} holder(s) evicted",
+            forced.key,
+            forced.evicted.len()
+        )
+    };
+    for holder in &forced.evicted {
+        text.push_str("\n  evicted ");
+        text.push_str(&holder_text(holder));
+    }
+    text.push_str(&format!(
+        "\n  fencing token {}: every evicted holder's token is below it; give it to your \
+         fenced store so their late writes are rejected",
+        forced.token
+    ));
+    text
+}
+
+/// One holder on one line: app, host, pid, since when, lease left, owner token.
+pub fn holder_text(holder: &Holder) -> String {
+    let lease = lease_text(holder.remaining);
+    match (&holder.app, &holder.host, holder.pid, holder.since) {
+        (Some(app), Some(host), Some(pid), Some(since)) => {
+            let held_for = SystemTime::now()
+                .duration_since(since)
+                .map(|d| format!(" ({} ago)", humantime::format_duration(round_ms(d))))
+                .unwrap_or_default();
+            format!(
+                "holder app={app} host={host} pid={pid} since={}{held_for} lease={lease} owner={}",
+                humantime::format_rfc3339_millis(since),
+                holder.owner
+            )
+        }
+        _ => format!(
+            "holder owner={} (not written by distlock: no holder record) lease={lease}",
+            holder.owner
+        ),
+    }
+}
+
+fn lease_text(remaining: Option<Duration>) -> String {
+    match remaining {
+        Some(remaining) => humantime::format_duration(round_ms(remaining)).to_string(),
+        None => "no expiry".to_owned(),
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(ms(d))
+}
+
+fn mode_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Write => "write",
+        LockMode::Read => "read",
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, ms)
+}

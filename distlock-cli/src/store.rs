@@ -1,0 +1,60 @@
+//! Which store the tool talks to: the `--url`, `--cluster`, `--sentinel`/`--master` or
+//! `--redlock` options, else the environment exactly as `distlock::Config::from_env` reads it
+//! (`REDIS_URL`, `DISTLOCK_CLUSTER_URLS`, …). Neighbours: `main.rs` parses the options,
+//! `output.rs` prints what the client finds.
+
+use clap::Args;
+use distlock::{Config, LockError};
+
+/// The store options shared by every command.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// One Redis server, e.g. `redis://127.0.0.1:6379/0`.
+    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["cluster", "sentinel", "redlock"])]
+    url: Option<String>,
+    /// Redis Cluster: seed node URLs, comma-separated.
+    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',', conflicts_with_all = ["sentinel", "redlock"])]
+    cluster: Option<Vec<String>>,
+    /// Sentinel: the sentinels' URLs, comma-separated (with `--master`).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL,URL",
+        value_delimiter = ',',
+        requires = "master",
+        conflicts_with = "redlock"
+    )]
+    sentinel: Option<Vec<String>>,
+    /// Sentinel: the name of the master the sentinels monitor.
+    #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
+    master: Option<String>,
+    /// Redlock: the independent masters' URLs, comma-separated (an odd number, at least 3).
+    #[arg(long, global = true, value_name = "URL,URL,URL", value_delimiter = ',')]
+    redlock: Option<Vec<String>>,
+    /// The key prefix of the application's locks (`Config::key_prefix`). Defaults to
+    /// `distlock:`.
+    #[arg(long, global = true, value_name = "PREFIX")]
+    prefix: Option<String>,
+}
+
+impl StoreArgs {
+    /// The config these options (or the environment) name.
+    pub fn config(&self) -> Result<Config, LockError> {
+        let config = if let Some(url) = &self.url {
+            Config::from_url(url)?
+        } else if let Some(nodes) = &self.cluster {
+            Config::cluster(nodes)?
+        } else if let (Some(sentinels), Some(master)) = (&self.sentinel, &self.master) {
+            Config::sentinel(sentinels, master)?
+        } else if let Some(masters) = &self.redlock {
+            Config::redlock(masters)?
+        } else {
+            Config::from_env()?
+        };
+        let config = config.app_name("distlock-cli");
+        Ok(match &self.prefix {
+            Some(prefix) => config.key_prefix(prefix),
+            None => config,
+        })
+    }
+}

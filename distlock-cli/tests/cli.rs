@@ -1,0 +1,315 @@
+//! The `distlock` binary end to end: the built executable run against real `redis-server`
+//! processes (started by the workspace's shared test support), with locks held by the library
+//! in this test process, as an operator would meet them.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use distlock::{Client, Config, FencingToken};
+use serde_json::Value;
+use support::masters::start_masters;
+use support::RedisServer;
+
+/// Runs `distlock` with `args`, the environment cleared of distlock's variables (and `env`
+/// added).
+fn distlock(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
+    for var in [
+        "REDIS_URL",
+        "DISTLOCK_CLUSTER_URLS",
+        "DISTLOCK_SENTINEL_URLS",
+        "DISTLOCK_SENTINEL_MASTER",
+        "DISTLOCK_REDLOCK_URLS",
+    ] {
+        command.env_remove(var);
+    }
+    command.args(args).envs(env.iter().copied());
+    command.output().expect("the distlock binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The exit code, with both streams shown when it is not `expected`.
+fn assert_exit(output: &Output, expected: i32) {
+    assert_eq!(
+        output.status.code(),
+        Some(expected),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_str(stdout(output).trim()).unwrap_or_else(|err| {
+        panic!("not JSON ({err}):\n{}", stdout(output));
+    })
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("a Linux host name")
+        .trim()
+        .to_owned()
+}
+
+fn client(url: &str, app: &str) -> Client {
+    Client::new(Config::from_url(url).unwrap().app_name(app)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_writer_with_its_app_host_and_pid() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let shop = client(&url, "shop");
+    let guard = shop.lock("order:1").acquire().await.unwrap();
+
+    let text = distlock(&["--url", &url, "status", "order:1"], &[]);
+    assert_exit(&text, 0);
+    let shown = stdout(&text);
+    assert!(shown.contains("order:1: locked (write)"), "{shown}");
+    assert!(shown.contains("app=shop"), "{shown}");
+    assert!(
+        shown.contains(&format!("pid={}", std::process::id())),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("host={}", host_name())), "{shown}");
+
+    let parsed = json(&distlock(
+        &["--url", &url, "--json", "status", "order:1"],
+        &[],
+    ));
+    assert_eq!(parsed["key"], "order:1");
+    assert_eq!(parsed["locked"], true);
+    assert_eq!(parsed["mode"], "write");
+    let holder = &parsed["holders"][0];
+    assert_eq!(holder["app"], "shop");
+    assert_eq!(holder["pid"], std::process::id());
+    assert_eq!(holder["host"], host_name().as_str());
+    assert!(holder["since_ms"].as_u64().is_some(), "{parsed}");
+    assert!(holder["remaining_ms"].as_u64().unwrap() > 0, "{parsed}");
+    assert!(
+        parsed["token_ceiling"].as_u64().unwrap() >= guard.fencing_token().unwrap().get(),
+        "{parsed}"
+    );
+
+    // The environment, as the library reads it, names the store when no option does.
+    let from_env = distlock(&["status", "order:1"], &[("REDIS_URL", &url)]);
+    assert_exit(&from_env, 0);
+    assert!(stdout(&from_env).contains("app=shop"));
+
+    guard.release().await.unwrap();
+    let free = distlock(&["--url", &url, "status", "order:1"], &[]);
+    assert_exit(&free, 1);
+    assert!(
+        stdout(&free).contains("order:1: not locked"),
+        "{}",
+        stdout(&free)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_every_reader() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (one, two) = (client(&url, "reader-one"), client(&url, "reader-two"));
+    let _r1 = one.read_lock("catalog").acquire().await.unwrap();
+    let _r2 = two.read_lock("catalog").acquire().await.unwrap();
+    let parsed = json(&distlock(
+        &["--url", &url, "--json", "status", "catalog"],
+        &[],
+    ));
+    assert_eq!(parsed["mode"], "read");
+    let mut apps: Vec<&str> = parsed["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["app"].as_str().unwrap())
+        .collect();
+    apps.sort_unstable();
+    assert_eq!(apps, ["reader-one", "reader-two"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_held_locks_matching_a_pattern() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = client(&url, "shop");
+    let _a = app.lock("order:1").acquire().await.unwrap();
+    let _b = app.lock("order:2").acquire().await.unwrap();
+    let _c = app.read_lock("user:7").acquire().await.unwrap();
+    let other = Client::new(Config::from_url(&url).unwrap().key_prefix("other:")).unwrap();
+    let _d = other.lock("order:3").acquire().await.unwrap();
+
+    let listed = distlock(&["--url", &url, "list", "order:*"], &[]);
+    assert_exit(&listed, 0);
+    assert_eq!(stdout(&listed), "order:1\norder:2\n");
+
+    let all = json(&distlock(&["--url", &url, "--json", "list"], &[]));
+    assert_eq!(all["pattern"], "*");
+    assert_eq!(
+        all["locks"],
+        serde_json::json!(["order:1", "order:2", "user:7"])
+    );
+    let prefixed = distlock(&["--url", &url, "--prefix", "other:", "list"], &[]);
+    assert_eq!(stdout(&prefixed), "order:3\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_refuses_without_force_and_with_it_evicts_the_holder() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let hung = client(&url, "hung-job");
+    let lease = Duration::from_millis(900);
+    let guard = hung.lock("report").lease(lease).acquire().await.unwrap();
+
+    let refused = distlock(&["--url", &url, "unlock", "report"], &[]);
+    assert_exit(&refused, 2);
+    let said = stderr(&refused);
+    assert!(
+        said.contains("--force") && said.contains("evict 1 holder"),
+        "{said}"
+    );
+    assert!(said.contains("app=hung-job"), "{said}");
+    assert!(hung.is_locked("report").await.unwrap(), "nothing was done");
+
+    let forced = distlock(
+        &["--url", &url, "--json", "unlock", "report", "--force"],
+        &[],
+    );
+    assert_exit(&forced, 0);
+    let parsed = json(&forced);
+    assert_eq!(parsed["evicted"][0]["app"], "hung-job");
+    let token = parsed["token"].as_u64().unwrap();
+    let evicted: FencingToken = guard.fencing_token().unwrap();
+    assert!(token > evicted.get(), "{token} {evicted}");
+    assert!(!hung.is_locked("report").await.unwrap());
+    // The evicted holder's guard reports the lease lost at its next renewal.
+    tokio::time::timeout(lease * 3, guard.lost())
+        .await
+        .expect("the evicted holder learns it lost the lock");
+
+    // A free lock: nothing to evict, exit 1.
+    let again = distlock(&["--url", &url, "unlock", "report", "--force"], &[]);
+    assert_exit(&again, 1);
+    assert!(
+        stdout(&again).contains("was not locked"),
+        "{}",
+        stdout(&again)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_refreshes_count_times_at_the_interval() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = client(&url, "watched");
+    let _guard = app.lock("queue").acquire().await.unwrap();
+    let started = Instant::now();
+    let watched = distlock(
+        &[
+            "--url",
+            &url,
+            "--json",
+            "watch",
+            "queue",
+            "--interval",
+            "150ms",
+            "--count",
+            "3",
+        ],
+        &[],
+    );
+    assert_exit(&watched, 0);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let lines: Vec<Value> = stdout(&watched)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON document per line"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{}", stdout(&watched));
+    for line in &lines {
+        assert_eq!(line["holders"][0]["app"], "watched");
+    }
+    let text = distlock(&["--url", &url, "watch", "queue", "--count", "1"], &[]);
+    assert_exit(&text, 0);
+    assert!(stdout(&text).contains("app=watched"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_on_redlock() {
+    let masters = start_masters(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let joined = urls.join(",");
+    let app = Client::new(Config::redlock(&urls).unwrap().app_name("quorum-app")).unwrap();
+    let guard = app.lock("ledger:9").acquire().await.unwrap();
+
+    let parsed = json(&distlock(
+        &["--redlock", &joined, "--json", "status", "ledger:9"],
+        &[],
+    ));
+    assert_eq!(parsed["holders"][0]["app"], "quorum-app");
+    let listed = distlock(&["--redlock", &joined, "list", "ledger:*"], &[]);
+    assert_eq!(stdout(&listed), "ledger:9\n");
+    let from_env = distlock(&["list"], &[("DISTLOCK_REDLOCK_URLS", &joined)]);
+    assert_eq!(stdout(&from_env), "ledger:9\n");
+    let forced = json(&distlock(
+        &[
+            "--redlock",
+            &joined,
+            "--json",
+            "unlock",
+            "ledger:9",
+            "--force",
+        ],
+        &[],
+    ));
+    assert!(forced["token"].as_u64().unwrap() > guard.fencing_token().unwrap().get());
+    let next = app.lock("ledger:9").acquire().await.unwrap();
+    assert!(next.fencing_token().unwrap().get() > forced["token"].as_u64().unwrap());
+}
+
+#[test]
+fn usage_and_configuration_errors_exit_2_with_a_message() {
+    let both = distlock(
+        &[
+            "--url",
+            "redis://127.0.0.1:1",
+            "--redlock",
+            "redis://a,redis://b,redis://c",
+            "list",
+        ],
+        &[],
+    );
+    assert_exit(&both, 2);
+    assert!(
+        stderr(&both).contains("cannot be used with"),
+        "{}",
+        stderr(&both)
+    );
+    let bad_url = distlock(&["--url", "http://nope", "status", "k"], &[]);
+    assert_exit(&bad_url, 2);
+    assert!(
+        stderr(&bad_url).starts_with("distlock: "),
+        "{}",
+        stderr(&bad_url)
+    );
+    let no_master = distlock(&["--sentinel", "redis://127.0.0.1:1", "status", "k"], &[]);
+    assert_exit(&no_master, 2);
+}
+
+#[test]
+fn an_unreachable_store_exits_3() {
+    let port = support::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let down = distlock(&["--url", &url, "status", "k"], &[]);
+    assert_exit(&down, 3);
+}

@@ -1,0 +1,41 @@
+-- Operator's view of one lock, for every kind, read-only: who holds it (a writer or the
+-- readers, each with its remaining lease), whether a writer waits, how many clients listen
+-- for its release, and the fencing state.
+--
+-- KEYS[1]  lock key (a string while a writer holds it, the readers' sorted set while readers do)
+-- KEYS[2]  writer-waiting mark
+-- KEYS[3]  the lock's release channel (not a key; passed as one so it routes to the lock's slot)
+-- KEYS[4]  fencing counter, only with counter tokens (Redlock)
+-- ARGV[1]  how subscribers are counted: 'NUMSUB', or 'SHARDNUMSUB' on Cluster
+--
+-- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter}: the lock
+-- key's TYPE ('none', 'string', 'zset', or another type: not a lock), its PTTL, the live
+-- holders as {{owner, remaining ms}, ...}, the writer-waiting mark's PTTL (-2: none), the
+-- release channel's subscriber count, the server's TIME, and the counter's value (nil when
+-- there is none).
+
+local held = redis.call('TYPE', KEYS[1])['ok']
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local pttl = redis.call('PTTL', KEYS[1])
+local holders = {}
+if held == 'string' then
+  holders[1] = {redis.call('GET', KEYS[1]), pttl}
+elseif held == 'zset' then
+  -- Readers whose lease ended are not holders, even before a script purges them.
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES')
+  for i = 1, #members, 2 do
+    holders[#holders + 1] = {members[i], tonumber(members[i + 1]) - now_ms}
+  end
+end
+local subscribers = 0
+-- pcall: a user without the right to PUBSUB (Redis 7 ACLs) only loses the count.
+local counted = redis.pcall('PUBSUB', ARGV[1], KEYS[3])
+if type(counted) == 'table' and not counted.err then
+  subscribers = counted[2]
+end
+local counter = false
+if KEYS[4] then
+  counter = redis.call('GET', KEYS[4])
+end
+return {held, pttl, holders, redis.call('PTTL', KEYS[2]), subscribers, now[1], now[2], counter}
