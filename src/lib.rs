@@ -103,8 +103,6 @@
 /// }
 /// ```
 pub use lock_macros::distributed_lock;
-#[doc(no_inline)]
-pub use lock_runtime::redis;
 pub use lock_runtime::{
     current, init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock,
     BackendError, BackendErrorKind, Client, Config, FencingToken, ForcedUnlock, Holder, LockError,
