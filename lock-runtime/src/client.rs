@@ -616,11 +616,15 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let client = self.client.clone().ok_or(LockError::NotInitialized)?;
         let mut observed = Acquire::start(&self.key, self.kind.into(), client.inner.store);
-        let span = observed.span.clone();
-        let outcome = self
-            .acquire_on(&client, &mut observed)
-            .instrument(span)
-            .await;
+        let outcome = if observed.span.is_disabled() {
+            // No subscriber takes the span: no wrapper around the acquire loop (hot path).
+            self.acquire_on(&client, &mut observed).await
+        } else {
+            let span = observed.span.clone();
+            self.acquire_on(&client, &mut observed)
+                .instrument(span)
+                .await
+        };
         if let Err(err) = &outcome {
             match err {
                 LockError::Timeout { .. } => observed.timed_out(),

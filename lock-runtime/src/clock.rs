@@ -8,6 +8,8 @@
 use std::future::Future;
 use std::time::Instant;
 
+use futures_util::future::Either;
+
 use tokio::runtime::Handle;
 
 use crate::backend::Backend;
@@ -42,10 +44,19 @@ impl Clock {
     /// real clock ([`IoRuntime::with_real_timers`]): under a paused caller clock, auto-advance
     /// would otherwise fire them while the reply is on its way. The in-process store answers
     /// at once and reads the caller's clock, so its requests are left as they are.
-    pub(crate) async fn send<F: Future>(self, io: &IoRuntime, request: F) -> F::Output {
+    ///
+    /// Not an `async fn`: a request from a multi-thread caller (whose clock tokio cannot pause)
+    /// is returned as it is, so the hot path adds no layer around it.
+    pub(crate) fn send<'a, F: Future + 'a>(
+        self,
+        io: &'a IoRuntime,
+        request: F,
+    ) -> impl Future<Output = F::Output> + 'a {
         match self {
-            Self::Real => io.with_real_timers(request).await,
-            Self::Tokio => request.await,
+            Self::Real if crate::io::multi_thread_caller().is_none() => {
+                Either::Right(io.with_real_timers(request))
+            }
+            Self::Real | Self::Tokio => Either::Left(request),
         }
     }
 }

@@ -34,7 +34,6 @@ pub const LOG_TARGET: &str = "distlock";
 
 /// The `redis` crate distlock is built on, for [`Config::from_redis_client`] and
 /// [`fenced`] (so the versions match).
-
 pub use backend::MAX_KEY_LEN;
 pub use client::{
     init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest,

@@ -91,6 +91,11 @@ pub(crate) fn describe() {
     }
 }
 
+/// Whether anything takes what `span` would carry: a subscriber that records it, or metrics.
+fn observed(span: &Span) -> bool {
+    cfg!(feature = "metrics") || !span.is_disabled()
+}
+
 fn mode_name(mode: LockMode) -> &'static str {
     match mode {
         LockMode::Write => "write",
@@ -105,7 +110,9 @@ pub(crate) struct Acquire {
     caller: Span,
     store: &'static str,
     mode: &'static str,
-    started: Instant,
+    /// When the request started; `None` when nothing observes it (no subscriber takes the
+    /// span, no metrics), so the hot path reads no clock for it.
+    started: Option<Instant>,
     attempts: u32,
     first_refused: Option<Instant>,
     /// The request tries once (a zero wait): running out of wait is its normal "busy".
@@ -115,8 +122,7 @@ pub(crate) struct Acquire {
 impl Acquire {
     pub(crate) fn start(key: &str, mode: LockMode, store: &'static str) -> Self {
         let mode = mode_name(mode);
-        Self {
-            span: tracing::debug_span!(
+        let span = tracing::debug_span!(
                 target: LOG_TARGET,
                 "acquire",
                 key,
@@ -126,11 +132,20 @@ impl Acquire {
                 waited_ms = Empty,
                 token = Empty,
                 outcome = Empty,
-            ),
-            caller: Span::current(),
+        );
+        // The caller's span is looked up only when spans are recorded at all (hot path).
+        let caller = if span.is_disabled() {
+            Span::none()
+        } else {
+            Span::current()
+        };
+        let started = observed(&span).then(Instant::now);
+        Self {
+            span,
+            caller,
             store,
             mode,
-            started: Instant::now(),
+            started,
             attempts: 0,
             first_refused: None,
             try_once: false,
@@ -144,7 +159,9 @@ impl Acquire {
 
     /// A try found the lock held.
     pub(crate) fn refused(&mut self) {
-        self.first_refused.get_or_insert_with(Instant::now);
+        if self.started.is_some() {
+            self.first_refused.get_or_insert_with(Instant::now);
+        }
     }
 
     /// A wait between tries ended; `woken`: by a release announcement.
@@ -156,7 +173,10 @@ impl Acquire {
     }
 
     fn finish(&self, outcome: &'static str) -> Duration {
-        let waited = self.started.elapsed();
+        let Some(started) = self.started else {
+            return Duration::ZERO;
+        };
+        let waited = started.elapsed();
         self.span.record("attempts", self.attempts);
         self.span.record("waited_ms", waited.as_millis() as u64);
         self.span.record("outcome", outcome);
@@ -247,7 +267,8 @@ pub(crate) struct Hold {
     store: &'static str,
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     mode: &'static str,
-    since: Instant,
+    /// When the grant was made; `None` when nothing observes it.
+    since: Option<Instant>,
     renewals: AtomicU64,
 }
 
@@ -272,7 +293,7 @@ impl Hold {
             span,
             store: acquire.store,
             mode: acquire.mode,
-            since: Instant::now(),
+            since: acquire.started.map(|_| Instant::now()),
             renewals: AtomicU64::new(0),
         }
     }
@@ -284,7 +305,7 @@ impl Hold {
             span: Span::none(),
             store: "memory",
             mode: "write",
-            since: Instant::now(),
+            since: None,
             renewals: AtomicU64::new(0),
         }
     }
@@ -304,7 +325,10 @@ impl Hold {
     /// The grant stopped being held, `how`. Called once per grant, by the lease as it leaves
     /// its held state.
     pub(crate) fn ended(&self, how: Ended) {
-        let held = self.since.elapsed();
+        let Some(since) = self.since else {
+            return;
+        };
+        let held = since.elapsed();
         let renewals = self.renewals.load(Ordering::Relaxed);
         self.span.record("held_ms", held.as_millis() as u64);
         self.span.record("renewals", renewals);
