@@ -103,6 +103,18 @@ impl FencingToken {
     pub fn get(self) -> u64 {
         self.0
     }
+
+    /// A token received as a number — by a resource service in another process, say, that
+    /// fences its writes with [`fenced`] — back as a `FencingToken`. Only the lock hands out
+    /// tokens; this is for carrying one across a process boundary.
+    ///
+    /// ```
+    /// let token = distlock::FencingToken::from_raw(1_795_468_000_123_456);
+    /// assert_eq!(token.get(), 1_795_468_000_123_456);
+    /// ```
+    pub fn from_raw(token: u64) -> Self {
+        Self(token)
+    }
 }
 
 impl FencingToken {
