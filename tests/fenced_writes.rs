@@ -104,6 +104,29 @@ async fn an_equal_token_is_current_so_one_grant_writes_repeatedly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_too_long_for_the_script_is_refused_before_anything_is_written() {
+    let server = RedisServer::start();
+    let mut conn = connection(&server).await;
+    let t = tokens(&client(&server), "long", 1).await[0];
+    let mut push = redis::cmd("RPUSH");
+    push.arg("long");
+    for i in 0..8_000 {
+        push.arg(i);
+    }
+    let err = fenced::pipe("long", t)
+        .cmd(&push)
+        .query_async::<i64>(&mut conn)
+        .await
+        .expect_err("more arguments than Lua's unpack takes");
+    assert!(err.to_string().contains("split it"), "{err}");
+    assert_eq!(
+        get(&mut conn, &fenced::fence_key("long")).await,
+        None,
+        "no fence raised"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_pipeline_runs_any_commands_and_returns_their_replies() {
     let server = RedisServer::start();
     let mut conn = connection(&server).await;

@@ -94,3 +94,49 @@ async fn in_process_on_a_current_thread_runtime() {
     let store = Config::in_memory();
     gives_back_every_lock_and_refuses_new_requests(|| store.clone()).await;
 }
+
+/// A request still waiting when its client shuts down ends with the shutdown error instead of
+/// taking the next grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_ends_at_the_shutdown() {
+    let server = RedisServer::start();
+    let config = || {
+        Config::from_url(&server.url())
+            .expect("url")
+            .backoff(Duration::from_millis(50), Duration::from_millis(100))
+    };
+    let (client, other) = (
+        Client::new(config()).expect("client"),
+        Client::new(config()).expect("client"),
+    );
+    let holder = other.lock("shut:wait").acquire().await.expect("free");
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("shut:wait")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    // The waiter is refused once when its writer-waiting mark is there.
+    support::wait_until_async("the waiter to be refused", Duration::from_secs(5), || {
+        let marked: bool = redis::cmd("EXISTS")
+            .arg("distlock:{shut:wait}:writer-waiting")
+            .query(&mut server.connection())
+            .map_err(|e| e.to_string())?;
+        marked.then_some(()).ok_or_else(|| "no mark yet".to_owned())
+    })
+    .await;
+    client.shutdown().await.expect("shutdown");
+    let ended = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter ends at its next try, not at its 30 s deadline")
+        .expect("join");
+    assert!(
+        matches!(&ended, Err(LockError::Config(message)) if message.contains("shut down")),
+        "{ended:?}"
+    );
+    holder.release().await.expect("release");
+}

@@ -675,6 +675,10 @@ impl LockRequest {
         let fencing = self.fencing.unwrap_or(config.fencing);
         let mut refused_before = false;
         loop {
+            // A shutdown also ends a request that is waiting: it takes no grant after it.
+            if inner.shut_down.load(Ordering::Relaxed) {
+                return Err(Client::shut_down_error());
+            }
             // Every try has an owner token of its own, so a try can never be mistaken for an
             // earlier one whose grant is being given back: a late grant's clean-up and the
             // next try may reach Redis in either order.

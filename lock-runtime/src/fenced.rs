@@ -318,6 +318,22 @@ impl FencedPipeline {
                     .to_owned(),
             )));
         }
+        if let Some(long) = self
+            .commands
+            .iter()
+            .find(|command| command.len() > MAX_COMMAND_ARGS)
+        {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "fenced write",
+                format!(
+                    "a command of {} arguments is more than the script can pass on (at most \
+                     {MAX_COMMAND_ARGS}: Lua's `unpack` limit); split it into several commands \
+                     of one fenced pipeline",
+                    long.len()
+                ),
+            )));
+        }
         let mut call = WRITE.prepare_invoke();
         call.key(&self.fence_key)
             .key(&self.key)
@@ -333,6 +349,10 @@ impl FencedPipeline {
         read_reply(reply)
     }
 }
+
+/// The most arguments (the command's name included) one fenced command may have: the script
+/// passes them on with Lua's `unpack`, whose limit is Redis's Lua stack (about 8,000).
+const MAX_COMMAND_ARGS: usize = 7_000;
 
 /// Reads the script's reply: `{1, reply, …}` applied, `{0, highest}` refused.
 fn read_reply<T: FromRedisValue>(reply: Value) -> RedisResult<FencedWrite<T>> {

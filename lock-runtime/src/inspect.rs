@@ -67,6 +67,10 @@ impl Holder {
         let (Ok(since), Ok(pid)) = (since.parse::<u64>(), pid.parse::<u32>()) else {
             return holder;
         };
+        // Past the year 9999 is no time a holder wrote (and no time RFC 3339 can show).
+        if since >= LAST_MILLISECOND_OF_9999 {
+            return holder;
+        }
         if uuid.len() != 32 || !uuid.bytes().all(|b| b.is_ascii_hexdigit()) {
             return holder;
         }
@@ -133,6 +137,9 @@ pub struct ForcedUnlock {
 /// This process's part of every owner token: `<pid>:<host>:<app>`, made once per client.
 #[derive(Debug, Clone)]
 pub(crate) struct HolderTag(String);
+
+/// 10000-01-01T00:00:00Z in ms since the epoch: `since` must be before it.
+const LAST_MILLISECOND_OF_9999: u64 = 253_402_300_800_000;
 
 impl HolderTag {
     /// The tag of this process, with `app` as the application name (sanitized; the
@@ -254,47 +261,76 @@ fn escape_glob(text: &str) -> String {
 }
 
 /// Whether `text` matches the Redis glob `pattern` (`*`, `?`, `[abc]`, `[^a-z]`, `\\x`), as
-/// `SCAN … MATCH` decides it: for the in-process store, which has no server to ask.
+/// `SCAN … MATCH` decides it: for the in-process store, which has no server to ask. Linear
+/// backtracking to the last `*` only, so no pattern makes it exponential.
 pub(crate) fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => text.is_empty(),
-        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_matches(rest, &text[skip..])),
-        Some((&first, rest)) => {
-            let Some((&c, text_rest)) = text.split_first() else {
-                return false;
-            };
-            let (matched, rest) = match first {
-                b'?' => (true, rest),
-                b'\\' if !rest.is_empty() => (rest[0] == c, &rest[1..]),
-                b'[' => match rest.iter().position(|&b| b == b']') {
-                    Some(end) => {
-                        let (class, after) = (&rest[..end], &rest[end + 1..]);
-                        let (negated, class) = match class.split_first() {
-                            Some((b'^', class)) => (true, class),
-                            _ => (false, class),
-                        };
-                        let mut hit = false;
-                        let mut i = 0;
-                        while i < class.len() {
-                            if i + 2 < class.len() && class[i + 1] == b'-' {
-                                let (lo, hi) =
-                                    (class[i].min(class[i + 2]), class[i].max(class[i + 2]));
-                                hit |= (lo..=hi).contains(&c);
-                                i += 3;
-                            } else {
-                                hit |= class[i] == c;
-                                i += 1;
-                            }
-                        }
-                        (hit != negated, after)
-                    }
-                    None => (first == c, rest),
-                },
-                _ => (first == c, rest),
-            };
-            matched && glob_matches(rest, text_rest)
+    let (mut p, mut t) = (0, 0);
+    // After the last `*` seen: where the pattern goes on, and how much of the text it took.
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if pattern.get(p) == Some(&b'*') {
+            p += 1;
+            star = Some((p, t));
+            continue;
+        }
+        if t == text.len() && p == pattern.len() {
+            return true;
+        }
+        let step = match (pattern.get(p..), text.get(t)) {
+            (Some(rest), Some(&c)) if !rest.is_empty() => match_one(rest, c),
+            _ => None,
+        };
+        match step {
+            Some(used) => {
+                p += used;
+                t += 1;
+            }
+            None => match star {
+                // The last `*` takes one more character, and the rest is tried again.
+                Some((after, taken)) if taken < text.len() => {
+                    star = Some((after, taken + 1));
+                    p = after;
+                    t = taken + 1;
+                }
+                _ => return false,
+            },
         }
     }
+}
+
+/// Whether the first element of `pattern` (not `*`) matches `c`: how many pattern bytes it
+/// took, or `None`.
+fn match_one(pattern: &[u8], c: u8) -> Option<usize> {
+    let (&first, rest) = pattern.split_first()?;
+    let (matched, used) = match first {
+        b'?' => (true, 1),
+        b'\\' if !rest.is_empty() => (rest[0] == c, 2),
+        b'[' => match rest.iter().position(|&b| b == b']') {
+            Some(end) => {
+                let class = &rest[..end];
+                let (negated, class) = match class.split_first() {
+                    Some((b'^', class)) => (true, class),
+                    _ => (false, class),
+                };
+                let mut hit = false;
+                let mut i = 0;
+                while i < class.len() {
+                    if i + 2 < class.len() && class[i + 1] == b'-' {
+                        let (lo, hi) = (class[i].min(class[i + 2]), class[i].max(class[i + 2]));
+                        hit |= (lo..=hi).contains(&c);
+                        i += 3;
+                    } else {
+                        hit |= class[i] == c;
+                        i += 1;
+                    }
+                }
+                (hit != negated, end + 2)
+            }
+            None => (first == c, 1),
+        },
+        _ => (first == c, 1),
+    };
+    matched.then_some(used)
 }
 
 #[cfg(test)]
@@ -313,6 +349,44 @@ mod tests {
         assert!(holder.host.as_deref().is_some_and(|h| !h.is_empty()));
         let since = holder.since.expect("since");
         assert!(SystemTime::now().duration_since(since).unwrap() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn globs_match_as_redis_does_and_in_linear_time() {
+        for (pattern, text, expected) in [
+            ("*", "", true),
+            ("*", "order:42", true),
+            ("order:*", "order:42", true),
+            ("order:?2", "order:42", true),
+            ("order:[0-9][0-9]", "order:42", true),
+            ("order:[^4]*", "order:42", false),
+            ("*:4*2", "order:42", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("\\*x", "*x", true),
+            ("\\*x", "ax", false),
+            ("", "a", false),
+        ] {
+            assert_eq!(
+                glob_matches(pattern.as_bytes(), text.as_bytes()),
+                expected,
+                "{pattern} ~ {text}"
+            );
+        }
+        let started = std::time::Instant::now();
+        let text = "a".repeat(200);
+        assert!(!glob_matches(b"*a*a*a*a*a*a*a*a*a*a*b", text.as_bytes()));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_since_past_the_year_9999_is_no_holder_record() {
+        let holder = Holder::parse(
+            "0123456789abcdef0123456789abcdef:300000000000000:1:h:a".to_owned(),
+            None,
+        );
+        assert_eq!(holder.since, None);
+        assert_eq!(holder.app, None);
     }
 
     #[test]

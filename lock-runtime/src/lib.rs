@@ -32,8 +32,6 @@ use std::fmt;
 /// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
 pub const LOG_TARGET: &str = "distlock";
 
-/// The `redis` crate distlock is built on, for [`Config::from_redis_client`] and
-/// [`fenced`] (so the versions match).
 pub use backend::MAX_KEY_LEN;
 pub use client::{
     init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest,

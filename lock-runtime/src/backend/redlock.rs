@@ -357,15 +357,26 @@ impl RedlockBackend {
             .collect();
         let freed = self.answered(key, answers)?;
         let token = freed.iter().map(|(_, token)| *token).max().unwrap_or(0);
-        let mut evicted: Vec<RawHolder> = Vec::new();
+        // The evicted are the holders a quorum had, as `inspect` shows them: a stale grant on
+        // a minority of masters held nothing (it is deleted all the same).
+        let mut seen: Vec<(RawHolder, usize)> = Vec::new();
         for (holders, _) in freed {
             for (owner, remaining) in holders {
-                match evicted.iter_mut().find(|(o, _)| *o == owner) {
-                    Some(known) => known.1 = known.1.max(remaining),
-                    None => evicted.push((owner, remaining)),
+                match seen.iter_mut().find(|((o, _), _)| *o == owner) {
+                    Some((known, count)) => {
+                        known.1 = known.1.max(remaining);
+                        *count += 1;
+                    }
+                    None => seen.push(((owner, remaining), 1)),
                 }
             }
         }
+        let quorum = self.quorum();
+        let evicted: Vec<RawHolder> = seen
+            .into_iter()
+            .filter(|(_, count)| *count >= quorum)
+            .map(|(holder, _)| holder)
+            .collect();
         let at_token: Vec<bool> = at_token.iter().map(|t| *t == Some(token)).collect();
         let raised = self
             .raise_fence(
