@@ -327,11 +327,26 @@ pub fn require_redis_server() {
 }
 
 /// A loopback port nobody listened on a moment ago.
+///
+/// Never the same port twice in one test process: a server of a finished test and a server of
+/// a later one must not share an address, or what the library remembers per server (the
+/// eviction check, done once per `host:port`) and what a test captured about the first would
+/// be taken for the second's.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("find a free loopback port")
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("find a free loopback port");
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Polls `check` every 20 ms until it returns `Ok`, for readiness of external processes that
