@@ -117,6 +117,9 @@ pub(crate) struct Acquire {
     first_refused: Option<Instant>,
     /// The request tries once (a zero wait): running out of wait is its normal "busy".
     pub(crate) try_once: bool,
+    /// Its outcome is recorded (a grant given back at once because the client shut down is
+    /// not recorded again as an error).
+    finished: std::sync::atomic::AtomicBool,
 }
 
 impl Acquire {
@@ -149,6 +152,7 @@ impl Acquire {
             attempts: 0,
             first_refused: None,
             try_once: false,
+            finished: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -173,6 +177,9 @@ impl Acquire {
     }
 
     fn finish(&self, outcome: &'static str) -> Duration {
+        if self.finished.swap(true, Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
         let Some(started) = self.started else {
             return Duration::ZERO;
         };
@@ -215,6 +222,9 @@ impl Acquire {
 
     /// The wait ran out with the lock still held.
     pub(crate) fn timed_out(&self) {
+        if self.finished.load(Ordering::Relaxed) {
+            return;
+        }
         let waited = self.finish("timeout");
         #[cfg(feature = "metrics")]
         metrics::counter!(ACQUIRE_TIMEOUTS, "store" => self.store, "mode" => self.mode)
@@ -229,6 +239,9 @@ impl Acquire {
 
     /// The request failed with `err`.
     pub(crate) fn failed(&self, err: &dyn std::fmt::Display) {
+        if self.finished.load(Ordering::Relaxed) {
+            return;
+        }
         let waited = self.finish("error");
         #[cfg(feature = "metrics")]
         metrics::counter!(ACQUIRE_ERRORS, "store" => self.store, "mode" => self.mode).increment(1);
