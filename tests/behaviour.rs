@@ -10,80 +10,13 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{Client, Config, FencingToken, LockError, LockMode, LockRequest};
-use support::cluster::shared_cluster;
-use support::masters::start_masters;
-use support::sentinel::SentinelSetup;
-use support::RedisServer;
+use distlock::{Client, FencingToken, LockError, LockMode, LockRequest};
+use support::stores::Harness;
 use tokio::time::Instant;
-
-/// A backend under test: its config, and the Redis server behind it, if it has its own.
-struct Harness {
-    config: Config,
-    _server: Option<RedisServer>,
-}
-
-/// A key prefix no other test of this binary uses.
-fn own_prefix() -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("distlock:t{}:", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-impl Harness {
-    fn redis() -> Self {
-        let server = RedisServer::start();
-        let config = Config::from_url(&server.url()).expect("valid url");
-        Self::tuned(config, Some(server))
-    }
-
-    fn sentinel() -> Self {
-        static SETUP: OnceLock<SentinelSetup> = OnceLock::new();
-        let setup = SETUP.get_or_init(|| SentinelSetup::start("conformance"));
-        let config = Config::sentinel(setup.sentinel_urls(), setup.master_name())
-            .expect("valid urls")
-            .key_prefix(own_prefix());
-        Self::tuned(config, None)
-    }
-
-    fn cluster() -> Self {
-        let config = Config::cluster(shared_cluster().urls())
-            .expect("valid urls")
-            .key_prefix(own_prefix());
-        Self::tuned(config, None)
-    }
-
-    fn redlock() -> Self {
-        static MASTERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
-        let masters = MASTERS.get_or_init(|| start_masters(3));
-        let config = Config::redlock(masters.iter().map(RedisServer::url))
-            .expect("valid urls")
-            .key_prefix(own_prefix())
-            // Many tests run at once on two cores: allow for scheduling delays.
-            .node_timeout(Duration::from_millis(200));
-        Self::tuned(config, None)
-    }
-
-    fn in_memory() -> Self {
-        Self::tuned(Config::in_memory(), None)
-    }
-
-    fn tuned(config: Config, server: Option<RedisServer>) -> Self {
-        let config = config.backoff(Duration::from_millis(1), Duration::from_millis(20));
-        Self {
-            config,
-            _server: server,
-        }
-    }
-
-    /// A new client, as another process would have: its own connection and watchdog.
-    fn client(&self) -> Client {
-        Client::new(self.config.clone()).expect("valid config")
-    }
-}
 
 /// A request for the side `mode` of the lock `key`.
 fn take(client: &Client, mode: LockMode, key: &str) -> LockRequest {

@@ -7,83 +7,13 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use distlock::{Client, Config, LockError, LockMode};
-use support::cluster::shared_cluster;
-use support::masters::start_masters;
-use support::sentinel::SentinelSetup;
+use support::stores::Harness;
 use support::RedisServer;
 use tokio::time::Instant;
-
-/// A store under test: its config, and the Redis server behind it, if it has its own.
-struct Harness {
-    config: Config,
-    _server: Option<RedisServer>,
-    /// Whether waiters listen for releases (every Redis store; the in-process store polls).
-    pub_sub: bool,
-}
-
-/// A key prefix no other test of this binary uses.
-fn own_prefix() -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("distlock:i{}:", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-impl Harness {
-    fn redis() -> Self {
-        let server = RedisServer::start();
-        let config = Config::from_url(&server.url()).expect("valid url");
-        Self::tuned(config, Some(server), true)
-    }
-
-    fn sentinel() -> Self {
-        static SETUP: OnceLock<SentinelSetup> = OnceLock::new();
-        let setup = SETUP.get_or_init(|| SentinelSetup::start("inspect"));
-        let config = Config::sentinel(setup.sentinel_urls(), setup.master_name())
-            .expect("valid urls")
-            .key_prefix(own_prefix());
-        Self::tuned(config, None, true)
-    }
-
-    fn cluster() -> Self {
-        let config = Config::cluster(shared_cluster().urls())
-            .expect("valid urls")
-            .key_prefix(own_prefix());
-        Self::tuned(config, None, true)
-    }
-
-    fn redlock() -> Self {
-        static MASTERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
-        let masters = MASTERS.get_or_init(|| start_masters(3));
-        let config = Config::redlock(masters.iter().map(RedisServer::url))
-            .expect("valid urls")
-            .key_prefix(own_prefix())
-            // Many tests run at once on two cores: allow for scheduling delays.
-            .node_timeout(Duration::from_millis(200));
-        Self::tuned(config, None, true)
-    }
-
-    fn in_memory() -> Self {
-        Self::tuned(Config::in_memory(), None, false)
-    }
-
-    fn tuned(config: Config, server: Option<RedisServer>, pub_sub: bool) -> Self {
-        let config = config.backoff(Duration::from_millis(1), Duration::from_millis(20));
-        Self {
-            config,
-            _server: server,
-            pub_sub,
-        }
-    }
-
-    /// A client of the application `app`, as another process would have one.
-    fn client(&self, app: &str) -> Client {
-        Client::new(self.config.clone().app_name(app)).expect("valid config")
-    }
-}
 
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
@@ -120,7 +50,7 @@ on_every_store!(
 );
 
 async fn a_writer_is_shown_with_its_app_host_pid_and_since(h: Harness) {
-    let client = h.client("inspect-test");
+    let client = h.app_client("inspect-test");
     let before = SystemTime::now() - Duration::from_secs(1);
     let lease = Duration::from_secs(20);
     let guard = client.lock("order:1").lease(lease).acquire().await.unwrap();
@@ -155,9 +85,9 @@ async fn a_writer_is_shown_with_its_app_host_pid_and_since(h: Harness) {
 
 async fn readers_are_each_shown_and_a_waiting_writer_is_seen(h: Harness) {
     let (one, two, writer) = (
-        h.client("reader-one"),
-        h.client("reader-two"),
-        h.client("writer"),
+        h.app_client("reader-one"),
+        h.app_client("reader-two"),
+        h.app_client("writer"),
     );
     let r1 = one.read_lock("catalog").acquire().await.unwrap();
     let r2 = two.read_lock("catalog").acquire().await.unwrap();
@@ -205,7 +135,11 @@ async fn readers_are_each_shown_and_a_waiting_writer_is_seen(h: Harness) {
 }
 
 async fn force_unlock_frees_the_lock_wakes_a_waiter_and_outdates_the_evicted_token(h: Harness) {
-    let (hung, waiter, operator) = (h.client("hung"), h.client("waiter"), h.client("ops"));
+    let (hung, waiter, operator) = (
+        h.app_client("hung"),
+        h.app_client("waiter"),
+        h.app_client("ops"),
+    );
     let lease = Duration::from_millis(900);
     let held = hung.lock("report").lease(lease).acquire().await.unwrap();
     let evicted_token = held.fencing_token().expect("fenced");
@@ -255,7 +189,7 @@ async fn force_unlock_frees_the_lock_wakes_a_waiter_and_outdates_the_evicted_tok
 }
 
 async fn force_unlock_evicts_every_reader(h: Harness) {
-    let (one, two, operator) = (h.client("r1"), h.client("r2"), h.client("ops"));
+    let (one, two, operator) = (h.app_client("r1"), h.app_client("r2"), h.app_client("ops"));
     let lease = Duration::from_millis(900);
     let r1 = one.read_lock("shelf").lease(lease).acquire().await.unwrap();
     let r2 = two.read_lock("shelf").lease(lease).acquire().await.unwrap();
@@ -278,7 +212,7 @@ async fn force_unlock_evicts_every_reader(h: Harness) {
 }
 
 async fn list_finds_the_held_locks_matching_a_pattern_and_no_companion_key(h: Harness) {
-    let client = h.client("lister");
+    let client = h.app_client("lister");
     // Redlock keeps fencing counters beside the lock keys; a waiting writer leaves its mark.
     let _o1 = client.lock("order:1").acquire().await.unwrap();
     let o2 = client.lock("order:2").acquire().await.unwrap();
@@ -391,7 +325,7 @@ on_every_redis_store!(force_unlock_wakes_a_waiter_at_once);
 /// second. Shown to fail with the announcement taken out of `force_unlock.lua`.
 async fn force_unlock_wakes_a_waiter_at_once(h: Harness) {
     assert!(h.pub_sub);
-    let (hung, operator) = (h.client("hung"), h.client("ops"));
+    let (hung, operator) = (h.app_client("hung"), h.app_client("ops"));
     let waiter = Client::new(
         h.config
             .clone()

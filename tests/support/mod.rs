@@ -5,7 +5,8 @@
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
 //! Deployments built from these servers live next door: `cluster` (3+3 Redis Cluster),
 //! `sentinel` (primary, replicas, sentinels) and `masters` (independent masters); `proxy`
-//! and `monitor` inject and observe faults between a client and one server; `capture` keeps
+//! and `monitor` inject and observe faults between a client and one server; `stores` is the
+//! list of stores the conformance suites run on; `capture` keeps
 //! what distlock logs, for the tests of its spans and events.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
@@ -15,6 +16,7 @@ pub mod masters;
 pub mod monitor;
 pub mod proxy;
 pub mod sentinel;
+pub mod stores;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Write};

@@ -1,0 +1,87 @@
+//! The stores a conformance suite runs each test on (`behaviour.rs`, `inspect.rs`): a single
+//! server of the test's own, and — shared by every test of the binary, each test under a key
+//! prefix of its own — a Sentinel setup, the 3+3 Cluster, three Redlock masters, and the
+//! in-process store. Backoff is short (1–20 ms) so waiting tests stay quick.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use distlock::{Client, Config};
+
+use super::cluster::shared_cluster;
+use super::masters::start_masters;
+use super::sentinel::SentinelSetup;
+use super::RedisServer;
+
+/// A store under test: its config, and the Redis server behind it, if it has its own.
+pub struct Harness {
+    pub config: Config,
+    _server: Option<RedisServer>,
+    /// Whether waiters listen for releases (every Redis store; the in-process store polls).
+    pub pub_sub: bool,
+}
+
+/// A key prefix no other test of this binary uses.
+fn own_prefix() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("distlock:t{}:", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Harness {
+    pub fn redis() -> Self {
+        let server = RedisServer::start();
+        let config = Config::from_url(&server.url()).expect("valid url");
+        Self::tuned(config, Some(server), true)
+    }
+
+    pub fn sentinel() -> Self {
+        static SETUP: OnceLock<SentinelSetup> = OnceLock::new();
+        let setup = SETUP.get_or_init(|| SentinelSetup::start("conformance"));
+        let config = Config::sentinel(setup.sentinel_urls(), setup.master_name())
+            .expect("valid urls")
+            .key_prefix(own_prefix());
+        Self::tuned(config, None, true)
+    }
+
+    pub fn cluster() -> Self {
+        let config = Config::cluster(shared_cluster().urls())
+            .expect("valid urls")
+            .key_prefix(own_prefix());
+        Self::tuned(config, None, true)
+    }
+
+    pub fn redlock() -> Self {
+        static MASTERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
+        let masters = MASTERS.get_or_init(|| start_masters(3));
+        let config = Config::redlock(masters.iter().map(RedisServer::url))
+            .expect("valid urls")
+            .key_prefix(own_prefix())
+            // Many tests run at once on two cores: allow for scheduling delays.
+            .node_timeout(Duration::from_millis(200));
+        Self::tuned(config, None, true)
+    }
+
+    pub fn in_memory() -> Self {
+        Self::tuned(Config::in_memory(), None, false)
+    }
+
+    fn tuned(config: Config, server: Option<RedisServer>, pub_sub: bool) -> Self {
+        let config = config.backoff(Duration::from_millis(1), Duration::from_millis(20));
+        Self {
+            config,
+            _server: server,
+            pub_sub,
+        }
+    }
+
+    /// A new client, as another process would have: its own connection and watchdog.
+    pub fn client(&self) -> Client {
+        Client::new(self.config.clone()).expect("valid config")
+    }
+
+    /// [`client`](Self::client), of the application `app` (its holder records name it).
+    pub fn app_client(&self, app: &str) -> Client {
+        Client::new(self.config.clone().app_name(app)).expect("valid config")
+    }
+}
