@@ -114,6 +114,7 @@ pub use lock_runtime::{
 };
 
 pub use lock_runtime::fenced;
+pub use lock_runtime::semaphore;
 
 #[doc(hidden)]
 pub use lock_runtime::__private;

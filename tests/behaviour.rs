@@ -23,6 +23,7 @@ fn take(client: &Client, mode: LockMode, key: &str) -> LockRequest {
     match mode {
         LockMode::Write => client.write_lock(key),
         LockMode::Read => client.read_lock(key),
+        LockMode::Semaphore => client.semaphore(key, 2),
     }
 }
 

@@ -38,8 +38,10 @@ impl From<&Holder> for JsonHolder {
 pub struct JsonState {
     key: String,
     locked: bool,
-    /// `"write"`, `"read"`, or null when free.
+    /// `"write"`, `"read"`, `"semaphore"`, or null when free.
     mode: Option<&'static str>,
+    /// A semaphore's number of permits; null otherwise.
+    permits: Option<u32>,
     holders: Vec<JsonHolder>,
     remaining_ms: Option<u64>,
     writer_waiting: bool,
@@ -53,6 +55,7 @@ impl From<&LockState> for JsonState {
             key: state.key.clone(),
             locked: state.is_locked(),
             mode: state.mode.map(mode_name),
+            permits: state.permits,
             holders: state.holders.iter().map(JsonHolder::from).collect(),
             remaining_ms: state.remaining.map(ms),
             writer_waiting: state.writer_waiting,
@@ -104,6 +107,15 @@ pub fn json(value: &impl Serialize) -> String {
 pub fn state_text(state: &LockState) -> String {
     let mut text = match state.mode {
         None => format!("{}: not locked", state.key),
+        Some(LockMode::Semaphore) => format!(
+            "{}: locked (semaphore, {} of {} permits held), {} left",
+            state.key,
+            state.holders.len(),
+            state
+                .permits
+                .map_or_else(|| "?".to_owned(), |p| p.to_string()),
+            lease_text(state.remaining)
+        ),
         Some(mode) => format!(
             "{}: locked ({}), {} left",
             state.key,
@@ -184,6 +196,7 @@ fn mode_name(mode: LockMode) -> &'static str {
     match mode {
         LockMode::Write => "write",
         LockMode::Read => "read",
+        LockMode::Semaphore => "semaphore",
     }
 }
 

@@ -2,8 +2,9 @@
 -- caller. Grants of every kind can share a call (on Cluster, only keys of one slot can).
 --
 -- KEYS[i]      grant i's lock key (a string for a write grant, the readers' sorted set for a
---              read grant)
--- ARGV[3i-2]   grant i's kind: 'w' (write) or 'r' (read)
+--              read grant, the permit owners' sorted set for a semaphore permit)
+-- ARGV[3i-2]   grant i's kind: 'w' (write) or 'r' (read, and a semaphore permit: its member's
+--              score is reset as a reader's; the '#permits:N' marker is left alone)
 -- ARGV[3i-1]   owner token of grant i
 -- ARGV[3i]     new lease of grant i, in milliseconds
 --

@@ -170,6 +170,34 @@ pub fn read_lock(key: impl Into<String>) -> LockRequest {
     LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Read)
 }
 
+/// Starts a request for one of `permits` permits of the semaphore `key` through the global
+/// client: at most `permits` holders at once, in every process.
+///
+/// Every permit has its own owner and lease, renewed by the watchdog like any grant: a
+/// crashed holder's permit comes back when its lease ends, and a release (safe to retry)
+/// gives back only its own permit. Waiters are woken when a permit is released, with backoff
+/// as the fallback. Every request for a key must name the same count: a request naming
+/// another count while permits are held fails with [`LockError::Config`] (never a silent
+/// resize); `permits == 0` fails with [`LockError::Config`] too. While permits are held the
+/// key's writers and readers wait, and while they hold it permits wait.
+///
+/// On Redlock a permit needs more than a majority of masters (see
+/// [`LockGuard::permits`](crate::LockGuard::permits)): with 3 masters and 2 permits or more,
+/// every master must grant it, so such a semaphore is unavailable while a master is down.
+///
+/// ```no_run
+/// # async fn call_rate_limited_api() {}
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// // At most 5 calls to the partner API at once, across every process.
+/// let permit = distlock::semaphore("partner-api", 5).acquire().await?;
+/// call_rate_limited_api().await;
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
+    LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Semaphore(permits))
+}
+
 /// A handle to one lock service: its backend, its watchdog and the defaults of its requests.
 /// Cheap to clone; clones share everything. Use one beside the global client when a program
 /// needs a second configuration.
@@ -295,6 +323,27 @@ impl Client {
         LockRequest::new(Some(self.clone()), key.into(), Kind::Read)
     }
 
+    /// Starts a request for one of `permits` permits of the semaphore `key`. See
+    /// [`semaphore`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let a = client.semaphore("api", 2).acquire().await?;
+    /// let b = client.semaphore("api", 2).acquire().await?;
+    /// assert_eq!(a.permits(), Some(2));
+    /// // Both permits are taken: a third request waits, here not at all.
+    /// let third = client.semaphore("api", 2).wait(Duration::ZERO).acquire().await;
+    /// assert!(matches!(third, Err(distlock::LockError::Timeout { .. })));
+    /// b.release().await?;
+    /// let c = client.semaphore("api", 2).acquire().await?;
+    /// # drop((a, c)); Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into(), Kind::Semaphore(permits))
+    }
+
     /// Graceful shutdown: gives back every lock this client (and its clones) holds, and
     /// refuses new requests. Call it when the process is about to exit, after it has stopped
     /// taking work, so the next holders need not wait for leases to run out.
@@ -414,6 +463,7 @@ impl Client {
             writer_waiting: view.writer_waiting,
             waiting_processes: view.subscribers,
             token_ceiling: FencingToken(view.token_ceiling),
+            permits: view.permits.filter(|_| view.mode.is_some()),
             key: key.name,
         })
     }
@@ -646,6 +696,9 @@ impl LockRequest {
         }
         let config = &inner.config;
         let key = LockKey::new(&config.key_prefix, self.key)?;
+        if self.kind == Kind::Semaphore(0) {
+            return Err(crate::kind::semaphore::no_permits(&key));
+        }
         let lease = self.lease.unwrap_or(config.default_lease);
         if let Some(why) = lease_out_of_bounds(lease) {
             return Err(LockError::Config(format!(

@@ -89,11 +89,22 @@ pub enum LockError {
     Backend(#[from] BackendError),
 
     /// Too few Redlock masters granted the request (or its renewal) within its validity.
+    /// A semaphore permit needs more than a majority (see
+    /// [`LockGuard::permits`](crate::LockGuard::permits)): with 3 masters and 2 permits or
+    /// more, every master.
     #[error(
         "lock `{}` needs {needed} of {nodes} Redis masters, but only {answered} answered in \
          time ({granted} granted or renewed it): check that a majority of the configured \
-         masters is reachable and answers within the node timeout",
-        Shortened(key)
+         masters is reachable and answers within the node timeout{}",
+        Shortened(key),
+        if *needed > *nodes / 2 + 1 {
+            "; a semaphore permit needs more than a majority, so that no more holders than \
+             permits can each hold that many masters: with 3 masters, all of them, so one \
+             master down makes a semaphore of 2 permits or more unavailable (5 masters keep \
+             2 or 3 permits available with one down)"
+        } else {
+            ""
+        }
     )]
     QuorumUnavailable {
         /// The key that was requested.
@@ -102,7 +113,7 @@ pub enum LockError {
         answered: usize,
         /// Masters that granted the request.
         granted: usize,
-        /// Masters needed for a majority.
+        /// Masters needed: a majority, or more for a semaphore permit.
         needed: usize,
         /// Masters configured.
         nodes: usize,

@@ -67,7 +67,10 @@ impl LockGuard {
     /// The fencing token of this grant: for a write (exclusive) grant, strictly greater than
     /// the token of every earlier write grant of the same key; for a read grant, no new token
     /// but one that sorts between the write tokens around it (the server clock at the read;
-    /// on Redlock, the latest write token while the key's counter lives). Give it to the resource you protect
+    /// on Redlock, the latest write token while the key's counter lives); for a semaphore
+    /// permit, a token taken as for a read grant: it sorts after every earlier write grant of
+    /// the key, but permits held at the same time have no order among them (a fenced store
+    /// that refuses lower tokens would refuse a concurrent permit's write). Give it to the resource you protect
     /// and let it refuse writes carrying a token lower than one it has already seen.
     ///
     /// `None` for a grant taken without fencing ([`LockRequest::fencing`](crate::LockRequest::fencing)`(false)`):
@@ -76,9 +79,38 @@ impl LockGuard {
         self.lease.token
     }
 
-    /// Which side of the key's read/write lock this guard holds.
+    /// Which side of the key's read/write lock this guard holds, or
+    /// [`LockMode::Semaphore`] for a semaphore permit.
     pub fn mode(&self) -> LockMode {
         self.lease.kind.into()
+    }
+
+    /// The semaphore's number of permits for a permit ([`semaphore`](crate::semaphore)),
+    /// `None` for a write or read grant.
+    ///
+    /// On Redlock a permit is granted (and renewed) only by more than `permits · masters /
+    /// (permits + 1)` masters, not by a bare majority: each master counts at most `permits`
+    /// holders, and with a majority per permit up to about twice as many holders could each
+    /// hold one (3 masters, 5 permits: 7 holders of 2 masters each). With one permit that is
+    /// the usual majority; with 3 masters and 2 permits or more it is every master, so the
+    /// semaphore is unavailable ([`LockError::QuorumUnavailable`](crate::LockError::QuorumUnavailable))
+    /// while a master is down; 5 masters keep 2 or 3 permits available with one down.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let permit = client.semaphore("exports", 3).acquire().await?;
+    /// assert_eq!(permit.mode(), distlock::LockMode::Semaphore);
+    /// assert_eq!(permit.permits(), Some(3));
+    /// let lock = client.lock("report").acquire().await?;
+    /// assert_eq!(lock.permits(), None);
+    /// # drop((permit, lock)); Ok(()) }
+    /// ```
+    pub fn permits(&self) -> Option<u32> {
+        match self.lease.kind {
+            crate::kind::Kind::Semaphore(permits) => Some(permits),
+            _ => None,
+        }
     }
 
     /// Whether the lease is still ours as far as this process can tell: not lost, and its

@@ -93,10 +93,15 @@ impl Holder {
 pub struct LockState {
     /// The key as the user names it.
     pub key: String,
-    /// Which side holds the lock; `None` when it is free.
+    /// Which side holds the lock; `None` when it is free. [`LockMode::Semaphore`] when
+    /// permits of a semaphore hold it.
     pub mode: Option<LockMode>,
-    /// The writer, or every reader; empty when the lock is free.
+    /// The writer, or every reader, or every permit holder of a semaphore; empty when the
+    /// lock is free.
     pub holders: Vec<Holder>,
+    /// The key's number of permits while it is a semaphore ([`semaphore`](crate::semaphore)),
+    /// `None` otherwise.
+    pub permits: Option<u32>,
     /// How long the lock stays held if nobody renews it: the longest lease among the holders.
     pub remaining: Option<Duration>,
     /// A writer waits for the lock and keeps new readers out (writer preference).

@@ -1,6 +1,6 @@
 //! Runtime of [distlock](https://docs.rs/distlock): configuration, the global and explicit
 //! clients, the acquire loop, the watchdog and the guards, over two independent axes — lock
-//! kinds (`kind/`: write and read, each its Lua scripts and in-process twin) and stores
+//! kinds (`kind/`: write, read and semaphore, each its Lua scripts and in-process twin) and stores
 //! (`backend/`: single Redis node, in-process), so a kind is written once and runs on every
 //! store. [`fenced`] is the other end of fencing tokens: writes to Redis that a stale holder
 //! cannot make, and the same pattern for SQL.
@@ -34,7 +34,8 @@ pub const LOG_TARGET: &str = "distlock";
 
 pub use backend::MAX_KEY_LEN;
 pub use client::{
-    init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock, Client, LockRequest,
+    init, inspect, is_locked, lock, read_lock, semaphore, shutdown, try_init, write_lock, Client,
+    LockRequest,
 };
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,
@@ -60,11 +61,14 @@ pub mod __private {
     pub use std::format;
 }
 
-/// Which side of a key's read/write lock a grant holds.
+/// What a grant holds: a side of a key's read/write lock, or a semaphore permit.
 ///
 /// A key has one lock with two sides: any number of readers at once, or one writer alone.
 /// [`lock`] and [`write_lock`] take the write side (the exclusive lock), [`read_lock`] the
-/// read side; the attribute chooses with `mode = "exclusive" | "write" | "read"`.
+/// read side; the attribute chooses with `mode = "exclusive" | "write" | "read"`. A key can
+/// instead be a semaphore ([`semaphore`]): at most N holders at once, each with a permit of
+/// its own. A key is one or the other at a time: while permits are held, writers and readers
+/// of the key wait, and while a writer or readers hold it, permits wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LockMode {
     /// Exclusive: no other writer and no reader holds the key meanwhile. Every write grant has
@@ -73,6 +77,9 @@ pub enum LockMode {
     /// Shared among readers, excluding writers. A read grant takes no token of its own: its
     /// token sorts between the write tokens of the key around it.
     Read,
+    /// One of a semaphore's N permits ([`semaphore`]): at most N holders at once. Like a read
+    /// grant, a permit takes no token of its own (see [`LockGuard::fencing_token`]).
+    Semaphore,
 }
 
 /// A fencing token: a number handed out with every grant of a key, strictly greater than every

@@ -378,6 +378,13 @@ async fn acquire(client: Client, key: &str, spec: LockSpec) -> Result<(Held, Gra
     let request = match spec.mode {
         LockMode::Write => client.write_lock(key.to_owned()),
         LockMode::Read => client.read_lock(key.to_owned()),
+        // The attribute names a semaphore's count with `permits = N`, which this spec does not
+        // carry yet.
+        LockMode::Semaphore => {
+            return Err(NotTaken::Failed(LockError::Config(format!(
+                "`#[distributed_lock]` on lock `{key}`: a semaphore needs its number of                  permits; take it with `distlock::semaphore(key, permits)`"
+            ))))
+        }
     };
     let mut request = request.watchdog(spec.watchdog);
     if let Some(fencing) = spec.fencing {

@@ -13,7 +13,7 @@
 //!   `lost`, `shutdown`). The attribute runs the fn's body inside it, so the body's own events
 //!   name the lock they ran under.
 //! - **Metrics** (feature `metrics`), each labelled with `store` (`redis`, `sentinel`,
-//!   `cluster`, `redlock`, `memory`) and most with `mode` (`write`, `read`): see
+//!   `cluster`, `redlock`, `memory`) and most with `mode` (`write`, `read`, `semaphore`): see
 //!   [`METRICS`].
 //!
 //! Without a subscriber or a recorder all of this costs a few relaxed loads per request.
@@ -100,6 +100,7 @@ fn mode_name(mode: LockMode) -> &'static str {
     match mode {
         LockMode::Write => "write",
         LockMode::Read => "read",
+        LockMode::Semaphore => "semaphore",
     }
 }
 

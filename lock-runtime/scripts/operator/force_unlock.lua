@@ -1,5 +1,5 @@
--- Operator's force-unlock, for every kind: frees the lock whatever holds it (the writer or
--- every reader) and the writer-waiting mark, wakes the waiters, and returns a fencing token
+-- Operator's force-unlock, for every kind: frees the lock whatever holds it (the writer,
+-- every reader, or every semaphore permit) and the writer-waiting mark, wakes the waiters, and returns a fencing token
 -- above every token handed out for the key so far, so a fenced store given it rejects the
 -- evicted holders' late writes.
 --
@@ -10,7 +10,8 @@
 -- ARGV[1]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster
 -- ARGV[2]  with KEYS[4]: the shortest time to live of the raised counter, ms
 --
--- Returns {holders, token}: the evicted holders as {{owner, remaining ms}, ...} and the token.
+-- Returns {holders, token}: the evicted holders as {{owner, remaining ms}, ...} (never a
+-- semaphore's '#permits:N' marker) and the token.
 -- A key of another type than a lock's is left alone (error reply).
 --
 -- The token is the server clock in microseconds: every token so far was read from this clock
@@ -29,7 +30,7 @@ local holders = {}
 if held == 'string' then
   holders[1] = {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 elseif held == 'zset' then
-  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES')
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '(+inf', 'WITHSCORES')
   for i = 1, #members, 2 do
     holders[#holders + 1] = {members[i], tonumber(members[i + 1]) - now_ms}
   end

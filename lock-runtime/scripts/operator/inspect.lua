@@ -8,11 +8,12 @@
 -- KEYS[4]  fencing counter, only with counter tokens (Redlock)
 -- ARGV[1]  how subscribers are counted: 'NUMSUB', or 'SHARDNUMSUB' on Cluster
 --
--- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter}: the lock
--- key's TYPE ('none', 'string', 'zset', or another type: not a lock), its PTTL, the live
--- holders as {{owner, remaining ms}, ...}, the writer-waiting mark's PTTL (-2: none), the
--- release channel's subscriber count, the server's TIME, and the counter's value (nil when
--- there is none).
+-- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter,
+-- permits}: the lock key's TYPE ('none', 'string', 'zset', or another type: not a lock), its
+-- PTTL, the live holders as {{owner, remaining ms}, ...} (a semaphore's permit owners, never
+-- its '#permits:N' marker, semaphore/acquire.lua), the writer-waiting mark's PTTL (-2: none),
+-- the release channel's subscriber count, the server's TIME, the counter's value (nil when
+-- there is none), and N when the key is a semaphore (nil otherwise).
 
 local held = redis.call('TYPE', KEYS[1])['ok']
 local now = redis.call('TIME')
@@ -22,10 +23,18 @@ local holders = {}
 if held == 'string' then
   holders[1] = {redis.call('GET', KEYS[1]), pttl}
 elseif held == 'zset' then
-  -- Readers whose lease ended are not holders, even before a script purges them.
-  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES')
+  -- Readers whose lease ended are not holders, even before a script purges them; nor is a
+  -- semaphore's marker (scored +inf).
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '(+inf', 'WITHSCORES')
   for i = 1, #members, 2 do
     holders[#holders + 1] = {members[i], tonumber(members[i + 1]) - now_ms}
+  end
+end
+local permits = false
+if held == 'zset' then
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+  if top and string.sub(top, 1, 9) == '#permits:' then
+    permits = string.sub(top, 10)
   end
 end
 local subscribers = 0
@@ -38,4 +47,5 @@ local counter = false
 if KEYS[4] then
   counter = redis.call('GET', KEYS[4])
 end
-return {held, pttl, holders, redis.call('PTTL', KEYS[2]), subscribers, now[1], now[2], counter}
+return {held, pttl, holders, redis.call('PTTL', KEYS[2]), subscribers, now[1], now[2], counter,
+  permits}

@@ -16,8 +16,8 @@
 -- Returns {1, token} when granted, where token is the latest write token while the key's
 -- fencing counter lives, else the server clock in microseconds: either way at least every
 -- earlier write token and below every later one (see write/acquire.lua for the clock
--- assumption). And {0, ms} when a writer holds the lock or waits for it: ms is how long that
--- lasts at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
+-- assumption). And {0, ms} when a writer holds the lock or waits for it, or semaphore permits
+-- hold the key: ms is how long that lasts at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
 --
 -- A call whose owner is already a reader is the same try sent again after its reply was lost:
 -- it is granted again, with the lease starting from now.
@@ -34,6 +34,12 @@ local lease = tonumber(ARGV[2])
 local member = false
 if held == 'zset' then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  -- A semaphore's key (semaphore/acquire.lua) has its '#permits:N' marker on top: its
+  -- permits keep readers out as a writer does.
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+  if top and string.sub(top, 1, 1) == '#' then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
   member = redis.call('ZSCORE', KEYS[1], ARGV[1])
 end
 if not member then

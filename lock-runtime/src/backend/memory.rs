@@ -205,23 +205,36 @@ impl LockBackend for MemoryBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let now = tokio_now();
         let key = attempt.key;
-        Ok(self.with_state(|state| {
+        self.with_state(|state| {
             let reply = state.with_entry(&key.lock, |entry| {
                 attempt.kind.acquire_twin(entry, attempt, now)
             });
-            match reply {
+            Ok(match reply {
                 TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
+                TwinReply::Mismatch(held) => {
+                    let asked = match attempt.kind {
+                        Kind::Semaphore(asked) => asked,
+                        _ => 0,
+                    };
+                    return Err(crate::kind::semaphore::count_mismatch(
+                        key,
+                        asked,
+                        i64::from(held),
+                    ));
+                }
                 TwinReply::Granted => {
                     state.count_grant_and_sweep(now);
                     let token = match attempt.kind {
                         _ if !attempt.fencing => None,
                         Kind::Write => Some(state.next_token(&key.fence, attempt.lease, now)),
-                        Kind::Read => Some(state.current_token(&key.fence, now)),
+                        Kind::Read | Kind::Semaphore(_) => {
+                            Some(state.current_token(&key.fence, now))
+                        }
                     };
                     AcquireReply::Acquired(token.map(FencingToken))
                 }
-            }
-        }))
+            })
+        })
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {

@@ -26,6 +26,11 @@
 //! come from one subscription on whichever master answers: a release is announced on every
 //! master (by the release script where the grant was, by a plain `PUBLISH` elsewhere); the
 //! backoff covers the rest.
+//!
+//! **Semaphores.** A permit needs more than a majority ([`Kind::quorum`]): each master counts
+//! at most N holders, and permits taken by bare majorities could admit up to about 2N − 1
+//! holders. A permit is granted (and renewed) by `q > N · masters / (N + 1)` masters, so N + 1
+//! holders cannot each hold `q`; with 3 masters and N ≥ 2 that is every master.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -259,12 +264,24 @@ impl RedlockBackend {
     }
 
     fn quorum_unavailable(&self, key: &LockKey, answered: usize, granted: usize) -> LockError {
+        self.quorum_unavailable_needing(key, answered, granted, self.quorum())
+    }
+
+    /// [`quorum_unavailable`](Self::quorum_unavailable) for a grant that needs `needed`
+    /// masters ([`Kind::quorum`]).
+    fn quorum_unavailable_needing(
+        &self,
+        key: &LockKey,
+        answered: usize,
+        granted: usize,
+        needed: usize,
+    ) -> LockError {
         tracing::warn!(
             target: crate::LOG_TARGET,
             key = %key.name,
             answered,
             granted,
-            needed = self.quorum(),
+            needed,
             nodes = self.masters.len(),
             "Redlock quorum unavailable: too few masters answered"
         );
@@ -272,7 +289,7 @@ impl RedlockBackend {
             key: key.name.clone(),
             answered,
             granted,
-            needed: self.quorum(),
+            needed,
             nodes: self.masters.len(),
         }
     }
@@ -473,8 +490,14 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
                 .any(|(owner, _)| holders.iter().any(|(h, _)| h == owner))
         })
         .and_then(|view| view.mode);
+    let permits = views
+        .iter()
+        .find(|view| view.mode == mode && view.permits.is_some())
+        .and_then(|view| view.permits)
+        .filter(|_| mode.is_some());
     RawView {
         mode,
+        permits,
         remaining: holders.iter().filter_map(|(_, r)| *r).max(),
         holders,
         writer_waiting: views.iter().any(|view| view.writer_waiting),
@@ -503,6 +526,7 @@ impl LockBackend for RedlockBackend {
         // it, or by one that a master restarted empty cannot run before it has loaded the
         // script again.
         let answers = self.on_all(timeout, |master| master.acquire(attempt)).await;
+        let quorum = attempt.kind.quorum(self.masters.len());
         let mut answered = 0;
         let mut tokens = Vec::new();
         let mut held_for: Option<Duration> = None;
@@ -522,8 +546,12 @@ impl LockBackend for RedlockBackend {
             }
         }
         let granted = tokens.len();
+        // A semaphore of another count in use, as any master says: refused, not waited for.
+        let refused = answers
+            .iter()
+            .any(|answer| matches!(answer, Answer::Failed(LockError::Config(_))));
         let valid_until = started + attempt.lease - drift(attempt.lease);
-        if granted >= self.quorum() && Instant::now() < valid_until {
+        if !refused && granted >= quorum && Instant::now() < valid_until {
             // `None` for every answer without fencing: then there is nothing to raise.
             let token = tokens.iter().copied().max().flatten();
             let token_stands = match (attempt.kind, token) {
@@ -551,8 +579,16 @@ impl LockBackend for RedlockBackend {
             self.undo(attempt.kind, attempt.key, attempt.owner, timeout)
                 .await;
         }
-        if answered < self.quorum() {
-            return Err(self.quorum_unavailable(attempt.key, answered, granted));
+        if refused {
+            if let Some(Answer::Failed(err)) = answers
+                .into_iter()
+                .find(|answer| matches!(answer, Answer::Failed(LockError::Config(_))))
+            {
+                return Err(err);
+            }
+        }
+        if answered < quorum {
+            return Err(self.quorum_unavailable_needing(attempt.key, answered, granted, quorum));
         }
         // A majority answered but did not grant in time: held, or a split between waiters.
         Ok(AcquireReply::Held(held_for))
@@ -592,7 +628,7 @@ impl LockBackend for RedlockBackend {
             // Retried by the release path while the lease could still be in force.
             return Err(error.unwrap_or_else(|| self.quorum_unavailable(key, answered, released)));
         }
-        Ok(released >= self.quorum())
+        Ok(released >= kind.quorum(self.masters.len()))
     }
 
     /// A lease is renewed when a majority renewed it, lost when so many masters said it is not
@@ -634,10 +670,13 @@ impl LockBackend for RedlockBackend {
         let unanswered = self.masters.len() - answered;
         Ok(extended
             .into_iter()
-            .map(|count| {
-                if count >= self.quorum() {
+            .zip(leases)
+            .map(|(count, lease)| {
+                // A semaphore permit needs more than a majority, its renewal too.
+                let quorum = lease.kind.quorum(self.masters.len());
+                if count >= quorum {
                     Renewed::Yes
-                } else if count + unanswered < self.quorum() {
+                } else if count + unanswered < quorum {
                     Renewed::No
                 } else {
                     Renewed::Unknown
@@ -666,6 +705,7 @@ mod tests {
             writer_waiting: false,
             subscribers,
             token_ceiling: subscribers * 10,
+            permits: None,
         }
     }
 

@@ -1,10 +1,11 @@
-//! Wake-up on release for the Redis stores. A write release, and the last reader's release
-//! while a writer waits, publish on the lock's `…:released` channel (same hash tag as the lock
+//! Wake-up on release for the Redis stores. A write release, the last reader's release
+//! while a writer waits, and every semaphore permit's release publish on the lock's `…:released` channel (same hash tag as the lock
 //! key); waiters of this client subscribe to it over one pub/sub connection, made on the
 //! client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
 //! client, or **all** its waiting readers when no writer of this client waits (a waiting writer
 //! has set the writer-waiting mark, which keeps readers out; readers share the lock, writers
-//! would only collide). The message's payload is not read. So a handoff costs about one round
+//! would only collide). A semaphore waiter counts as a writer here: a release frees one permit,
+//! so each client wakes one of its waiters for it. The message's payload is not read. So a handoff costs about one round
 //! trip and many writers do not all retry at once. Anything lost here (a message, the
 //! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
 //! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
@@ -256,7 +257,9 @@ impl Waker {
                 waiting_readers: 0,
             });
         let side = match kind {
-            Kind::Write => {
+            // A semaphore waiter is woken as a writer is: one per announced release (one freed
+            // permit) per client, a wake-up with nobody waiting kept for the next.
+            Kind::Write | Kind::Semaphore(_) => {
                 entry.waiting_writers += 1;
                 Side::Writer(entry.writers.clone())
             }

@@ -2,12 +2,13 @@
 //! (run by every Redis store: single node, Sentinel, Cluster, and each Redlock master), how their
 //! replies read, and its in-process twin (run by the in-process store on a [`TwinEntry`]).
 //! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
-//! and [`read`]. Neighbours: the stores in `backend/` run what this module describes; the
+//! and [`read`]; and [`semaphore`] (one of N permits). Neighbours: the stores in `backend/` run what this module describes; the
 //! acquire loop (`client.rs`), the watchdog and the guard pass a [`Kind`] along and never look
 //! inside it.
 
 pub(crate) mod operator;
 pub(crate) mod read;
+pub(crate) mod semaphore;
 pub(crate) mod write;
 
 use std::collections::HashMap;
@@ -20,22 +21,16 @@ use crate::backend::{AcquireReply, Announce, Call, LockKey, Renewal, Renewed};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::{FencingToken, LockMode};
 
-/// What a grant is: which side of the key's read/write lock it holds.
+/// What a grant is: which side of the key's read/write lock it holds, or a semaphore permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     /// The exclusive lock: one writer, no reader.
     Write,
     /// Shared among readers, excluding writers.
     Read,
-}
-
-impl From<LockMode> for Kind {
-    fn from(mode: LockMode) -> Self {
-        match mode {
-            LockMode::Write => Kind::Write,
-            LockMode::Read => Kind::Read,
-        }
-    }
+    /// One of this many permits (a semaphore); the count travels with every operation, since
+    /// Redlock's quorum depends on it.
+    Semaphore(u32),
 }
 
 impl From<Kind> for LockMode {
@@ -43,6 +38,7 @@ impl From<Kind> for LockMode {
         match kind {
             Kind::Write => LockMode::Write,
             Kind::Read => LockMode::Read,
+            Kind::Semaphore(_) => LockMode::Semaphore,
         }
     }
 }
@@ -89,6 +85,7 @@ impl Kind {
         match self {
             Kind::Write => write::acquire_call(attempt, tokens),
             Kind::Read => read::acquire_call(attempt, tokens),
+            Kind::Semaphore(permits) => semaphore::acquire_call(attempt, permits, tokens),
         }
     }
 
@@ -103,13 +100,24 @@ impl Kind {
         match self {
             Kind::Write => write::release_call(key, owner, announce),
             Kind::Read => read::release_call(key, owner, announce),
+            Kind::Semaphore(_) => semaphore::release_call(key, owner, announce),
         }
     }
 
     fn tag(self) -> &'static str {
         match self {
             Kind::Write => "w",
-            Kind::Read => "r",
+            // A permit is renewed as a reader is: its member's score in the key's sorted set.
+            Kind::Read | Kind::Semaphore(_) => "r",
+        }
+    }
+
+    /// How many of `masters` Redlock masters must grant (or renew) a grant of this kind: a
+    /// majority, and for a semaphore more ([`semaphore::quorum`]).
+    pub(crate) fn quorum(self, masters: usize) -> usize {
+        match self {
+            Kind::Write | Kind::Read => masters / 2 + 1,
+            Kind::Semaphore(permits) => semaphore::quorum(permits, masters),
         }
     }
 
@@ -123,6 +131,7 @@ impl Kind {
         match self {
             Kind::Write => write::acquire_twin(entry, attempt, now),
             Kind::Read => read::acquire_twin(entry, attempt, now),
+            Kind::Semaphore(permits) => semaphore::acquire_twin(entry, attempt, permits, now),
         }
     }
 
@@ -131,6 +140,7 @@ impl Kind {
         match self {
             Kind::Write => write::release_twin(entry, owner, now),
             Kind::Read => read::release_twin(entry, owner, now),
+            Kind::Semaphore(_) => semaphore::release_twin(entry, owner, now),
         }
     }
 
@@ -145,6 +155,7 @@ impl Kind {
         match self {
             Kind::Write => write::extend_twin(entry, owner, lease, now),
             Kind::Read => read::extend_twin(entry, owner, lease, now),
+            Kind::Semaphore(_) => semaphore::extend_twin(entry, owner, lease, now),
         }
     }
 }
@@ -256,11 +267,15 @@ impl FirstTry {
 /// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
 /// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once). A grant
 /// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
+/// A semaphore's `{-1, permits}`: the key is a semaphore of another count, in use.
 pub(crate) fn read_acquire_reply(
     attempt: &Try<'_>,
     (granted, value): (i64, i64),
 ) -> Result<AcquireReply, LockError> {
     let key = attempt.key;
+    if let (-1, Kind::Semaphore(asked)) = (granted, attempt.kind) {
+        return Err(semaphore::count_mismatch(key, asked, value));
+    }
     if granted == 1 && !attempt.fencing {
         return Ok(AcquireReply::Acquired(None));
     }
@@ -342,6 +357,8 @@ pub(crate) struct TwinEntry {
     pub(crate) readers: HashMap<String, Instant>,
     /// Until when a waiting writer keeps new readers out.
     pub(crate) writer_waiting: Option<Instant>,
+    /// The count and the holders while the key is a semaphore with permits held.
+    pub(crate) permits: Option<semaphore::Permits>,
 }
 
 impl TwinEntry {
@@ -354,11 +371,20 @@ impl TwinEntry {
         if self.writer_waiting.is_some_and(|until| until <= now) {
             self.writer_waiting = None;
         }
+        if let Some(permits) = &mut self.permits {
+            permits.holders.retain(|_, &mut until| until > now);
+            if permits.holders.is_empty() {
+                self.permits = None;
+            }
+        }
     }
 
     /// Nothing left in it: the store may forget the key (its fencing counter is kept apart).
     pub(crate) fn is_empty(&self) -> bool {
-        self.writer.is_none() && self.readers.is_empty() && self.writer_waiting.is_none()
+        self.writer.is_none()
+            && self.readers.is_empty()
+            && self.writer_waiting.is_none()
+            && self.permits.is_none()
     }
 }
 
@@ -369,4 +395,6 @@ pub(crate) enum TwinReply {
     Granted,
     /// Held, for at most this long.
     Held(Duration),
+    /// The key is a semaphore of this many permits, some held, not the count asked for.
+    Mismatch(u32),
 }

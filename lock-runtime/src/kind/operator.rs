@@ -45,6 +45,8 @@ pub(crate) struct RawView {
     pub(crate) subscribers: u64,
     /// A value no token handed out so far exceeds: the clock in µs, or the counter if higher.
     pub(crate) token_ceiling: u64,
+    /// The count of a semaphore key (`None`: not a semaphore).
+    pub(crate) permits: Option<u32>,
 }
 
 /// The view's script call. `announce` chooses how subscribers are counted (sharded on Cluster).
@@ -94,14 +96,16 @@ type InspectReply = (
     u64,
     u64,
     Option<String>,
+    Option<u32>,
 );
 
 /// Reads the inspect script's reply.
 pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<RawView, LockError> {
-    let (held, pttl, holders, waiting, subscribers, seconds, micros, counter) = reply;
+    let (held, pttl, holders, waiting, subscribers, seconds, micros, counter, permits) = reply;
     let mode = match held.as_str() {
         "none" => None,
         "string" => Some(LockMode::Write),
+        "zset" if permits.is_some() => Some(LockMode::Semaphore),
         "zset" => Some(LockMode::Read),
         other => return Err(not_a_lock(key, other)),
     };
@@ -116,6 +120,7 @@ pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<R
         writer_waiting: waiting != -2,
         subscribers,
         token_ceiling: clock.max(counter),
+        permits,
     })
 }
 
@@ -168,6 +173,16 @@ impl TwinEntry {
                 readers.sort();
                 (Some(LockMode::Read), readers)
             }
+            None if self.permits.is_some() => {
+                let mut holders: Vec<RawHolder> = self
+                    .permits
+                    .iter()
+                    .flat_map(|permits| &permits.holders)
+                    .map(|(owner, &until)| (owner.clone(), left(until)))
+                    .collect();
+                holders.sort();
+                (Some(LockMode::Semaphore), holders)
+            }
             None => (None, Vec::new()),
         };
         RawView {
@@ -177,6 +192,7 @@ impl TwinEntry {
             writer_waiting: self.writer_waiting.is_some(),
             subscribers: 0,
             token_ceiling: 0,
+            permits: self.permits.as_ref().map(|permits| permits.count),
         }
     }
 

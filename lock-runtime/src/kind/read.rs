@@ -42,6 +42,10 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
     if let Some((_, until)) = &entry.writer {
         return TwinReply::Held(*until - now);
     }
+    // A semaphore's permits keep a reader out as a writer does.
+    if let Some(until) = entry.permits_until() {
+        return TwinReply::Held(until - now);
+    }
     if let Some(until) = entry.writer_waiting {
         if !entry.readers.contains_key(attempt.owner) {
             return TwinReply::Held(until - now);

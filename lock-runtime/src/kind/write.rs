@@ -57,7 +57,9 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
     let blocked_until = match &entry.writer {
         Some((owner, until)) if owner != attempt.owner => Some(*until),
         _ => entry.readers.values().max().copied(),
-    };
+    }
+    // A semaphore's permits keep a writer out as readers do.
+    .or(entry.permits_until());
     if let Some(until) = blocked_until {
         if !attempt.writer_waiting.is_zero() {
             entry.writer_waiting = Some(now + attempt.writer_waiting);

@@ -1,0 +1,72 @@
+-- Semaphore: take one of the key's N permits, in one round trip. While permits are held, the
+-- lock key is a sorted set of their owner tokens, each scored by when its lease ends on the
+-- server's clock (as readers are, read/acquire.lua), plus one marker member '#permits:N'
+-- scored +inf: owner tokens never start with '#', and no purge ('-inf' up to now) removes it,
+-- so the count N is known as long as the key lives, a call naming another count is refused,
+-- and the holders are ZCARD - 1 once expired permits are purged. The key expires with its
+-- longest lease, and a release deletes it when only the marker is left: a crashed holder's
+-- permit comes back when its lease ends, with no clean-up needed.
+--
+-- KEYS[1]  lock key (a string while a writer holds it, a sorted set while readers or permit
+--          holders do)
+-- KEYS[2]  fencing counter (read, never written), only where tokens come from a counter
+--          (Redlock); see write/acquire.lua
+-- ARGV[1]  owner token
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  the number of permits N (at least 1)
+-- (all keys share one hash tag)
+--
+-- Returns {1, token} when granted: token as a read grant's (read/acquire.lua): the latest
+-- write token while the key's counter lives, else the server clock in microseconds.
+-- {0, ms} when every permit is taken (ms: until the first permit's lease ends), or when a
+-- writer or readers hold the key (ms: the key's PTTL, -1 without expiry). {-1, M} when the
+-- key is a semaphore of M permits, M not N, and some permit of it is held: no silent resize.
+-- A semaphore whose permits all ended takes the new count.
+--
+-- A call whose owner already holds a permit is the same try sent again after its reply was
+-- lost: it is granted again, with the lease starting from now (never a second permit).
+
+local held = redis.call('TYPE', KEYS[1])['ok']
+if held == 'string' then
+  return {0, redis.call('PTTL', KEYS[1])}
+elseif held ~= 'zset' and held ~= 'none' then
+  return redis.error_reply('ERR lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
+end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local lease = tonumber(ARGV[2])
+local marker = '#permits:' .. ARGV[3]
+if held == 'zset' then
+  -- Purge before counting: an expired permit is a free one.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  -- The highest member: the marker if the key is a semaphore (finite scores sort below it).
+  local top = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+  if top and string.sub(top, 1, 1) ~= '#' then
+    -- Readers hold the key (a read lock, not a semaphore): wait for them like a writer.
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  if top then
+    local holders = redis.call('ZCARD', KEYS[1]) - 1
+    if top ~= marker then
+      if holders > 0 then
+        return {-1, tonumber(string.sub(top, 10)) or -1}
+      end
+      -- No permit held: the key takes the new count.
+      redis.call('ZREM', KEYS[1], top)
+    elseif holders >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+      local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+      return {0, math.max(tonumber(first[2]) - now_ms, 0)}
+    end
+  end
+end
+redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
+redis.call('ZADD', KEYS[1], '+inf', marker)
+-- The key lives as long as its longest permit's lease.
+if redis.call('PTTL', KEYS[1]) < lease then
+  redis.call('PEXPIRE', KEYS[1], lease)
+end
+local token = KEYS[2] and tonumber(redis.call('GET', KEYS[2]) or '')
+if not token then
+  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+return {1, token}
