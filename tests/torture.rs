@@ -4,7 +4,9 @@
 //! (scenarios 7 and 8) also records who is inside, and counts every reader–writer or
 //! writer–writer overlap. Scenarios 9 and 10 run on other deployments: Redlock over five
 //! masters with minorities down and one majority loss, and a Redis Cluster failed over again
-//! and again.
+//! and again. The semaphore mode (scenario 11) records who is inside a semaphore's three
+//! permits, counts every entry that found three inside already, and checks that the permits
+//! of the processes killed last come back within their lease.
 //!
 //!     cargo test --test torture                       # small: a minute at most, run in CI
 //!     cargo test --release --test torture -- --full   # the figures in RELIABILITY.md
@@ -70,6 +72,30 @@ else
 end
 return 1
 "#;
+
+/// Records that a worker entered the section a semaphore of `ARGV[2]` permits protects: an
+/// entry that finds as many inside already is a violation; one that finds one fewer fills the
+/// permits (which must happen).
+///
+/// KEYS: inside set, violations counter, full-entries counter, entries counter, violation log.
+/// ARGV: worker, permits.
+const ENTER_PERMIT: &str = r#"
+local inside = redis.call('SCARD', KEYS[1])
+local permits = tonumber(ARGV[2])
+if inside >= permits then
+  redis.call('INCR', KEYS[2])
+  redis.call('RPUSH', KEYS[5], ARGV[1] .. ' entered with ' .. inside .. ' inside')
+elseif inside == permits - 1 then
+  redis.call('INCR', KEYS[3])
+end
+redis.call('INCR', KEYS[4])
+redis.call('SADD', KEYS[1], ARGV[1])
+return 1
+"#;
+
+/// The semaphore of scenario 11 and its number of permits.
+const SEMAPHORE_KEY: &str = "torture-semaphore";
+const SEMAPHORE_PERMITS: u32 = 3;
 
 // ---- the protected store (client side, used by workers) ---------------------------------
 
@@ -147,6 +173,34 @@ impl Store {
             .invoke_async::<i64>(&mut connection)
             .await
             .map(drop)
+            .map_err(|e| WorkError::Store(e.to_string()))
+    }
+
+    /// Records this worker inside the semaphore's section.
+    async fn enter_permit(&self) -> Result<(), WorkError> {
+        let mut connection = self.connection.clone();
+        redis::Script::new(ENTER_PERMIT)
+            .key("inside:permits")
+            .key("permit-overlaps")
+            .key("full-entries")
+            .key("permit-entries")
+            .key("violations")
+            .arg(&self.worker)
+            .arg(SEMAPHORE_PERMITS)
+            .invoke_async::<i64>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|e| WorkError::Store(e.to_string()))
+    }
+
+    /// Records this worker gone from the semaphore's section.
+    async fn leave_permit(&self) -> Result<(), WorkError> {
+        let mut connection = self.connection.clone();
+        redis::cmd("SREM")
+            .arg("inside:permits")
+            .arg(&self.worker)
+            .query_async::<()>(&mut connection)
+            .await
             .map_err(|e| WorkError::Store(e.to_string()))
     }
 
@@ -237,6 +291,25 @@ async fn read_while_held(store: &Store) -> Result<(), WorkError> {
     }
 }
 
+/// One of the semaphore's permits: enter, stay for `gap`, leave, release.
+async fn use_a_permit(store: &Store, gap: Duration) -> Result<(), WorkError> {
+    let permit = distlock::semaphore(SEMAPHORE_KEY, SEMAPHORE_PERMITS)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await?;
+    store.enter_permit().await?;
+    tokio::time::sleep(gap).await;
+    store.leave_permit().await?;
+    if !permit.is_held() {
+        return Err(LockError::LeaseLost {
+            key: SEMAPHORE_KEY.to_owned(),
+        }
+        .into());
+    }
+    permit.release().await?;
+    Ok(())
+}
+
 fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -278,6 +351,10 @@ fn child(role: &str) {
                     rw_write(&store, gap).await
                 };
                 report(result).await;
+            },
+            "sem-worker" => loop {
+                let gap = Duration::from_millis(fastrand::u64(1..=4));
+                report(use_a_permit(&store, gap).await).await;
             },
             "read-holder" => {
                 let result = read_while_held(&store).await;
@@ -1122,6 +1199,88 @@ fn cluster_with_failovers(size: &Size) {
     );
 }
 
+/// Scenario 11 (semaphore mode): eight processes take one of a semaphore's three permits
+/// again and again and record themselves inside the section in the store, which counts every
+/// entry that finds three inside already. A chaos loop SIGKILLs a random worker every ~200 ms,
+/// removes it from the store's record (it is gone; its permit stays taken until its lease
+/// ends) and respawns it. At the end every worker is killed, and this process must get all
+/// three permits within a lease (and a margin) of the kill: the crashed holders' permits come
+/// back.
+fn semaphore_capacity_with_crashes(size: &Size, runtime: &tokio::runtime::Runtime) {
+    let lock = RedisServer::start();
+    let store = RedisServer::start();
+    let lease = Duration::from_millis(500);
+    let run_for = size.pick(Duration::from_secs(6), Duration::from_secs(120));
+    let (kills, lines) = run_with_crashes("sem-worker", &lock, &store, lease, run_for, |worker| {
+        let () = redis::cmd("SREM")
+            .arg("inside:permits")
+            .arg(worker)
+            .query(&mut store.connection())
+            .expect("forget the killed worker");
+    });
+    // Every worker was killed as `run_with_crashes` returned, some holding permits.
+    let killed_at = Instant::now();
+    let client = Client::new(Config::from_url(&lock.url()).expect("url")).expect("client");
+    let permits: Vec<_> = runtime.block_on(async {
+        let mut permits = Vec::new();
+        for _ in 0..SEMAPHORE_PERMITS {
+            permits.push(
+                client
+                    .semaphore(SEMAPHORE_KEY, SEMAPHORE_PERMITS)
+                    .wait(lease * 6)
+                    .acquire()
+                    .await
+                    .expect("the killed workers' permits come back"),
+            );
+        }
+        permits
+    });
+    let all_back = killed_at.elapsed();
+    let panics = lines.iter().filter(|l| l.starts_with("PANIC")).count();
+    let overlaps = counter(&store, "permit-overlaps");
+    let full_entries = counter(&store, "full-entries");
+    let entries = counter(&store, "permit-entries");
+    let violations: Vec<String> = redis::cmd("LRANGE")
+        .arg("violations")
+        .arg(0)
+        .arg(9)
+        .query(&mut store.connection())
+        .expect("violations");
+    record(
+        "semaphore_capacity_with_crashes",
+        &[
+            ("seconds", run_for.as_secs().to_string()),
+            ("permits", SEMAPHORE_PERMITS.to_string()),
+            ("entries", entries.to_string()),
+            ("entries_that_filled_the_permits", full_entries.to_string()),
+            ("kills", kills.to_string()),
+            ("entries_over_capacity", overlaps.to_string()),
+            (
+                "ms_until_every_permit_is_back",
+                all_back.as_millis().to_string(),
+            ),
+            ("panics", panics.to_string()),
+        ],
+    );
+    assert_eq!(
+        overlaps, 0,
+        "more holders than permits were inside together: {violations:?}"
+    );
+    assert!(entries > 50, "too few entries to mean anything: {entries}");
+    assert!(
+        full_entries > 10,
+        "the permits were hardly ever all taken: {full_entries}"
+    );
+    assert!(
+        all_back <= lease + Duration::from_millis(500),
+        "the killed workers' permits came back {all_back:?} after the kill (lease {lease:?})"
+    );
+    assert_eq!(panics, 0);
+    for permit in permits {
+        assert!(runtime.block_on(permit.release()).expect("release"));
+    }
+}
+
 /// A scenario to run, by name.
 type Scenario<'a> = Box<dyn Fn() + 'a>;
 
@@ -1168,6 +1327,10 @@ fn main() {
         (
             "cluster_with_failovers",
             Box::new(|| cluster_with_failovers(&size)),
+        ),
+        (
+            "semaphore_capacity_with_crashes",
+            Box::new(|| semaphore_capacity_with_crashes(&size, &runtime)),
         ),
     ];
     let (mut passed, mut failed) = (0, 0);
