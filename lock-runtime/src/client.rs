@@ -468,18 +468,19 @@ impl Client {
         })
     }
 
-    /// Whether anyone (any process) holds the lock `key` now, as a writer or a reader. The
-    /// answer can be stale by the time it arrives: to act on a lock, take it.
+    /// Whether anyone (any process) holds the lock `key` now, as a writer, a reader or a
+    /// semaphore permit holder. The answer can be stale by the time it arrives: to act on a
+    /// lock, take it.
     ///
     /// Errors: those of [`Client::inspect`].
     pub async fn is_locked(&self, key: impl Into<String>) -> Result<bool, LockError> {
         Ok(self.inspect(key).await?.is_locked())
     }
 
-    /// **An operator's tool**: frees the lock `key` whatever holds it — its writer or every
-    /// reader — and the writer-waiting mark, and wakes the waiters. Returns the evicted
-    /// holders and a fencing token greater than every token handed out for the key so far
-    /// (every later grant's token is greater still).
+    /// **An operator's tool**: frees the lock `key` whatever holds it — its writer, every
+    /// reader, or every permit holder of a semaphore — and the writer-waiting mark, and wakes
+    /// the waiters. Returns the evicted holders and a fencing token greater than every token
+    /// handed out for the key so far (every later grant's token is greater still).
     ///
     /// **Warning**: this breaks mutual exclusion for the evicted holders. Each notices only at
     /// its next renewal (a third of its lease at most): its guard then reports the lease lost

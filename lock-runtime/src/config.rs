@@ -243,6 +243,11 @@ impl Config {
     /// majority, so its largest token is larger. This costs one more round trip per write
     /// grant.
     ///
+    /// A [semaphore](crate::semaphore) permit needs more than a majority: more than
+    /// `N · masters / (N + 1)` masters for N permits (see
+    /// [`LockGuard::permits`](crate::LockGuard::permits)) — with 3 masters and N ≥ 2, all of
+    /// them, so such a semaphore is unavailable while one master is down.
+    ///
     /// ```
     /// let config = distlock::Config::redlock([
     ///     "redis://10.0.0.1:6379",

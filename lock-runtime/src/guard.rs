@@ -70,8 +70,9 @@ impl LockGuard {
     /// on Redlock, the latest write token while the key's counter lives); for a semaphore
     /// permit, a token taken as for a read grant: it sorts after every earlier write grant of
     /// the key, but permits held at the same time have no order among them (a fenced store
-    /// that refuses lower tokens would refuse a concurrent permit's write). Give it to the resource you protect
-    /// and let it refuse writes carrying a token lower than one it has already seen.
+    /// that refuses lower tokens would refuse a concurrent permit's write). Give it to the
+    /// resource you protect and let it refuse writes carrying a token lower than one it has
+    /// already seen.
     ///
     /// `None` for a grant taken without fencing ([`LockRequest::fencing`](crate::LockRequest::fencing)`(false)`):
     /// such a lock only avoids duplicate work, and there is no token to invent.
