@@ -265,6 +265,7 @@ async fn a_key_is_a_semaphore_or_a_read_write_lock_at_a_time(h: Harness) {
     assert_eq!(state.mode, Some(LockMode::Semaphore), "{state:?}");
     assert_eq!(state.holders.len(), 1, "the marker is no holder: {state:?}");
     assert!(!state.holders[0].owner.starts_with('#'));
+    assert_eq!(b.list("mix*", 10).await.expect("list"), ["mixed"]);
     assert!(permit.release().await.expect("release"));
     assert!(!b.is_locked("mixed").await.expect("is_locked"));
 
