@@ -525,3 +525,24 @@ async fn redlock_permits_split_over_masters_admit_no_more_holders_than_permits()
     .await;
     drop((first, second));
 }
+
+/// Spans and metrics label a permit's mode `semaphore` (`telemetry.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permits_spans_are_labelled_semaphore() {
+    let captured = support::capture::install();
+    let client = Harness::in_memory().client();
+    let key = "semaphore:spans";
+    let permit = client.semaphore(key, 2).acquire().await.expect("permit");
+    assert!(permit.release().await.expect("release"));
+    for name in ["acquire", "hold"] {
+        let span = support::wait_until_async("the span to close", Duration::from_secs(10), || {
+            captured
+                .about("key", key)
+                .into_iter()
+                .find(|record| record.kind == "span" && record.name == name)
+                .ok_or_else(|| format!("no closed `{name}` span"))
+        })
+        .await;
+        assert_eq!(span.field("mode"), Some("semaphore"), "{span:?}");
+    }
+}
