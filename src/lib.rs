@@ -114,6 +114,7 @@ pub use lock_runtime::{
 };
 
 pub use lock_runtime::fenced;
+pub use lock_runtime::lock_all;
 pub use lock_runtime::semaphore;
 
 #[doc(hidden)]

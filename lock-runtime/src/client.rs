@@ -198,6 +198,35 @@ pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
     LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Semaphore(permits))
 }
 
+/// Starts a request for the locks of every key of `keys` at once, through the global client:
+/// all or nothing, under one guard, with one wait deadline and a fencing token per key
+/// ([`LockGuard::fencing_token_of`]). A transfer between two accounts, an order over several
+/// SKUs.
+///
+/// The keys are taken in a fixed order (sorted, duplicates taken once) and never one by one
+/// while holding others: a try takes every key or none (one script per node, or per hash slot
+/// on Cluster, where a partial grant is given back before the request backs off), so two
+/// requests naming the same keys in opposite orders cannot deadlock. Each key is an ordinary
+/// exclusive lock: a `lock(key)` elsewhere excludes it. The lease is counted from the first
+/// request of the grant; the watchdog renews every key, and the guard reports the lease lost
+/// when any key is lost. An empty list fails with [`LockError::Config`].
+///
+/// ```no_run
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// let guard = distlock::lock_all(["acct:7", "acct:3"]).acquire().await?;
+/// let to = guard.fencing_token_of("acct:3");     // each key has its own token
+/// // … move the money …
+/// guard.release().await?;                          // gives back both
+/// # Ok(()) }
+/// ```
+pub fn lock_all<I, K>(keys: I) -> LockRequest
+where
+    I: IntoIterator<Item = K>,
+    K: Into<String>,
+{
+    LockRequest::all(GLOBAL.get().cloned(), keys)
+}
+
 /// A handle to one lock service: its backend, its watchdog and the defaults of its requests.
 /// Cheap to clone; clones share everything. Use one beside the global client when a program
 /// needs a second configuration.
@@ -220,7 +249,7 @@ pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<ClientInner>,
+    pub(crate) inner: Arc<ClientInner>,
 }
 
 pub(crate) struct ClientInner {
@@ -318,6 +347,16 @@ impl Client {
         self.lock(key)
     }
 
+    /// Starts a request for the locks of every key of `keys` at once: all or nothing, one
+    /// guard, a fencing token per key. See [`lock_all`].
+    pub fn lock_all<I, K>(&self, keys: I) -> LockRequest
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        LockRequest::all(Some(self.clone()), keys)
+    }
+
     /// Starts a request for the read side of the read/write lock `key`. See [`read_lock`].
     pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(Some(self.clone()), key.into(), Kind::Read)
@@ -382,7 +421,7 @@ impl Client {
         first_error.map_or(Ok(released), Err)
     }
 
-    fn shut_down_error() -> LockError {
+    pub(crate) fn shut_down_error() -> LockError {
         LockError::Config(
             "this distlock client was shut down (`Client::shutdown`); make a new client to \
              take locks again"
@@ -583,14 +622,16 @@ impl std::fmt::Debug for Client {
 #[must_use = "a lock request does nothing until `.acquire().await`"]
 #[derive(Debug)]
 pub struct LockRequest {
-    client: Option<Client>,
-    kind: Kind,
+    pub(crate) client: Option<Client>,
+    pub(crate) kind: Kind,
     key: String,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-    max_hold: Option<Duration>,
-    watchdog: bool,
-    fencing: Option<bool>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) watchdog: bool,
+    pub(crate) fencing: Option<bool>,
+    /// A multi-key request ([`lock_all`]): every key, as given (`key` is then unused).
+    pub(crate) all_keys: Option<Vec<String>>,
 }
 
 impl LockRequest {
@@ -604,7 +645,19 @@ impl LockRequest {
             max_hold: None,
             watchdog: true,
             fencing: None,
+            all_keys: None,
         }
+    }
+
+    /// A request for the write locks of every key of `keys` at once ([`lock_all`]).
+    fn all<I, K>(client: Option<Client>, keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        let mut request = Self::new(client, String::new(), Kind::Write);
+        request.all_keys = Some(keys.into_iter().map(Into::into).collect());
+        request
     }
 
     /// Lease (time to live) of the grant; the watchdog renews it while the guard lives.
@@ -666,6 +719,9 @@ impl LockRequest {
     /// for the global client before [`init`].
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let client = self.client.clone().ok_or(LockError::NotInitialized)?;
+        if self.all_keys.is_some() {
+            return self.acquire_all(&client).await;
+        }
         let mut observed = Acquire::start(&self.key, self.kind.into(), client.inner.store);
         let outcome = if observed.span.is_disabled() {
             // No subscriber takes the span: no wrapper around the acquire loop (hot path).
@@ -685,9 +741,27 @@ impl LockRequest {
         outcome
     }
 
+    /// The request's lease, or the client's default, checked against its bounds and against
+    /// `max_hold`; `name` names the lock in the error.
+    pub(crate) fn checked_lease(&self, config: &Config, name: &str) -> Result<Duration, LockError> {
+        let lease = self.lease.unwrap_or(config.default_lease);
+        if let Some(why) = lease_out_of_bounds(lease) {
+            return Err(LockError::Config(format!(
+                "the lease of lock `{name}` is {why}"
+            )));
+        }
+        if let Some(max_hold) = self.max_hold.filter(|&max_hold| max_hold < lease) {
+            return Err(LockError::Config(format!(
+                "the max_hold of lock `{name}` ({max_hold:?}) is shorter than its lease ({lease:?}): \
+                 it would be given up before its first renewal; make max_hold at least the lease"
+            )));
+        }
+        Ok(lease)
+    }
+
     /// The acquire loop, observed through `observed`.
     async fn acquire_on(
-        self,
+        mut self,
         client: &Client,
         observed: &mut Acquire,
     ) -> Result<LockGuard, LockError> {
@@ -696,24 +770,11 @@ impl LockRequest {
             return Err(Client::shut_down_error());
         }
         let config = &inner.config;
-        let key = LockKey::new(&config.key_prefix, self.key)?;
+        let key = LockKey::new(&config.key_prefix, std::mem::take(&mut self.key))?;
         if self.kind == Kind::Semaphore(0) {
             return Err(crate::kind::semaphore::no_permits(&key));
         }
-        let lease = self.lease.unwrap_or(config.default_lease);
-        if let Some(why) = lease_out_of_bounds(lease) {
-            return Err(LockError::Config(format!(
-                "the lease of lock `{}` is {why}",
-                key.name
-            )));
-        }
-        if let Some(max_hold) = self.max_hold.filter(|&max_hold| max_hold < lease) {
-            return Err(LockError::Config(format!(
-                "the max_hold of lock `{}` ({max_hold:?}) is shorter than its lease ({lease:?}): \
-                 it would be given up before its first renewal; make max_hold at least the lease",
-                key.name
-            )));
-        }
+        let lease = self.checked_lease(config, &key.name)?;
         let wait = self.wait.unwrap_or(config.default_wait);
         observed.try_once = wait.is_zero();
         // The wait runs on the caller's clock; leases on the backend's (see `clock`).
@@ -848,7 +909,7 @@ fn store_name(backend: &BackendConfig) -> &'static str {
 /// pause before its next try (twice the longest backoff step, plus a round trip), but not past
 /// the end of its wait, and nothing on its last try — a writer that will not try again must
 /// not hold readers up.
-fn writer_waiting_mark(backoff_max: Duration, left_to_wait: Duration) -> Duration {
+pub(crate) fn writer_waiting_mark(backoff_max: Duration, left_to_wait: Duration) -> Duration {
     if left_to_wait.is_zero() {
         return Duration::ZERO;
     }
@@ -861,7 +922,7 @@ fn writer_waiting_mark(backoff_max: Duration, left_to_wait: Duration) -> Duratio
 
 /// A fresh owner token: a random v4 UUID from the thread-local generator (unique, and no
 /// system call per try) with the holder record (`inspect.rs`).
-fn new_owner(holder: &HolderTag) -> String {
+pub(crate) fn new_owner(holder: &HolderTag) -> String {
     let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
     holder.owner(uuid.simple().encode_lower(&mut uuid::Uuid::encode_buffer()))
 }
@@ -899,17 +960,17 @@ impl Drop for Attempt<'_> {
 
 /// Exponential backoff with full jitter: each delay is uniform in `0..=ceiling`, the ceiling
 /// doubling from `min` up to `max`.
-struct Backoff {
+pub(crate) struct Backoff {
     ceiling: Duration,
     max: Duration,
 }
 
 impl Backoff {
-    fn new(min: Duration, max: Duration) -> Self {
+    pub(crate) fn new(min: Duration, max: Duration) -> Self {
         Self { ceiling: min, max }
     }
 
-    fn next_delay(&mut self) -> Duration {
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let ceiling = u64::try_from(self.ceiling.as_nanos()).unwrap_or(u64::MAX);
         self.ceiling = self.ceiling.saturating_mul(2).min(self.max);
         Duration::from_nanos(fastrand::u64(0..=ceiling))

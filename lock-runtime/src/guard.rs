@@ -41,6 +41,9 @@ use crate::{FencingToken, LockMode};
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lease: Arc<Lease>,
+    /// The other keys of a multi-key grant ([`lock_all`](crate::lock_all)), in the order
+    /// taken; empty otherwise.
+    more: Vec<Arc<Lease>>,
     releaser: Arc<Releaser>,
     released: bool,
 }
@@ -49,9 +52,54 @@ impl LockGuard {
     pub(crate) fn new(lease: Arc<Lease>, releaser: Arc<Releaser>) -> Self {
         Self {
             lease,
+            more: Vec::new(),
             releaser,
             released: false,
         }
+    }
+
+    /// The guard of a multi-key grant: one lease per key, in the order taken (at least one).
+    pub(crate) fn of_all(mut leases: Vec<Arc<Lease>>, releaser: Arc<Releaser>) -> Self {
+        let more = leases.split_off(1.min(leases.len()));
+        let lease = leases
+            .pop()
+            .expect("a multi-key grant holds at least one key");
+        Self {
+            lease,
+            more,
+            releaser,
+            released: false,
+        }
+    }
+
+    /// Every lease of the grant: one, or one per key of a multi-key grant.
+    fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
+        std::iter::once(&self.lease).chain(&self.more)
+    }
+
+    /// Every key this guard holds, in the order they were taken: the one key, or each key of a
+    /// [`lock_all`](crate::lock_all) grant (sorted, each once).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let guard = client.lock_all(["acct:2", "acct:1", "acct:2"]).acquire().await?;
+    /// assert_eq!(guard.keys().collect::<Vec<_>>(), ["acct:1", "acct:2"]);
+    /// assert!(guard.fencing_token_of("acct:2").is_some());
+    /// assert_eq!(guard.fencing_token_of("acct:3"), None);
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.leases().map(|lease| lease.key.name.as_str())
+    }
+
+    /// The fencing token of one key of this guard (a multi-key grant has one per key, each
+    /// greater than every earlier write token of that key); `None` when the guard does not
+    /// hold `key` or holds it without fencing.
+    pub fn fencing_token_of(&self, key: &str) -> Option<FencingToken> {
+        self.leases()
+            .find(|lease| lease.key.name == key)
+            .and_then(|lease| lease.token)
     }
 
     /// The shared state of the grant (for the attribute's re-entrant calls).
@@ -59,7 +107,8 @@ impl LockGuard {
         &self.lease
     }
 
-    /// The key as it was requested (without the configured prefix).
+    /// The key as it was requested (without the configured prefix); for a multi-key grant, its
+    /// first key (see [`keys`](LockGuard::keys)).
     pub fn key(&self) -> &str {
         &self.lease.key.name
     }
@@ -76,6 +125,9 @@ impl LockGuard {
     ///
     /// `None` for a grant taken without fencing ([`LockRequest::fencing`](crate::LockRequest::fencing)`(false)`):
     /// such a lock only avoids duplicate work, and there is no token to invent.
+    ///
+    /// For a multi-key grant, the token of its first key (see
+    /// [`fencing_token_of`](LockGuard::fencing_token_of)).
     pub fn fencing_token(&self) -> Option<FencingToken> {
         self.lease.token
     }
@@ -116,8 +168,10 @@ impl LockGuard {
 
     /// Whether the lease is still ours as far as this process can tell: not lost, and its
     /// local deadline not passed.
+    ///
+    /// A multi-key grant is held while every one of its keys is.
     pub fn is_held(&self) -> bool {
-        self.lease.is_held()
+        self.leases().all(|lease| lease.is_held())
     }
 
     /// Completes when the lease is lost: Redis no longer has us as the owner, or the local
@@ -134,8 +188,14 @@ impl LockGuard {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// A multi-key grant is lost when any of its keys is.
     pub async fn lost(&self) {
-        self.lease.lost().await;
+        if self.more.is_empty() {
+            return self.lease.lost().await;
+        }
+        let lost = self.leases().map(|lease| Box::pin(lease.lost()));
+        futures_util::future::select_all(lost).await;
     }
 
     /// Gives the lock back. `Ok(true)`: it was ours and is now free; `Ok(false)`: it was no
@@ -145,7 +205,16 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool, LockError> {
         // `released` is set only once the release has completed: if this future is dropped
         // midway (a `timeout` around it, say), `Drop` still sends the release.
-        let outcome = self.releaser.release(&self.lease).await;
+        let outcome = if self.more.is_empty() {
+            self.releaser.release(&self.lease).await
+        } else {
+            // Every key, at once; `true` only when every one was still ours.
+            let releases = self.leases().map(|lease| self.releaser.release(lease));
+            futures_util::future::join_all(releases)
+                .await
+                .into_iter()
+                .try_fold(true, |all, released| released.map(|ours| all && ours))
+        };
         self.released = true;
         outcome
     }
@@ -154,7 +223,9 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.released {
-            self.releaser.release_in_background(self.lease.clone());
+            for lease in std::iter::once(&self.lease).chain(&self.more) {
+                self.releaser.release_in_background(lease.clone());
+            }
         }
     }
 }

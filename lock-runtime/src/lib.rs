@@ -20,6 +20,7 @@ mod inspect;
 mod io;
 mod kind;
 mod lease;
+mod multi;
 mod release;
 mod scope;
 mod telemetry;
@@ -34,8 +35,8 @@ pub const LOG_TARGET: &str = "distlock";
 
 pub use backend::MAX_KEY_LEN;
 pub use client::{
-    init, inspect, is_locked, lock, read_lock, semaphore, shutdown, try_init, write_lock, Client,
-    LockRequest,
+    init, inspect, is_locked, lock, lock_all, read_lock, semaphore, shutdown, try_init, write_lock,
+    Client, LockRequest,
 };
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX,

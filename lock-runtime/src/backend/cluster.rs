@@ -24,11 +24,13 @@ use tokio::runtime::Handle;
 
 use super::redis::{Failure, NodeOptions};
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{
+    AcquireReply, Announce, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, LockError};
 use crate::kind::operator::{self, RawHolder, RawView};
-use crate::kind::{self, FirstTry, Tokens};
+use crate::kind::{self, multi, FirstTry, Tokens};
 
 pub(crate) struct ClusterBackend {
     client: ClusterClient,
@@ -352,5 +354,74 @@ impl LockBackend for ClusterBackend {
             }
         }
         Ok(answers)
+    }
+
+    /// The keys of one slot in one script; the slots one after another, in the order of the
+    /// try's keys (which keeps a slot's keys together: `crate::multi`). When a later slot's
+    /// keys are held, the slots already taken are given back before the answer, so a waiting
+    /// request holds nothing. A failed call is reported as one that may have run: the acquire
+    /// loop then gives back every key in the background.
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let keys = attempt.keys;
+        let mut tokens = Vec::with_capacity(keys.len());
+        let mut start = 0;
+        while start < keys.len() {
+            let slot = Slot::for_key(&keys[start].lock);
+            let end = keys[start..]
+                .iter()
+                .position(|key| Slot::for_key(&key.lock) != slot)
+                .map_or(keys.len(), |n| start + n);
+            let part = attempt.part(&keys[start..end]);
+            let (reply, replicated): (Vec<i64>, bool) = self
+                .invoke_replicated("acquire", multi::acquire_call(&part, Tokens::Clock))
+                .await
+                .map_err(super::ambiguous)?;
+            let undo_until = match multi::read_acquire_reply(&part, &reply)
+                .map_err(super::ambiguous)?
+            {
+                MultiReply::Acquired(part_tokens) if replicated => {
+                    tokens.extend(part_tokens);
+                    start = end;
+                    continue;
+                }
+                // Too few replicas acknowledged: this slot's grant is given back too.
+                MultiReply::Acquired(_) => (end, MultiReply::Held(None, start)),
+                MultiReply::Held(remaining, at) => (start, MultiReply::Held(remaining, start + at)),
+            };
+            let (undo, held) = undo_until;
+            if undo > 0 {
+                let taken: Vec<&LockKey> = keys[..undo].iter().collect();
+                self.release_all(&taken, attempt.owner)
+                    .await
+                    .map_err(super::ambiguous)?;
+            }
+            return Ok(held);
+        }
+        Ok(MultiReply::Acquired(tokens))
+    }
+
+    /// One script call per slot, all slots at once.
+    async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let mut by_slot: HashMap<Slot, Vec<&LockKey>> = HashMap::new();
+        for &key in keys {
+            by_slot
+                .entry(Slot::for_key(&key.lock))
+                .or_default()
+                .push(key);
+        }
+        let calls = by_slot.into_values().map(|slot_keys| async move {
+            let released: usize = self
+                .invoke(
+                    "release",
+                    multi::release_call(slot_keys.iter().copied(), owner, Announce::ShardedPublish),
+                )
+                .await?;
+            Ok::<_, LockError>(released == slot_keys.len())
+        });
+        let mut all = true;
+        for outcome in futures_util::future::join_all(calls).await {
+            all &= outcome?;
+        }
+        Ok(all)
     }
 }

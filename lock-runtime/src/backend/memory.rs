@@ -19,11 +19,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{
+    AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+};
 use crate::clock::tokio_now;
 use crate::error::LockError;
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::kind::{TwinEntry, TwinReply};
+use crate::kind::{multi, TwinEntry, TwinReply};
 use crate::FencingToken;
 
 /// Grants between two sweeps, at least.
@@ -255,6 +257,49 @@ impl LockBackend for MemoryBackend {
                     }))
                 })
                 .collect()
+        }))
+    }
+
+    /// Looks at every key before taking any, under one hold of the store's mutex.
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let now = tokio_now();
+        Ok(self.with_state(|state| {
+            let mut held: Option<(Duration, usize)> = None;
+            for (i, key) in attempt.keys.iter().enumerate() {
+                let blocked =
+                    state.with_entry(&key.lock, |entry| multi::blocked_twin(entry, attempt, now));
+                if let Some(remaining) = blocked {
+                    held =
+                        Some(held.map_or((remaining, i), |(r, first)| (r.max(remaining), first)));
+                }
+            }
+            if let Some((remaining, first)) = held {
+                return MultiReply::Held(Some(remaining), first);
+            }
+            let mut tokens = Vec::with_capacity(attempt.keys.len());
+            for key in attempt.keys {
+                state.with_entry(&key.lock, |entry| multi::grant_twin(entry, attempt, now));
+                state.count_grant_and_sweep(now);
+                tokens.push(
+                    attempt
+                        .fencing
+                        .then(|| FencingToken(state.next_token(&key.fence, attempt.lease, now))),
+                );
+            }
+            MultiReply::Acquired(tokens)
+        }))
+    }
+
+    async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let now = tokio_now();
+        Ok(self.with_state(|state| {
+            let mut all = true;
+            for key in keys {
+                all &= state.with_entry(&key.lock, |entry| {
+                    Kind::Write.release_twin(entry, owner, now)
+                });
+            }
+            all
         }))
     }
 }

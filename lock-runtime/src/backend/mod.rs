@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::operator::{RawHolder, RawView};
 pub(crate) use crate::kind::{Kind, Try};
 use crate::FencingToken;
@@ -176,6 +177,21 @@ pub(crate) trait LockBackend: Send + Sync {
         &self,
         leases: &[Renewal<'_>],
     ) -> impl Future<Output = Result<Vec<Renewed>, LockError>> + Send;
+
+    /// One try of a multi-key lock ([`crate::kind::multi`]): the write lock of every key of
+    /// the try, or of none (a partial grant is undone before the answer).
+    fn acquire_all(
+        &self,
+        attempt: &MultiTry<'_>,
+    ) -> impl Future<Output = Result<MultiReply, LockError>> + Send;
+
+    /// Gives back `owner`'s write lock of each of `keys` that it still holds; `true` when
+    /// every one was still ours.
+    fn release_all(
+        &self,
+        keys: &[&LockKey],
+        owner: &str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
 
 /// What a store learnt of one renewal.
@@ -243,6 +259,24 @@ impl LockBackend for Backend {
             Backend::Cluster(b) => b.extend_many(leases).await,
             Backend::Redlock(b) => b.extend_many(leases).await,
             Backend::Memory(b) => b.extend_many(leases).await,
+        }
+    }
+
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        match self {
+            Backend::Redis(b) => b.acquire_all(attempt).await,
+            Backend::Cluster(b) => b.acquire_all(attempt).await,
+            Backend::Redlock(b) => b.acquire_all(attempt).await,
+            Backend::Memory(b) => b.acquire_all(attempt).await,
+        }
+    }
+
+    async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        match self {
+            Backend::Redis(b) => b.release_all(keys, owner).await,
+            Backend::Cluster(b) => b.release_all(keys, owner).await,
+            Backend::Redlock(b) => b.release_all(keys, owner).await,
+            Backend::Memory(b) => b.release_all(keys, owner).await,
         }
     }
 }

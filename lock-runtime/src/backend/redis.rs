@@ -23,11 +23,14 @@ use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Announce, Call, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{
+    AcquireReply, Announce, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal,
+    Renewed, Try,
+};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{self, RawHolder, RawView};
-use crate::kind::{self, FirstTry, Tokens};
+use crate::kind::{self, multi, FirstTry, Tokens};
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
 struct Current {
@@ -693,5 +696,37 @@ impl LockBackend for RedisBackend {
             .await?;
         let renewed = kind::read_extend_many_reply(leases.len(), extended)?;
         super::count_only_replicated_renewals(renewed, replicated)
+    }
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let call = multi::acquire_call(attempt, self.tokens);
+        let (reply, replicated) = self
+            .invoke_replicated(
+                "acquire",
+                Call::Script(&call),
+                self.guard,
+                |reply: &Vec<i64>| reply.first() == Some(&1),
+            )
+            .await?;
+        let reply = multi::read_acquire_reply(attempt, &reply)?;
+        if replicated || !matches!(reply, MultiReply::Acquired(_)) {
+            return Ok(reply);
+        }
+        // Too few replicas acknowledged: given back, and reported as held (as
+        // `count_only_replicated` does for one key).
+        let keys: Vec<&LockKey> = attempt.keys.iter().collect();
+        self.release_all(&keys, attempt.owner)
+            .await
+            .map_err(super::ambiguous)?;
+        Ok(MultiReply::Held(None, 0))
+    }
+
+    async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let released: usize = self
+            .invoke(
+                "release",
+                multi::release_call(keys.iter().copied(), owner, Announce::Publish),
+            )
+            .await?;
+        Ok(released == keys.len())
     }
 }

@@ -46,7 +46,9 @@ use tokio::sync::Notify;
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
 use super::wake::{Transport, Waker};
-use super::{AcquireReply, Kind, LockBackend, LockKey, Renewal, Renewed, Try};
+use super::{
+    AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::kind::{self, write::fence_ttl, Tokens};
@@ -683,6 +685,135 @@ impl LockBackend for RedlockBackend {
                 }
             })
             .collect())
+    }
+
+    /// As [`acquire`](Self::acquire) for every key at once: each master runs the multi-key
+    /// script, and counts towards the quorum when it granted every key. Each key's token is
+    /// the largest its quorum handed out, raised on a majority as a write grant's is.
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let Some(first_key) = attempt.keys.first() else {
+            return Ok(MultiReply::Acquired(Vec::new()));
+        };
+        let timeout = self.timeout_for(attempt.lease);
+        self.warm_up().await;
+        if let Some(refusal) = self.masters.iter().find_map(|master| master.refusal()) {
+            return Err(LockError::Config(format!(
+                "a Redlock master is not a master: {refusal}"
+            )));
+        }
+        let started = Instant::now();
+        let answers = self
+            .on_all(timeout, |master| master.acquire_all(attempt))
+            .await;
+        let mut answered = 0;
+        let mut granted: Vec<&Vec<Option<FencingToken>>> = Vec::new();
+        let mut held: Option<(Option<Duration>, usize)> = None;
+        for answer in &answers {
+            match answer {
+                Answer::Said(MultiReply::Acquired(tokens)) => {
+                    answered += 1;
+                    granted.push(tokens);
+                }
+                Answer::Said(MultiReply::Held(remaining, at)) => {
+                    answered += 1;
+                    held = Some(match held {
+                        None => (*remaining, *at),
+                        Some((known, first)) => (known.min(*remaining).or(known), first),
+                    });
+                }
+                Answer::Failed(_) => {}
+            }
+        }
+        let valid_until = started + attempt.lease - drift(attempt.lease);
+        if granted.len() >= self.quorum() && Instant::now() < valid_until {
+            let tokens: Vec<Option<FencingToken>> = (0..attempt.keys.len())
+                .map(|i| {
+                    granted
+                        .iter()
+                        .filter_map(|tokens| tokens.get(i).copied().flatten())
+                        .max()
+                })
+                .collect();
+            let raises = attempt
+                .keys
+                .iter()
+                .zip(&tokens)
+                .enumerate()
+                .map(|(i, (key, token))| {
+                    // The masters whose grant of key `i` carried the token the quorum settled on.
+                    let at_token: Vec<bool> = answers
+                        .iter()
+                        .map(|answer| match (answer, token) {
+                            (Answer::Said(MultiReply::Acquired(theirs)), Some(token)) => {
+                                theirs.get(i) == Some(&Some(*token))
+                            }
+                            _ => false,
+                        })
+                        .collect();
+                    async move {
+                        match token {
+                            Some(token) => {
+                                self.raise_fence(key, *token, attempt.lease, timeout, &at_token)
+                                    .await
+                                    >= self.quorum()
+                            }
+                            None => true,
+                        }
+                    }
+                });
+            let raised = join_all(raises).await.into_iter().all(|raised| raised);
+            if raised && Instant::now() < valid_until {
+                return Ok(MultiReply::Acquired(tokens));
+            }
+        }
+        let granted = granted.len();
+        if granted > 0 || answered < self.masters.len() {
+            let keys: Vec<&LockKey> = attempt.keys.iter().collect();
+            self.on_all(timeout, |master| master.release_all(&keys, attempt.owner))
+                .await;
+        }
+        if answered < self.quorum() {
+            return Err(self.quorum_unavailable(first_key, answered, granted));
+        }
+        let (remaining, at) = held.unwrap_or((None, 0));
+        Ok(MultiReply::Held(remaining, at))
+    }
+
+    async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let Some(first_key) = keys.first() else {
+            return Ok(true);
+        };
+        self.reconnect_missing();
+        let answers = self
+            .on_all(self.node_timeout, |master| master.release_all(keys, owner))
+            .await;
+        let mut answered = 0;
+        let mut released = 0;
+        let mut error = None;
+        for answer in answers {
+            match answer {
+                Answer::Said(all_ours) => {
+                    answered += 1;
+                    released += usize::from(all_ours);
+                }
+                Answer::Failed(err) => error = Some(err),
+            }
+        }
+        // Waiters listen on one master, perhaps one that did not hold the grant: announce the
+        // release on every master (in the background, off the caller's path).
+        for master in &self.masters {
+            for key in keys {
+                let (master, channel) = (master.clone(), key.channel.clone());
+                self.io
+                    .spawn(async move { master.announce(&channel).await });
+            }
+        }
+        if answered < self.quorum() {
+            return Err(
+                error.unwrap_or_else(|| self.quorum_unavailable(first_key, answered, released))
+            );
+        }
+        Ok(released >= self.quorum())
     }
 }
 

@@ -2,10 +2,12 @@
 //! (run by every Redis store: single node, Sentinel, Cluster, and each Redlock master), how their
 //! replies read, and its in-process twin (run by the in-process store on a [`TwinEntry`]).
 //! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
-//! and [`read`]; and [`semaphore`] (one of N permits). Neighbours: the stores in `backend/`
-//! run what this module describes; the acquire loop (`client.rs`), the watchdog and the guard
-//! pass a [`Kind`] along and never look inside it (Redlock asks it for its quorum).
+//! and [`read`]; [`semaphore`] (one of N permits); [`multi`] takes the write side of several
+//! keys at once. Neighbours: the stores in `backend/` run what this module describes; the
+//! acquire loop (`client.rs`), the watchdog and the guard pass a [`Kind`] along and never look
+//! inside it (Redlock asks it for its quorum).
 
+pub(crate) mod multi;
 pub(crate) mod operator;
 pub(crate) mod read;
 pub(crate) mod semaphore;

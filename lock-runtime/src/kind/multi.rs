@@ -1,0 +1,160 @@
+//! Multi-key locks ([`lock_all`](crate::lock_all)): the write lock of several keys taken all
+//! together or not at all, under one owner token, each key with a fencing token of its own.
+//! Every key stays an ordinary write lock key (`write.rs`), so renewals (`extend_many.lua`),
+//! `inspect`, `force_unlock` and `list` work on it as on any other; only taking and giving
+//! back differ: `scripts/multi/{acquire,release}.lua` look at every key of one node (or one
+//! Cluster slot) before writing any, and the in-process twin does the same in one critical
+//! section. Neighbours: the stores (`backend/`) run these calls — Cluster one per slot, in a
+//! fixed order, undoing a partial grant; Redlock on every master — and `crate::multi` runs the
+//! acquire loop.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::{Script, ScriptInvocation};
+
+use super::{millis, write::fence_ttl, Tokens, TwinEntry};
+use crate::backend::{Announce, LockKey};
+use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::FencingToken;
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/multi/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/multi/release.lua")));
+
+/// One try to take every key of a multi-key lock, as the acquire loop sends it to a store.
+/// The fields mean what [`Try`](super::Try)'s do, for every key at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MultiTry<'a> {
+    /// The keys, deduplicated, in the fixed order they are taken in.
+    pub(crate) keys: &'a [LockKey],
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
+    pub(crate) writer_waiting: Duration,
+    pub(crate) refused_before: bool,
+    pub(crate) fencing: bool,
+}
+
+impl<'a> MultiTry<'a> {
+    /// The same try for a part of its keys (one Cluster slot's).
+    pub(crate) fn part(&self, keys: &'a [LockKey]) -> Self {
+        Self { keys, ..*self }
+    }
+}
+
+/// What one try of a multi-key lock found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MultiReply {
+    /// Every key granted, with a token per key in the try's order (`None` without fencing).
+    Acquired(Vec<Option<FencingToken>>),
+    /// Nothing taken: a key was held. The longest any held key is kept (`None`: unknown), and
+    /// the position of a held key, whose release the caller may wait for.
+    Held(Option<Duration>, usize),
+}
+
+/// The script call of one try, for keys that share a node (or a Cluster slot).
+pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
+    let mut call = ACQUIRE.prepare_invoke();
+    for key in attempt.keys {
+        call.key(&key.lock).key(&key.writer_waiting);
+        if tokens == Tokens::Counter {
+            call.key(&key.fence);
+        }
+    }
+    call.arg(attempt.owner).arg(millis(attempt.lease));
+    match (attempt.fencing, tokens) {
+        (false, _) => call.arg("0"),
+        (true, Tokens::Clock) => call.arg("clock"),
+        (true, Tokens::Counter) => call.arg(millis(fence_ttl(attempt.lease))),
+    };
+    call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
+        .arg(if attempt.refused_before { "1" } else { "0" })
+        .arg(if tokens == Tokens::Counter { 3 } else { 2 });
+    call
+}
+
+/// Reads the acquire script's reply: `{1, token…}` or `{0, ms, position}`.
+pub(crate) fn read_acquire_reply(
+    attempt: &MultiTry<'_>,
+    reply: &[i64],
+) -> Result<MultiReply, LockError> {
+    let unexpected = || {
+        LockError::from(BackendError::new(
+            "acquire",
+            BackendErrorKind::Server,
+            format!("unexpected reply to a multi-key acquire: {reply:?}"),
+        ))
+    };
+    match reply {
+        [1, tokens @ ..] if tokens.len() == attempt.keys.len() => {
+            if !attempt.fencing {
+                return Ok(MultiReply::Acquired(vec![None; tokens.len()]));
+            }
+            tokens
+                .iter()
+                .map(|&token| u64::try_from(token).map(|t| Some(FencingToken(t))))
+                .collect::<Result<_, _>>()
+                .map(MultiReply::Acquired)
+                .map_err(|_| unexpected())
+        }
+        [0, ms, position] => {
+            let remaining = u64::try_from(*ms).ok().map(Duration::from_millis);
+            // -2: every held key vanished meanwhile; try again at once.
+            let remaining = if *ms == -2 {
+                Some(Duration::ZERO)
+            } else {
+                remaining
+            };
+            let position = usize::try_from(*position)
+                .ok()
+                .and_then(|p| p.checked_sub(1))
+                .filter(|&p| p < attempt.keys.len())
+                .ok_or_else(unexpected)?;
+            Ok(MultiReply::Held(remaining, position))
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// The script call that gives `owner`'s grant of every key in `keys` back (keys that share a
+/// node or a Cluster slot).
+pub(crate) fn release_call<'k>(
+    keys: impl IntoIterator<Item = &'k LockKey>,
+    owner: &str,
+    announce: Announce,
+) -> ScriptInvocation<'static> {
+    let mut call = RELEASE.prepare_invoke();
+    for key in keys {
+        call.key(&key.lock).key(&key.channel);
+    }
+    call.arg(owner).arg(announce.command());
+    call
+}
+
+/// The in-process twin's first half, on one key's entry: `None` when the key is free or
+/// `owner`'s, else how long its holders keep it (and the writer-waiting mark is set, as the
+/// script sets it).
+pub(crate) fn blocked_twin(
+    entry: &mut TwinEntry,
+    attempt: &MultiTry<'_>,
+    now: Instant,
+) -> Option<Duration> {
+    entry.purge(now);
+    let until = match &entry.writer {
+        Some((owner, until)) if owner != attempt.owner => Some(*until),
+        _ => entry.readers.values().max().copied(),
+    }?;
+    if !attempt.writer_waiting.is_zero() {
+        entry.writer_waiting = Some(now + attempt.writer_waiting);
+    }
+    Some(until - now)
+}
+
+/// The in-process twin's second half, once no key is blocked: takes one key's write lock.
+pub(crate) fn grant_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Instant) {
+    entry.writer = Some((attempt.owner.to_owned(), now + attempt.lease));
+    if attempt.refused_before {
+        entry.writer_waiting = None;
+    }
+}
