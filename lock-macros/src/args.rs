@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `mode`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `client`, `crate`";
+    "`key`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `client`, `crate`";
 
 /// A duration argument as written.
 pub(crate) enum DurationArg {
@@ -19,11 +19,21 @@ pub(crate) enum DurationArg {
     Expr(Expr),
 }
 
+/// `permits = …` as written.
+pub(crate) enum PermitsArg {
+    /// `permits = 5`: checked at compile time.
+    Literal(syn::LitInt),
+    /// `permits = self.limit`, `permits = LIMIT`: a `u32`, checked at run time.
+    Expr(Expr),
+}
+
 /// The arguments as written; rules across them are checked in `validate`.
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
     pub(crate) mode: Option<LitStr>,
+    /// `permits = N`: a semaphore of N permits on the key.
+    pub(crate) permits: Option<PermitsArg>,
     pub(crate) lease: Option<DurationArg>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) max_hold: Option<DurationArg>,
@@ -86,6 +96,7 @@ impl Args {
         let result = match name.to_string().as_str() {
             "key" => string(name, value).and_then(|v| set_once(&mut self.key, name, v)),
             "mode" => string(name, value).and_then(|v| set_once(&mut self.mode, name, v)),
+            "permits" => permits(name, value).and_then(|v| set_once(&mut self.permits, name, v)),
             "lease" => duration(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
             "wait" => duration(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
             "max_hold" => duration(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
@@ -166,6 +177,21 @@ fn client(name: &Ident, value: Expr) -> syn::Result<Expr> {
             format!("`{name}` takes an expression that evaluates to a `&distlock::Client`, e.g. `client = self.locks` or `client = &LOCKS`, not a literal"),
         )),
         expr => Ok(expr),
+    }
+}
+
+/// An integer literal is the count; another literal is a mistake; anything else is an
+/// expression the compiler types as a `u32`.
+fn permits(name: &Ident, value: Expr) -> syn::Result<PermitsArg> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => Ok(PermitsArg::Literal(lit)),
+        Expr::Lit(other) => Err(syn::Error::new_spanned(
+            other,
+            format!("`{name}` takes a number of permits like `permits = 5`, or a `u32` expression"),
+        )),
+        expr => Ok(PermitsArg::Expr(expr)),
     }
 }
 

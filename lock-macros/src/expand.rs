@@ -11,7 +11,7 @@ use syn::{AttrStyle, Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
 
 use crate::args::Args;
 use crate::key;
-use crate::validate::{self, Checked, Duration, Mode};
+use crate::validate::{self, Checked, Duration, Mode, Permits};
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut function: ItemFn = match syn::parse2(item.clone()) {
@@ -199,9 +199,32 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     } else {
         quote!(#krate::__private::OnLost::Continue)
     };
-    let mode = match checked.mode {
-        Mode::Write => quote!(#krate::__private::LockMode::Write),
-        Mode::Read => quote!(#krate::__private::LockMode::Read),
+    let mode = match (&checked.permits, checked.mode) {
+        (Some(_), _) => quote!(#krate::__private::LockMode::Semaphore),
+        (None, Mode::Write) => quote!(#krate::__private::LockMode::Write),
+        (None, Mode::Read) => quote!(#krate::__private::LockMode::Read),
+    };
+    let (permits, permits_expr) = match &checked.permits {
+        None => (
+            quote!(::core::option::Option::None),
+            quote!(::core::option::Option::None),
+        ),
+        Some(Permits::Count(n)) => (
+            quote!(::core::option::Option::Some(#n)),
+            quote!(::core::option::Option::None),
+        ),
+        Some(Permits::Expr(expr)) => {
+            let local = binding("permits");
+            let written = source_text(expr.to_token_stream());
+            let value = with_receiver(expr.to_token_stream(), receiver);
+            durations.extend(quote! {
+                let #local: u32 = #value;
+            });
+            (
+                quote!(::core::option::Option::Some(#local)),
+                quote!(::core::option::Option::Some(#written)),
+            )
+        }
     };
     let spec = binding("spec");
     quote! {
@@ -218,6 +241,8 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             fencing: #fencing,
             lease_expr: #lease_expr,
             max_hold_expr: #max_hold_expr,
+            permits: #permits,
+            permits_expr: #permits_expr,
         };
     }
 }

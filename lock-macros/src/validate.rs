@@ -6,7 +6,7 @@
 use syn::ext::IdentExt;
 use syn::{LitStr, ReturnType, Signature};
 
-use crate::args::{attribute_span, Args, DurationArg};
+use crate::args::{attribute_span, Args, DurationArg, PermitsArg};
 use crate::duration;
 use crate::key::{self, Template};
 
@@ -20,6 +20,9 @@ pub(crate) struct Checked {
     /// The parameter each placeholder's root names, in order.
     pub(crate) key_roots: Vec<syn::Ident>,
     pub(crate) mode: Mode,
+    /// `permits = …`: the fn takes one of a semaphore's permits (`mode` is then `Write`,
+    /// unused).
+    pub(crate) permits: Option<Permits>,
     pub(crate) lease: Option<Duration>,
     pub(crate) wait: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
@@ -30,6 +33,14 @@ pub(crate) struct Checked {
     pub(crate) fencing: Option<bool>,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
+}
+
+/// `permits`, checked as far as the macro can.
+pub(crate) enum Permits {
+    /// A literal: at least 1, at most `u32::MAX`.
+    Count(u32),
+    /// An expression: the compiler checks its type, the runtime its value.
+    Expr(syn::Expr),
 }
 
 /// A duration argument, checked as far as the macro can.
@@ -177,6 +188,35 @@ pub(crate) fn check(
         Some(lit) => errors.check(mode(lit)).unwrap_or(Mode::Write),
     };
 
+    let permits = match args.permits {
+        None => None,
+        Some(PermitsArg::Literal(lit)) => match lit.base10_parse::<u32>() {
+            Ok(0) => {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    "a semaphore of zero permits could never be taken; give at least `permits = 1`",
+                ));
+                None
+            }
+            Ok(n) => Some(Permits::Count(n)),
+            Err(_) => {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!("`permits` takes a whole number from 1 to {}", u32::MAX),
+                ));
+                None
+            }
+        },
+        Some(PermitsArg::Expr(expr)) => Some(Permits::Expr(expr)),
+    };
+    if let (Some(_), Some(lit)) = (&permits, &args.mode) {
+        errors.push(syn::Error::new(
+            lit.span(),
+            "`mode` does not apply to a semaphore: with `permits = N` the fn takes one of N \
+             permits; remove `mode`, or `permits` for a read/write lock",
+        ));
+    }
+
     let abort_on_lost = match &args.on_lost {
         None => true,
         Some(lit) => {
@@ -212,6 +252,7 @@ pub(crate) fn check(
             template,
             key_roots,
             mode,
+            permits,
             lease: checked_duration(args.lease, lease_ms),
             wait: checked_duration(args.wait, wait_ms),
             max_hold: checked_duration(args.max_hold, max_hold_ms),

@@ -168,6 +168,10 @@ pub struct LockSpec {
     pub lease_expr: Option<&'static str>,
     /// `max_hold = <expr>` as written, for errors; `None` for a literal.
     pub max_hold_expr: Option<&'static str>,
+    /// `permits = N`: the semaphore's count (`mode` is then `Semaphore`).
+    pub permits: Option<u32>,
+    /// `permits = <expr>` as written, for errors; `None` for a literal (checked at compile time).
+    pub permits_expr: Option<&'static str>,
 }
 
 impl LockSpec {
@@ -179,6 +183,11 @@ impl LockSpec {
                 "`#[distributed_lock]` on lock `{key}`: {what}"
             )))
         };
+        if let (Some(written), Some(0)) = (self.permits_expr, self.permits) {
+            return invalid(format!(
+                "`permits = {written}` is 0: a semaphore of zero permits could never be taken"
+            ));
+        }
         if let (Some(written), Some(lease)) = (self.lease_expr, self.lease) {
             if let Some(why) = lease_out_of_bounds(lease) {
                 return invalid(format!("`lease = {written}` is {why}"));
@@ -319,7 +328,21 @@ where
                 key: key.clone(),
             }))
         }
-        // Read in read, write in write, and read in write (downgrade) join the grant.
+        // A permit is not a lock, nor a lock a permit: neither can join the other, and
+        // waiting for the other would wait on this task itself.
+        Some(outer)
+            if (outer.info.mode == LockMode::Semaphore) != (spec.mode == LockMode::Semaphore) =>
+        {
+            Err(NotTaken::Failed(LockError::Config(format!(
+                "`#[distributed_lock]` on `{key}`: this task already holds `{key}` as a {}, and \
+                 a nested call takes it as a {}; a key is a semaphore or a lock, not both: use \
+                 distinct keys",
+                kind_name(outer.info.mode),
+                kind_name(spec.mode)
+            ))))
+        }
+        // Read in read, write in write, read in write (downgrade), and a permit in a permit of
+        // the same semaphore (one permit for both) join the grant.
         Some(outer) => join(outer).await,
         None => acquire(client, &key, spec).await,
     };
@@ -355,6 +378,14 @@ where
     }
 }
 
+/// How a nested call's error names what a task holds.
+fn kind_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Semaphore => "semaphore permit",
+        LockMode::Write | LockMode::Read => "lock",
+    }
+}
+
 /// Why a call could not start its body.
 enum NotTaken {
     /// The grant it would join ended first.
@@ -380,11 +411,9 @@ async fn acquire(client: Client, key: &str, spec: LockSpec) -> Result<(Held, Gra
         LockMode::Read => client.read_lock(key.to_owned()),
         // The attribute names a semaphore's count with `permits = N`, which this spec does not
         // carry yet.
-        LockMode::Semaphore => {
-            return Err(NotTaken::Failed(LockError::Config(format!(
-                "`#[distributed_lock]` on lock `{key}`: a semaphore needs its number of                  permits; take it with `distlock::semaphore(key, permits)`"
-            ))))
-        }
+        // `permits = 0` written as an expression was refused by `LockSpec::check`; the
+        // request refuses a count it does not have.
+        LockMode::Semaphore => client.semaphore(key.to_owned(), spec.permits.unwrap_or(0)),
     };
     let mut request = request.watchdog(spec.watchdog);
     if let Some(fencing) = spec.fencing {
