@@ -42,6 +42,16 @@
 //! - W5 (read/write locks, distlock only — the other libraries have none): 64 tasks sharing
 //!   one client, 300 cycles each, 90 % reads and 10 % writes on 16 keys chosen at random, each
 //!   held for a yield: cycles/s, and acquire latency p50/p99 of reads and of writes.
+//! - W6 (semaphores, issue 12, distlock only, every deployment): a semaphore of 8 permits on
+//!   one key, 32 tasks sharing one client, 100 cycles each, each permit held for 1 ms:
+//!   grants/s, acquire latency p50/p99, the most holders seen inside at once (never above 8),
+//!   server commands per grant; and `W6-solo`: one task, 2,000 acquire+release cycles of a
+//!   semaphore on fresh keys, the same figures as W1.
+//! - W7 (multi-key locks, issue 12, distlock only, every deployment): `W7-solo`, one task,
+//!   2,000 `lock_all` of two fresh keys (on Cluster, in two slots), the same figures as W1;
+//!   and W7, transfers: 64 tasks sharing one client, 100 cycles each, `lock_all` of two of 32
+//!   accounts chosen at random (either order), held for a yield: cycles/s, acquire latency
+//!   p50/p99, and overlaps seen (an account held twice at once: must be 0).
 //!
 //! Costs, read before and after each (library, workload) measurement (on W4, around the hold):
 //! - `client_cpu_us_per_cycle` (W1, W2): this process's CPU time, user + system, all threads
@@ -837,6 +847,164 @@ async fn w5(client: &distlock::Client) -> Row {
     ])
 }
 
+/// W6: a semaphore of 8 permits on one key, 32 tasks sharing `client`, 100 cycles each.
+async fn w6(client: &distlock::Client, deployed: &Deployed) -> Row {
+    const TASKS: usize = 32;
+    const CYCLES: usize = 100;
+    const PERMITS: u32 = 8;
+    let key = format!("w6:{}", fastrand::u64(..));
+    let inside = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let window = Window::open(deployed);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let (client, key) = (client.clone(), key.clone());
+            let (inside, most) = (inside.clone(), most.clone());
+            tokio::spawn(async move {
+                let mut samples = Vec::with_capacity(CYCLES);
+                for _ in 0..CYCLES {
+                    let t = Instant::now();
+                    let guard = client
+                        .semaphore(key.clone(), PERMITS)
+                        .lease(LEASE)
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("w6 acquire");
+                    samples.push(t.elapsed());
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.expect("w6 release");
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for task in tasks {
+        samples.extend(task.await.expect("w6 task"));
+    }
+    let cost = window.close(deployed);
+    let grants = (TASKS * CYCLES) as f64;
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= u64::from(PERMITS),
+        "{most} holders of {PERMITS} permits"
+    );
+    Row::from([
+        ("grants_per_s", grants / cost.elapsed.as_secs_f64()),
+        ("acquire_p50_ms", pct(&mut samples, 0.5)),
+        ("acquire_p99_ms", pct(&mut samples, 0.99)),
+        ("most_inside", most as f64),
+        (
+            "client_cpu_us_per_grant",
+            cost.client_cpu.as_secs_f64() * 1e6 / grants,
+        ),
+        ("server_cpu_us_per_grant", cost.server_cpu_us() / grants),
+        (
+            "server_commands_per_grant",
+            cost.servers.commands() as f64 / grants,
+        ),
+    ])
+}
+
+/// W1's measurement of one task's acquire+release cycles, for a request made by `request`
+/// from the cycle's number (W6-solo: a semaphore; W7-solo: two keys).
+async fn solo(deployed: &Deployed, request: impl Fn(usize) -> distlock::LockRequest) -> Row {
+    const CYCLES: usize = 2000;
+    let mut samples = Vec::with_capacity(CYCLES);
+    let window = Window::open(deployed);
+    for i in 0..CYCLES {
+        let t = Instant::now();
+        let guard = request(i)
+            .lease(LEASE)
+            .acquire()
+            .await
+            .expect("solo acquire");
+        guard.release().await.expect("solo release");
+        samples.push(t.elapsed());
+    }
+    let cost = window.close(deployed);
+    let mut row = Row::from([
+        ("p50_ms", pct(&mut samples, 0.5)),
+        ("p99_ms", pct(&mut samples, 0.99)),
+    ]);
+    row.extend(cost.per_cycle(CYCLES as f64));
+    row
+}
+
+/// Two keys of one request in different Cluster slots (the names differ in their hash tags
+/// anyway; on Cluster, retried until the slots differ).
+fn two_keys(prefix: &str) -> [String; 2] {
+    loop {
+        let run = fastrand::u64(..);
+        let keys = [format!("{prefix}:{run}:a"), format!("{prefix}:{run}:b")];
+        let slot = |k: &str| redis::cluster_routing::Slot::for_key(format!("{{{k}}}"));
+        if slot(&keys[0]) != slot(&keys[1]) {
+            return keys;
+        }
+    }
+}
+
+/// W7: transfers between 32 accounts, 64 tasks sharing `client`, 100 cycles each.
+async fn w7(client: &distlock::Client, deployed: &Deployed) -> Row {
+    const TASKS: usize = 64;
+    const CYCLES: usize = 100;
+    const ACCOUNTS: usize = 32;
+    let run = fastrand::u64(..);
+    let held: Arc<Vec<AtomicU64>> = Arc::new((0..ACCOUNTS).map(|_| AtomicU64::new(0)).collect());
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let window = Window::open(deployed);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let client = client.clone();
+            let (held, overlaps) = (held.clone(), overlaps.clone());
+            tokio::spawn(async move {
+                let mut samples = Vec::with_capacity(CYCLES);
+                for _ in 0..CYCLES {
+                    let from = fastrand::usize(..ACCOUNTS);
+                    let to = (from + 1 + fastrand::usize(..ACCOUNTS - 1)) % ACCOUNTS;
+                    let t = Instant::now();
+                    let guard = client
+                        .lock_all([format!("w7:{run}:{from}"), format!("w7:{run}:{to}")])
+                        .lease(LEASE)
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("w7 acquire");
+                    samples.push(t.elapsed());
+                    for account in [from, to] {
+                        if held[account].fetch_add(1, Ordering::SeqCst) != 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    tokio::task::yield_now().await;
+                    for account in [from, to] {
+                        held[account].fetch_sub(1, Ordering::SeqCst);
+                    }
+                    guard.release().await.expect("w7 release");
+                }
+                samples
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    for task in tasks {
+        samples.extend(task.await.expect("w7 task"));
+    }
+    let cost = window.close(deployed);
+    let cycles = (TASKS * CYCLES) as f64;
+    let mut row = Row::from([
+        ("acquire_p50_ms", pct(&mut samples, 0.5)),
+        ("acquire_p99_ms", pct(&mut samples, 0.99)),
+        ("overlaps", overlaps.load(Ordering::SeqCst) as f64),
+    ]);
+    row.extend(cost.per_cycle(cycles));
+    row
+}
+
 /// The libraries of a deployment: the raw floor and distlock everywhere, rslock (with its
 /// default retry delay and with 5 ms) where it runs, on one server or on Redlock's masters.
 async fn libraries(deployed: &Deployed) -> Vec<Lib> {
@@ -897,7 +1065,9 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
         // Alternate the order between rounds so no library always goes first.
         let mut order: Vec<&Lib> = libs.iter().collect();
         order.rotate_left(round % libs.len());
-        for workload in ["W1", "W2", "W3", "W4", "W5"] {
+        for workload in [
+            "W1", "W2", "W3", "W4", "W5", "W6-solo", "W6", "W7-solo", "W7",
+        ] {
             if !selected("BENCH_WORKLOADS", workload, true) {
                 continue;
             }
@@ -918,6 +1088,21 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
                         Lib::Distlock(client, _, true) if deployment == Deployment::Single => {
                             w5(client).await
                         }
+                        _ => continue,
+                    },
+                    // W6 and W7: the default (fenced) client only, every deployment.
+                    "W6-solo" | "W6" | "W7-solo" | "W7" => match lib {
+                        Lib::Distlock(client, _, true) => match workload {
+                            "W6-solo" => {
+                                solo(deployed, |i| {
+                                    client.semaphore(format!("w6s:{i}:{}", fastrand::u64(..)), 8)
+                                })
+                                .await
+                            }
+                            "W6" => w6(client, deployed).await,
+                            "W7-solo" => solo(deployed, |_| client.lock_all(two_keys("w7s"))).await,
+                            _ => w7(client, deployed).await,
+                        },
                         _ => continue,
                     },
                     _ => continue,
