@@ -58,6 +58,8 @@
 /// | `lease` | lease per grant: `"250ms"`, `"15s"`, `"2m"`, `"1h"`, `"1m30s"`, or a `Duration` expression | config (30 s) |
 /// | `wait` | how long to wait while the lock is held; `"0s"` tries once; or a `Duration` expression | config (10 s) |
 /// | `max_hold` | stop renewing after this long; with `on_lost = "abort"` return `LockError::HeldTooLong`; or a `Duration` expression | none |
+/// | `keys` | the locks of several keys at once, all or nothing (see [`lock_all`]): `keys = ["acct:{from}", "acct:{to}"]`, each a template like `key`; instead of `key`; exclusive only | — |
+/// | `permits` | a semaphore of N permits on `key` (see [`semaphore`]): a number, or a `u32` expression checked when called; not with `mode` | — |
 /// | `watchdog` | renew the lease while the body runs | `true` |
 /// | `on_lost` | `"abort"`: cancel the body, return `LockError::LeaseLost`; `"continue"`: let it finish | `"abort"` |
 /// | `fencing` | `false`: no fencing token, a bare `SET NX PX` | config (`true`) |
@@ -83,6 +85,24 @@
 ///     Ok(())
 /// }
 /// ```
+///
+/// A semaphore, and several keys at once:
+///
+/// ```no_run
+/// #[distlock::distributed_lock(key = "partner-api", permits = 5)]
+/// async fn call_partner(order: u64) -> anyhow::Result<()> {
+///     Ok(()) // at most 5 at once, in every process
+/// }
+///
+/// #[distlock::distributed_lock(keys = ["acct:{from}", "acct:{to}"])]
+/// async fn transfer(from: u64, to: u64) -> anyhow::Result<()> {
+///     Ok(()) // both accounts, taken together: opposite transfers cannot deadlock
+/// }
+/// ```
+///
+/// A nested call on a semaphore the task holds joins its permit; a nested single-key call on
+/// a key of a `keys` grant joins that key's grant; a `keys` call inside a grant of one of its
+/// keys, or a lock inside a permit of the same key, fails at once with `LockError::Config`.
 ///
 /// Through a client of one's own, with a lease from a const (no [`init`] needed):
 ///

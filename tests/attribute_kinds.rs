@@ -105,3 +105,76 @@ async fn a_nested_lock_on_a_key_held_as_a_permit_is_refused_at_once() {
         "{err:?}"
     );
 }
+
+// ---- `keys = [..]` --------------------------------------------------------------------------
+
+struct Bank {
+    locks: Client,
+    inside: [AtomicUsize; 2],
+    overlaps: AtomicUsize,
+}
+
+impl Bank {
+    #[distributed_lock(keys = ["acct:{from}", "acct:{to}"], client = self.locks, wait = "20s")]
+    async fn transfer(&self, from: usize, to: usize) -> Result<(), LockError> {
+        for account in [from, to] {
+            if self.inside[account].fetch_add(1, Ordering::SeqCst) != 0 {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        // A nested single-key call on a key of the grant joins it.
+        self.audit(from).await?;
+        tokio::task::yield_now().await;
+        for account in [from, to] {
+            self.inside[account].fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    #[distributed_lock(key = "acct:{account}", client = self.locks, wait = "0s")]
+    async fn audit(&self, account: usize) -> Result<(), LockError> {
+        let info = distlock::current().expect("inside the grant");
+        assert_eq!(info.key(), format!("acct:{account}"));
+        Ok(())
+    }
+
+    #[distributed_lock(key = "acct:{from}", client = self.locks)]
+    async fn transfer_inside_a_lock(&self, from: usize, to: usize) -> Result<(), LockError> {
+        self.transfer(from, to).await
+    }
+}
+
+/// Two tasks transfer in opposite directions 200 times each through the attribute: no
+/// deadlock (each call takes both keys or none), no account held twice, and a nested call on
+/// one of the keys joins the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fn_with_keys_takes_them_all_at_once_in_either_order() {
+    let bank = Arc::new(Bank {
+        locks: Client::new(Config::in_memory()).expect("client"),
+        inside: [AtomicUsize::new(0), AtomicUsize::new(0)],
+        overlaps: AtomicUsize::new(0),
+    });
+    let tasks: Vec<_> = [(0, 1), (1, 0)]
+        .into_iter()
+        .map(|(from, to)| {
+            let bank = bank.clone();
+            tokio::spawn(async move {
+                for _ in 0..200 {
+                    bank.transfer(from, to).await.expect("both accounts");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(bank.overlaps.load(Ordering::SeqCst), 0);
+    let err = bank
+        .transfer_inside_a_lock(0, 1)
+        .await
+        .expect_err("a multi-key call inside a lock on one of its keys");
+    assert!(
+        matches!(&err, LockError::Config(msg) if msg.contains("already holds `acct:0`")),
+        "{err:?}"
+    );
+}

@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `client`, `crate`";
+    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `client`, `crate`";
 
 /// A duration argument as written.
 pub(crate) enum DurationArg {
@@ -32,6 +32,9 @@ pub(crate) enum PermitsArg {
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
     pub(crate) mode: Option<LitStr>,
+    /// `keys = ["acct:{from}", "acct:{to}"]`: a multi-key lock; the name's span, for errors
+    /// about it.
+    pub(crate) keys: Option<(Span, Vec<LitStr>)>,
     /// `permits = N`: a semaphore of N permits on the key.
     pub(crate) permits: Option<PermitsArg>,
     pub(crate) lease: Option<DurationArg>,
@@ -96,6 +99,10 @@ impl Args {
         let result = match name.to_string().as_str() {
             "key" => string(name, value).and_then(|v| set_once(&mut self.key, name, v)),
             "mode" => string(name, value).and_then(|v| set_once(&mut self.mode, name, v)),
+            "keys" => {
+                self.key_given = true;
+                strings(name, value).and_then(|v| set_once(&mut self.keys, name, (name.span(), v)))
+            }
             "permits" => permits(name, value).and_then(|v| set_once(&mut self.permits, name, v)),
             "lease" => duration(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
             "wait" => duration(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
@@ -180,6 +187,38 @@ fn client(name: &Ident, value: Expr) -> syn::Result<Expr> {
     }
 }
 
+/// `keys = [..]`: a non-empty array of string literals; each element that is not one is an
+/// error at it.
+fn strings(name: &Ident, value: Expr) -> syn::Result<Vec<LitStr>> {
+    let array = match value {
+        Expr::Array(array) => array,
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                format!("`{name}` takes an array of key templates, e.g. `keys = [\"acct:{{from}}\", \"acct:{{to}}\"]`"),
+            ))
+        }
+    };
+    if array.elems.is_empty() {
+        return Err(syn::Error::new_spanned(
+            array,
+            format!("`{name}` needs at least one key template"),
+        ));
+    }
+    let mut templates = Vec::new();
+    let mut errors: Option<syn::Error> = None;
+    for element in array.elems {
+        match string(name, ungroup(element)) {
+            Ok(lit) => templates.push(lit),
+            Err(err) => match &mut errors {
+                Some(all) => all.combine(err),
+                None => errors = Some(err),
+            },
+        }
+    }
+    errors.map_or(Ok(templates), Err)
+}
+
 /// An integer literal is the count; another literal is a mistake; anything else is an
 /// expression the compiler types as a `u32`.
 fn permits(name: &Ident, value: Expr) -> syn::Result<PermitsArg> {
@@ -211,6 +250,7 @@ fn boolean(name: &Ident, value: Expr) -> syn::Result<LitBool> {
 fn example(name: &Ident) -> &'static str {
     match name.to_string().as_str() {
         "key" => "`key = \"order:{order_id}\"`",
+        "keys" => "`keys = [\"acct:{from}\", \"acct:{to}\"]`",
         "mode" => "`mode = \"read\"`",
         "lease" => "`lease = \"15s\"`",
         "wait" => "`wait = \"5s\"`",

@@ -146,13 +146,27 @@ fn with_error(mut item: TokenStream, err: syn::Error) -> TokenStream {
 //     let __distlock_spec = ::distlock::__private::LockSpec { lease: Some(__distlock_lease), … };
 fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     let krate = &checked.krate;
-    let format = &checked.template.format;
-    let arguments = checked
-        .template
-        .placeholders
-        .iter()
-        .zip(&checked.key_roots)
-        .map(|(placeholder, root)| key::argument(placeholder, root, receiver));
+    // Each key: `format!(template, arguments…)`.
+    let formatted = |template: &key::Template, roots: &[syn::Ident]| {
+        let format = &template.format;
+        let arguments = template
+            .placeholders
+            .iter()
+            .zip(roots)
+            .map(|(placeholder, root)| key::argument(placeholder, root, receiver));
+        quote!(#krate::__private::format!(#format #(, #arguments)*))
+    };
+    let first = formatted(&checked.template, &checked.key_roots);
+    let key_value = if checked.multi {
+        // `keys = [..]`: a `Vec<String>` of every key, in the order written.
+        let more = checked
+            .more_keys
+            .iter()
+            .map(|(template, roots)| formatted(template, roots));
+        quote!(#krate::__private::Vec::from([#first #(, #more)*]))
+    } else {
+        first
+    };
     let client = binding("client");
     let client_value = match &checked.client {
         // Spanned at the expression: a value that is no `&Client` is reported there.
@@ -229,7 +243,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     let spec = binding("spec");
     quote! {
         let #client = #client_value;
-        let #key = #krate::__private::format!(#format #(, #arguments)*);
+        let #key = #key_value;
         #durations
         let #spec = #krate::__private::LockSpec {
             mode: #mode,
@@ -256,8 +270,13 @@ fn locked_call(checked: &Checked, body: TokenStream) -> TokenStream {
         binding("spec"),
         binding("into"),
     );
+    let run = if checked.multi {
+        quote!(run_locked_all)
+    } else {
+        quote!(run_locked)
+    };
     quote! {
-        #krate::__private::run_locked(#client, #key, #spec, #into, async move { #body })
+        #krate::__private::#run(#client, #key, #spec, #into, async move { #body })
     }
 }
 

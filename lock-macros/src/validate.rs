@@ -19,6 +19,10 @@ pub(crate) struct Checked {
     pub(crate) template: Template,
     /// The parameter each placeholder's root names, in order.
     pub(crate) key_roots: Vec<syn::Ident>,
+    /// `keys = [..]`: a multi-key lock; `template` is its first key, these the others (each
+    /// with its placeholders' roots).
+    pub(crate) multi: bool,
+    pub(crate) more_keys: Vec<(Template, Vec<syn::Ident>)>,
     pub(crate) mode: Mode,
     /// `permits = …`: the fn takes one of a semaphore's permits (`mode` is then `Write`,
     /// unused).
@@ -126,25 +130,76 @@ pub(crate) fn check(
         ));
     }
 
-    let mut key_roots = Vec::new();
-    let template = match &args.key {
-        None if args.key_given => None,
-        None => {
+    // A template and the parameter each of its placeholders' roots names.
+    let mut scan = |lit: &LitStr| {
+        let template = errors.check(key::scan(lit))?;
+        let mut roots = Vec::new();
+        for placeholder in &template.placeholders {
+            match names.iter().find(|n| n.unraw() == placeholder.root) {
+                Some(root) => roots.push(root.clone()),
+                None => errors.push(unknown_placeholder(lit, &placeholder.root, names)),
+            }
+        }
+        Some((template, roots))
+    };
+    let mut more_keys = Vec::new();
+    let mut repeated = Vec::new();
+    let (template, key_roots) = match (&args.key, &args.keys) {
+        (Some(lit), _) => scan(lit).unzip(),
+        (None, Some((_, lits))) => {
+            let mut scanned = Vec::new();
+            for (i, lit) in lits.iter().enumerate() {
+                if lits[..i]
+                    .iter()
+                    .any(|earlier| earlier.value() == lit.value())
+                {
+                    repeated.push(syn::Error::new(
+                        lit.span(),
+                        "this key template is listed twice in `keys`: give each key once",
+                    ));
+                }
+                scanned.extend(scan(lit));
+            }
+            let first = (!scanned.is_empty()).then(|| scanned.remove(0));
+            more_keys = scanned;
+            first.unzip()
+        }
+        (None, None) if args.key_given => (None, None),
+        (None, None) => {
             errors.push(syn::Error::new(
                 attribute_span(),
                 "missing `key`: add e.g. `key = \"order:{order_id}\"`",
             ));
-            None
+            (None, None)
         }
-        Some(lit) => errors.check(key::scan(lit)).inspect(|template| {
-            for placeholder in &template.placeholders {
-                match names.iter().find(|n| n.unraw() == placeholder.root) {
-                    Some(root) => key_roots.push(root.clone()),
-                    None => errors.push(unknown_placeholder(lit, &placeholder.root, names)),
-                }
-            }
-        }),
     };
+    for err in repeated {
+        errors.push(err);
+    }
+    let key_roots = key_roots.unwrap_or_default();
+    let multi = args.key.is_none() && args.keys.is_some();
+    if let (Some(_), Some((span, _))) = (&args.key, &args.keys) {
+        errors.push(syn::Error::new(
+            *span,
+            "give either `key` (one lock) or `keys` (the locks of several keys at once), not both",
+        ));
+    }
+    if let (Some((span, _)), Some(_)) = (&args.keys, &args.permits) {
+        errors.push(syn::Error::new(
+            *span,
+            "`keys` takes the exclusive locks of several keys; it does not apply to a semaphore \
+             (`permits`): remove one of them",
+        ));
+    }
+    if let (true, Some(lit)) = (args.keys.is_some(), &args.mode) {
+        if lit.value() == "read" {
+            errors.push(syn::Error::new(
+                lit.span(),
+                "`keys` takes exclusive locks; a multi-key read lock is not supported: remove \
+                 `mode = \"read\"`, or take one key",
+            ));
+        }
+    }
 
     let lease_ms = literal(&args.lease).and_then(|lit| errors.check(parse_duration(lit)));
     if let (Some(ms), Some(lit)) = (lease_ms, literal(&args.lease)) {
@@ -251,6 +306,8 @@ pub(crate) fn check(
         (None, Some(template)) => Ok(Checked {
             template,
             key_roots,
+            multi,
+            more_keys,
             mode,
             permits,
             lease: checked_duration(args.lease, lease_ms),

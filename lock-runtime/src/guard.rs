@@ -73,7 +73,7 @@ impl LockGuard {
     }
 
     /// Every lease of the grant: one, or one per key of a multi-key grant.
-    fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
+    pub(crate) fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
         std::iter::once(&self.lease).chain(&self.more)
     }
 

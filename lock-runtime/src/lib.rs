@@ -54,12 +54,13 @@ pub use telemetry::METRICS;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::scope::{
-        client_of, global_client, lock_error_into, run_locked, LockErrorInto, LockResult, LockSpec,
-        OnLost,
+        client_of, global_client, lock_error_into, run_locked, run_locked_all, LockErrorInto,
+        LockResult, LockSpec, OnLost,
     };
     pub use crate::LockMode;
     pub use core::time::Duration;
     pub use std::format;
+    pub use std::vec::Vec;
 }
 
 /// What a grant holds: a side of a key's read/write lock, or a semaphore permit.

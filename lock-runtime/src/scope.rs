@@ -386,6 +386,137 @@ fn kind_name(mode: LockMode) -> &'static str {
     }
 }
 
+/// Runs `body` under the locks of every key of `keys` at once (`keys = [..]`: one
+/// [`lock_all`](crate::lock_all) grant), through `client` as [`run_locked`] does.
+///
+/// Each key's grant goes on the task's stack, so a nested single-key call on one of them joins
+/// it (and [`current`] names the last key). A multi-key call in a task that already holds one
+/// of its keys cannot join (it would wait on itself): it fails at once with
+/// [`LockError::Config`]; take every key in the outer call.
+#[doc(hidden)]
+pub fn run_locked_all<R, F>(
+    client: Option<Client>,
+    keys: Vec<String>,
+    spec: LockSpec,
+    into: fn(LockError) -> R,
+    body: F,
+) -> impl Future<Output = R>
+where
+    F: Future<Output = R>,
+{
+    locked_all(client, keys, spec, into, Box::pin(body))
+}
+
+async fn locked_all<R, F>(
+    client: Option<Client>,
+    keys: Vec<String>,
+    spec: LockSpec,
+    into: fn(LockError) -> R,
+    body: Pin<Box<F>>,
+) -> R
+where
+    F: Future<Output = R>,
+{
+    let label = keys.join(", ");
+    if let Err(err) = spec.check(&label) {
+        return into(err);
+    }
+    let Some(client) = client else {
+        return into(LockError::NotInitialized);
+    };
+    if let Some(held) = keys
+        .iter()
+        .find(|key| held_by_this_task(&client, key).is_some())
+    {
+        return into(LockError::Config(format!(
+            "`#[distributed_lock]` on `{label}`: this task already holds `{held}`, and a \
+             multi-key call cannot join a grant the task holds (it would wait on itself): take \
+             every key in the outer call"
+        )));
+    }
+    let mut request = client.lock_all(keys).watchdog(spec.watchdog);
+    if let Some(fencing) = spec.fencing {
+        request = request.fencing(fencing);
+    }
+    if let Some(lease) = spec.lease {
+        request = request.lease(lease);
+    }
+    if let Some(wait) = spec.wait {
+        request = request.wait(wait);
+    }
+    if let Some(max_hold) = spec.max_hold {
+        request = request.max_hold(max_hold);
+    }
+    let guard = match request.acquire().await {
+        Ok(guard) => guard,
+        Err(err) => return into(err),
+    };
+    let held: Vec<Held> = guard
+        .leases()
+        .map(|lease| {
+            let info = LockInfo {
+                key: lease.key.name.clone(),
+                mode: LockMode::Write,
+                fencing_token: lease.token,
+            };
+            Held::new(info, client.clone(), lease.clone())
+        })
+        .collect();
+    let leases: Vec<Arc<Lease>> = guard.leases().cloned().collect();
+    let span = leases[0].hold.span().clone();
+    let outcome = run_scoped_all(held, spec.on_lost, body)
+        .instrument(span)
+        .await;
+    if outcome.is_some() && !guard.is_held() {
+        tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lease was lost while the body ran (on_lost = \"continue\")");
+    }
+    match guard.release().await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(target: crate::LOG_TARGET, key = %label, "a key was no longer held by this owner when released: its lease expired or it was force-unlocked")
+        }
+        Err(err) => {
+            tracing::warn!(target: crate::LOG_TARGET, key = %label, "release failed; the leases will expire: {err}")
+        }
+    }
+    match outcome {
+        Some(result) => result,
+        None => into(
+            match leases.iter().find_map(|lease| lease.max_hold_passed()) {
+                Some(max_hold) => LockError::HeldTooLong {
+                    key: label,
+                    max_hold,
+                },
+                None => LockError::LeaseLost { key: label },
+            },
+        ),
+    }
+}
+
+/// [`run_scoped`] for a multi-key grant: every key's grant on the stack; cancelled (with
+/// `OnLost::Abort`) when any of them is over.
+async fn run_scoped_all<F: Future>(held: Vec<Held>, on_lost: OnLost, body: F) -> Option<F::Output> {
+    let leases: Vec<Arc<Lease>> = held.iter().map(|h| h.lease.clone()).collect();
+    let mut stack = HELD.try_with(Clone::clone).unwrap_or_default();
+    stack.extend(held);
+    HELD.scope(stack, async {
+        match on_lost {
+            OnLost::Abort => {
+                let over = futures_util::future::select_all(
+                    leases.iter().map(|lease| Box::pin(lease.over())),
+                );
+                tokio::select! {
+                    biased;
+                    _ = over => None,
+                    result = body => Some(result),
+                }
+            }
+            OnLost::Continue => Some(body.await),
+        }
+    })
+    .await
+}
+
 /// Why a call could not start its body.
 enum NotTaken {
     /// The grant it would join ended first.
