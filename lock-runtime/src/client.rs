@@ -803,7 +803,7 @@ impl LockRequest {
             let attempt = Attempt {
                 releaser: &inner.releaser,
                 kind,
-                key: &key,
+                keys: std::slice::from_ref(&key),
                 owner: new_owner(&inner.holder),
                 expires: sent + lease,
                 settled: false,
@@ -929,20 +929,21 @@ pub(crate) fn new_owner(holder: &HolderTag) -> String {
 
 /// A try that may have taken the lock until its reply says otherwise. Dropped unsettled
 /// (an ambiguous error, a grant that came too late, or the acquire future cancelled
-/// mid-request), it deletes the possible grant in the background.
-struct Attempt<'a> {
-    releaser: &'a Arc<Releaser>,
-    kind: Kind,
-    key: &'a LockKey,
-    owner: String,
+/// mid-request), it deletes the possible grant in the background: of its one key, or of every
+/// key of a multi-key try (`multi.rs`).
+pub(crate) struct Attempt<'a> {
+    pub(crate) releaser: &'a Arc<Releaser>,
+    pub(crate) kind: Kind,
+    pub(crate) keys: &'a [LockKey],
+    pub(crate) owner: String,
     /// When a grant made by this try before its clean-up runs expires at the latest.
-    expires: std::time::Instant,
-    settled: bool,
+    pub(crate) expires: std::time::Instant,
+    pub(crate) settled: bool,
 }
 
 impl Attempt<'_> {
     /// The try's outcome is known: nothing to clean up. Returns its owner token.
-    fn settle(mut self) -> String {
+    pub(crate) fn settle(mut self) -> String {
         self.settled = true;
         std::mem::take(&mut self.owner)
     }
@@ -951,9 +952,10 @@ impl Attempt<'_> {
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            let owner = std::mem::take(&mut self.owner);
-            self.releaser
-                .clean_up(self.kind, self.key.clone(), owner, self.expires);
+            for key in self.keys {
+                self.releaser
+                    .clean_up(self.kind, key.clone(), self.owner.clone(), self.expires);
+            }
         }
     }
 }

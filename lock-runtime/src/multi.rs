@@ -15,11 +15,10 @@ use tokio::time::Instant;
 use redis::cluster_routing::Slot;
 
 use crate::backend::{is_ambiguous, Kind, LockBackend, LockKey, MultiReply, MultiTry};
-use crate::client::{new_owner, writer_waiting_mark, Backoff, Client, LockRequest};
+use crate::client::{new_owner, writer_waiting_mark, Attempt, Backoff, Client, LockRequest};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::{drift, Lease};
-use crate::release::Releaser;
 use crate::telemetry::Acquire;
 
 impl LockRequest {
@@ -77,8 +76,9 @@ impl LockRequest {
             let sent = inner.clock.now();
             let writer_waiting =
                 writer_waiting_mark(config.backoff_max, deadline - Instant::now().min(deadline));
-            let attempt = AllAttempt {
+            let attempt = Attempt {
                 releaser: &inner.releaser,
+                kind: Kind::Write,
                 keys: &keys,
                 owner: new_owner(&inner.holder),
                 expires: sent + lease,
@@ -200,34 +200,6 @@ fn ordered_keys(prefix: &str, names: Vec<String>) -> Result<Vec<LockKey>, LockEr
         }
     }
     Ok(slots.into_iter().flat_map(|(_, group)| group).collect())
-}
-
-/// A multi-key try that may have taken the keys until its reply says otherwise; dropped
-/// unsettled, it gives back every key in the background.
-struct AllAttempt<'a> {
-    releaser: &'a Arc<Releaser>,
-    keys: &'a [LockKey],
-    owner: String,
-    expires: std::time::Instant,
-    settled: bool,
-}
-
-impl AllAttempt<'_> {
-    fn settle(mut self) -> String {
-        self.settled = true;
-        std::mem::take(&mut self.owner)
-    }
-}
-
-impl Drop for AllAttempt<'_> {
-    fn drop(&mut self) {
-        if !self.settled {
-            for key in self.keys {
-                self.releaser
-                    .clean_up(Kind::Write, key.clone(), self.owner.clone(), self.expires);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -175,6 +175,25 @@ pub struct LockSpec {
 }
 
 impl LockSpec {
+    /// `request` with the attribute's settings: the watchdog, fencing, lease, wait and
+    /// max_hold it was given (the client's defaults for those it was not).
+    fn settings_of(&self, mut request: crate::LockRequest) -> crate::LockRequest {
+        request = request.watchdog(self.watchdog);
+        if let Some(fencing) = self.fencing {
+            request = request.fencing(fencing);
+        }
+        if let Some(lease) = self.lease {
+            request = request.lease(lease);
+        }
+        if let Some(wait) = self.wait {
+            request = request.wait(wait);
+        }
+        if let Some(max_hold) = self.max_hold {
+            request = request.max_hold(max_hold);
+        }
+        request
+    }
+
     /// What the compiler could not check: a lease or max_hold given as an expression. The error
     /// names the argument as written; a request would only name the lock.
     fn check(&self, key: &str) -> Result<(), LockError> {
@@ -434,20 +453,7 @@ where
              every key in the outer call"
         )));
     }
-    let mut request = client.lock_all(keys).watchdog(spec.watchdog);
-    if let Some(fencing) = spec.fencing {
-        request = request.fencing(fencing);
-    }
-    if let Some(lease) = spec.lease {
-        request = request.lease(lease);
-    }
-    if let Some(wait) = spec.wait {
-        request = request.wait(wait);
-    }
-    if let Some(max_hold) = spec.max_hold {
-        request = request.max_hold(max_hold);
-    }
-    let guard = match request.acquire().await {
+    let guard = match spec.settings_of(client.lock_all(keys)).acquire().await {
         Ok(guard) => guard,
         Err(err) => return into(err),
     };
@@ -546,20 +552,11 @@ async fn acquire(client: Client, key: &str, spec: LockSpec) -> Result<(Held, Gra
         // request refuses a count it does not have.
         LockMode::Semaphore => client.semaphore(key.to_owned(), spec.permits.unwrap_or(0)),
     };
-    let mut request = request.watchdog(spec.watchdog);
-    if let Some(fencing) = spec.fencing {
-        request = request.fencing(fencing);
-    }
-    if let Some(lease) = spec.lease {
-        request = request.lease(lease);
-    }
-    if let Some(wait) = spec.wait {
-        request = request.wait(wait);
-    }
-    if let Some(max_hold) = spec.max_hold {
-        request = request.max_hold(max_hold);
-    }
-    let guard = request.acquire().await.map_err(NotTaken::Failed)?;
+    let guard = spec
+        .settings_of(request)
+        .acquire()
+        .await
+        .map_err(NotTaken::Failed)?;
     let info = LockInfo {
         key: key.to_owned(),
         mode: spec.mode,
