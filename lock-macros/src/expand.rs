@@ -257,6 +257,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             max_hold_expr: #max_hold_expr,
             permits: #permits,
             permits_expr: #permits_expr,
+            fair: false,
         };
     }
 }

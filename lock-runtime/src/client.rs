@@ -632,6 +632,8 @@ pub struct LockRequest {
     pub(crate) fencing: Option<bool>,
     /// A multi-key request ([`lock_all`]): every key, as given (`key` is then unused).
     pub(crate) all_keys: Option<Vec<String>>,
+    /// Queued in request order among fair waiters ([`LockRequest::fair`]).
+    pub(crate) fair: bool,
 }
 
 impl LockRequest {
@@ -646,6 +648,7 @@ impl LockRequest {
             watchdog: true,
             fencing: None,
             all_keys: None,
+            fair: false,
         }
     }
 
@@ -706,6 +709,22 @@ impl LockRequest {
     /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.fencing = Some(fencing);
+        self
+    }
+
+    /// Makes the request fair: it waits in a queue and is granted in request order among
+    /// the key's fair waiters (FIFO), instead of whoever tries first after a release. Only for
+    /// the exclusive (write) lock; a read, semaphore or multi-key request made fair fails
+    /// with [`LockError::Config`]. Defaults to not fair.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let guard = distlock::lock("invoice:7").fair().acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
         self
     }
 

@@ -172,6 +172,8 @@ pub struct LockSpec {
     pub permits: Option<u32>,
     /// `permits = <expr>` as written, for errors; `None` for a literal (checked at compile time).
     pub permits_expr: Option<&'static str>,
+    /// `fair = true`: granted in request order among the key's fair waiters.
+    pub fair: bool,
 }
 
 impl LockSpec {
@@ -190,6 +192,9 @@ impl LockSpec {
         }
         if let Some(max_hold) = self.max_hold {
             request = request.max_hold(max_hold);
+        }
+        if self.fair {
+            request = request.fair();
         }
         request
     }
