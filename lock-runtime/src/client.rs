@@ -21,6 +21,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::inspect::{scan_patterns, ForcedUnlock, Holder, HolderTag, LockState};
 use crate::io::IoRuntime;
+use crate::kind::fair::{self, Seat};
 use crate::kind::Tokens;
 use crate::lease::{drift, Lease};
 use crate::release::Releaser;
@@ -501,6 +502,7 @@ impl Client {
             remaining: view.remaining,
             writer_waiting: view.writer_waiting,
             waiting_processes: view.subscribers,
+            queued: view.queued,
             token_ceiling: FencingToken(view.token_ceiling),
             permits: view.permits.filter(|_| view.mode.is_some()),
             key: key.name,
@@ -712,10 +714,25 @@ impl LockRequest {
         self
     }
 
-    /// Makes the request fair: it waits in a queue and is granted in request order among
-    /// the key's fair waiters (FIFO), instead of whoever tries first after a release. Only for
-    /// the exclusive (write) lock; a read, semaphore or multi-key request made fair fails
-    /// with [`LockError::Config`]. Defaults to not fair.
+    /// Makes the request fair: it waits in the key's queue and is granted in request order
+    /// among the key's fair waiters (FIFO), instead of to whoever tries first after a release.
+    /// Only for the exclusive (write) lock; a read, semaphore or multi-key request made fair
+    /// fails with [`LockError::Config`]. Defaults to not fair.
+    ///
+    /// ## Behavior
+    ///
+    /// - The first try joins the queue; its place is the server's clock when it got there
+    ///   (on Redlock, this client's clock when the request started, the same on every master,
+    ///   so that the masters agree on the order). Only the queue's head is granted the lock.
+    /// - A release wakes the head alone; every waiter also tries again at least every half
+    ///   [`Config::fair_heartbeat`], which keeps its place (the fallback when a wake-up is lost).
+    /// - A waiter that stops trying — crashed, frozen, cut off — is dropped from the queue one
+    ///   and a half heartbeats after its last try, on the server's clock, by the next try of
+    ///   any waiter; so a dead waiter holds the queue up for at most two heartbeats. A waiter
+    ///   whose request times out, fails or is cancelled (its future dropped) leaves the queue at
+    ///   once, in the background.
+    /// - Unfair requests for the same key ([`lock`], [`write_lock`]) do not queue: they take the
+    ///   lock whenever they find it free, and exclude fair holders as any writer does.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), distlock::LockError> {
@@ -738,6 +755,11 @@ impl LockRequest {
     /// for the global client before [`init`].
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let client = self.client.clone().ok_or(LockError::NotInitialized)?;
+        if self.fair {
+            if let Some(err) = self.unfair_kind() {
+                return Err(err);
+            }
+        }
         if self.all_keys.is_some() {
             return self.acquire_all(&client).await;
         }
@@ -758,6 +780,23 @@ impl LockRequest {
             }
         }
         outcome
+    }
+
+    /// The error for a request made [`fair`](Self::fair) whose kind has no queue.
+    fn unfair_kind(&self) -> Option<LockError> {
+        let what = match (&self.all_keys, self.kind) {
+            (Some(_), _) => "multi-key lock (taken in a fixed key order, not queued)",
+            (None, Kind::Read) => "read lock (readers share the lock and need no queue)",
+            (None, Kind::Semaphore(_)) => "semaphore",
+            (None, Kind::Write | Kind::Fair) => return None,
+        };
+        Some(LockError::Config(format!(
+            "lock `{}` was requested fair as a {what}; only the exclusive lock (`lock`, \
+             `write_lock`) queues its waiters: drop `.fair()`",
+            self.all_keys
+                .as_ref()
+                .map_or_else(|| self.key.clone(), |keys| keys.join(", "))
+        )))
     }
 
     /// The request's lease, or the client's default, checked against its bounds and against
@@ -805,9 +844,26 @@ impl LockRequest {
         let waker = inner.backend.waker();
         // Registered on the first wait, kept for the rest of this request.
         let mut interest = None;
-        let kind = self.kind;
+        let kind = if self.fair { Kind::Fair } else { self.kind };
         let fencing = self.fencing.unwrap_or(config.fencing);
         let mut refused_before = false;
+        // A fair request's place in the queue: the waiter id its tries' owner tokens share,
+        // and the guard that takes it out of the queue if the request ends without a grant.
+        let waiter = if self.fair {
+            new_waiter()
+        } else {
+            String::new()
+        };
+        let seat = self.fair.then(|| Seat {
+            heartbeat: config.fair_heartbeat,
+            ticket: unix_micros(),
+        });
+        let mut queued = self.fair.then(|| Queued {
+            releaser: &inner.releaser,
+            key: key.clone(),
+            owner: String::new(),
+            until: std::time::Instant::now() + config.fair_heartbeat * 2,
+        });
         loop {
             // A shutdown also ends a request that is waiting: it takes no grant after it.
             if inner.shut_down.load(Ordering::Relaxed) {
@@ -823,7 +879,11 @@ impl LockRequest {
                 releaser: &inner.releaser,
                 kind,
                 keys: std::slice::from_ref(&key),
-                owner: new_owner(&inner.holder),
+                owner: if self.fair {
+                    new_fair_owner(&inner.holder, &waiter)
+                } else {
+                    new_owner(&inner.holder)
+                },
                 expires: sent + lease,
                 settled: false,
             };
@@ -840,6 +900,7 @@ impl LockRequest {
                         writer_waiting,
                         refused_before,
                         fencing,
+                        seat,
                     }),
                 )
                 .await;
@@ -854,6 +915,10 @@ impl LockRequest {
                 }
                 Ok(AcquireReply::Acquired(token)) => {
                     let owner = attempt.settle();
+                    // The grant took the waiter out of the queue.
+                    if let Some(queued) = queued.take() {
+                        queued.settle();
+                    }
                     let hold = observed.granted(&key.name, token, lease);
                     let lease = Arc::new(Lease::new(
                         kind,
@@ -877,7 +942,11 @@ impl LockRequest {
                     return Ok(guard);
                 }
                 Ok(AcquireReply::Held(remaining)) => {
-                    attempt.settle();
+                    let owner = attempt.settle();
+                    if let Some(queued) = &mut queued {
+                        queued.owner = owner;
+                        queued.until = std::time::Instant::now() + config.fair_heartbeat * 2;
+                    }
                     observed.refused();
                     refused_before = true;
                     remaining
@@ -900,11 +969,15 @@ impl LockRequest {
             if let Some(remaining) = remaining {
                 delay = delay.min(remaining);
             }
+            if let Some(seat) = seat {
+                // The heartbeat that keeps the waiter's place in the queue.
+                delay = delay.min(seat.heartbeat / 2);
+            }
             match waker {
                 // Woken by the holder's release, or after the backoff step at the latest.
                 Some(waker) => {
                     let interest =
-                        interest.get_or_insert_with(|| waker.interest(&key.channel, kind));
+                        interest.get_or_insert_with(|| waker.interest(&key.channel, kind, &waiter));
                     observed.waited(waker.wait(interest, delay).await);
                 }
                 None => tokio::time::sleep(delay).await,
@@ -944,6 +1017,65 @@ pub(crate) fn writer_waiting_mark(backoff_max: Duration, left_to_wait: Duration)
 pub(crate) fn new_owner(holder: &HolderTag) -> String {
     let uuid = uuid::Builder::from_random_bytes(fastrand::u128(..).to_le_bytes()).into_uuid();
     holder.owner(uuid.simple().encode_lower(&mut uuid::Uuid::encode_buffer()))
+}
+
+/// A fresh fair waiter id ([`fair::WAITER_ID_LEN`] hex digits), which every owner token of the
+/// request starts with.
+fn new_waiter() -> String {
+    let mut waiter = format!("{:032x}", fastrand::u128(..));
+    waiter.truncate(fair::WAITER_ID_LEN);
+    waiter
+}
+
+/// A fresh owner token for a try of the fair waiter `waiter`: the waiter id, then random hex
+/// digits up to the length of a UUID's, then the holder record, as [`new_owner`]'s.
+fn new_fair_owner(holder: &HolderTag, waiter: &str) -> String {
+    let mut uuid = format!("{:032x}", fastrand::u128(..));
+    uuid.replace_range(..waiter.len().min(uuid.len()), waiter);
+    holder.owner(&uuid)
+}
+
+/// The time since the Unix epoch in microseconds on this machine's clock (a fair waiter's
+/// ticket on Redlock).
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A fair request's place in its key's queue until the request ends. Dropped without a grant
+/// (timed out, failed, cancelled), it takes the waiter out of the queue in the background —
+/// the fair kind's release with the owner token of the waiter's last try, which frees nothing
+/// the waiter does not hold and wakes the new head — so the queue does not wait for the
+/// waiter's deadline.
+struct Queued<'a> {
+    releaser: &'a Arc<Releaser>,
+    key: LockKey,
+    /// The owner token of the waiter's last try whose reply came (empty before one came: an
+    /// unsettled try leaves the queue through its own [`Attempt`]).
+    owner: String,
+    /// When the waiter's place would be dropped anyway, at the latest.
+    until: std::time::Instant,
+}
+
+impl Queued<'_> {
+    /// The request was granted: the grant took the waiter out of the queue.
+    fn settle(mut self) {
+        self.owner.clear();
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if !self.owner.is_empty() {
+            self.releaser.clean_up(
+                Kind::Fair,
+                self.key.clone(),
+                std::mem::take(&mut self.owner),
+                self.until,
+            );
+        }
+    }
 }
 
 /// A try that may have taken the lock until its reply says otherwise. Dropped unsettled

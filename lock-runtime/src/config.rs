@@ -28,6 +28,11 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Largest backoff step between tries of a held lock.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// Default [`Config::fair_heartbeat`]: how often a fair waiter shows it is alive.
+pub const DEFAULT_FAIR_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Bounds of [`Config::fair_heartbeat`].
+pub const FAIR_HEARTBEAT_BOUNDS: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(60);
 /// How long a request to Redis may go unanswered before it fails.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long connecting to Redis may take before it fails.
@@ -108,6 +113,7 @@ pub struct Config {
     pub(crate) replicas: Option<ReplicaGuard>,
     pub(crate) fencing: bool,
     pub(crate) app_name: Option<String>,
+    pub(crate) fair_heartbeat: Duration,
 }
 
 /// The failover guard ([`Config::replicas`]): a grant or renewal counts only once this many
@@ -135,6 +141,7 @@ impl Config {
             replicas: None,
             fencing: true,
             app_name: None,
+            fair_heartbeat: DEFAULT_FAIR_HEARTBEAT,
         }
     }
 
@@ -430,6 +437,19 @@ impl Config {
         self
     }
 
+    /// The heartbeat of fair waiters ([`LockRequest::fair`](crate::LockRequest::fair)): a
+    /// waiter in a key's queue tries again at least every half heartbeat, which keeps its
+    /// place; a waiter that stops (crashed, frozen, cut off) is dropped from the queue one and
+    /// a half heartbeats after its last try, on the server's clock, and the next try of any
+    /// waiter (at most half a heartbeat later) wakes the new head. So a dead waiter holds the
+    /// queue up for at most two heartbeats. A shorter heartbeat frees the queue sooner at the
+    /// cost of two tries per heartbeat from every waiting process. Between 10 ms and 60 s;
+    /// defaults to [`DEFAULT_FAIR_HEARTBEAT`].
+    pub fn fair_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.fair_heartbeat = heartbeat;
+        self
+    }
+
     /// How long one request to Redis may go unanswered. Defaults to
     /// [`DEFAULT_RESPONSE_TIMEOUT`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
@@ -531,6 +551,14 @@ impl Config {
                 ));
             }
         }
+        if !FAIR_HEARTBEAT_BOUNDS.contains(&self.fair_heartbeat) {
+            return Err(LockError::Config(format!(
+                "`fair_heartbeat` is {:?}; it must be between {:?} and {:?}",
+                self.fair_heartbeat,
+                FAIR_HEARTBEAT_BOUNDS.start(),
+                FAIR_HEARTBEAT_BOUNDS.end()
+            )));
+        }
         if self.backoff_min > self.backoff_max {
             return Err(LockError::Config(format!(
                 "backoff min ({:?}) must not exceed backoff max ({:?})",
@@ -578,6 +606,7 @@ impl fmt::Debug for Config {
             .field("replicas", &self.replicas)
             .field("fencing", &self.fencing)
             .field("app_name", &self.app_name)
+            .field("fair_heartbeat", &self.fair_heartbeat)
             .finish()
     }
 }

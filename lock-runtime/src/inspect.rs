@@ -109,6 +109,9 @@ pub struct LockState {
     /// Processes listening for the lock's release: each has at least one task waiting for
     /// this lock, or did very recently (a subscription ends shortly after its last waiter).
     pub waiting_processes: u64,
+    /// Fair waiters in the lock's queue ([`LockRequest::fair`](crate::LockRequest::fair)),
+    /// not counting those whose heartbeat has lapsed. On Redlock, the most any master queues.
+    pub queued: u64,
     /// A value no fencing token handed out for this key so far exceeds: the server clock in
     /// microseconds on a single node, Sentinel and Cluster (their tokens are that clock, read
     /// at the grant, so no key keeps a last token); on Redlock the highest of the masters'

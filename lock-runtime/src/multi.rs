@@ -164,14 +164,13 @@ impl LockRequest {
                 // Woken by the release of the key found held, or after the backoff step.
                 Some(waker) => {
                     let at = held_at.unwrap_or(0).min(keys.len() - 1);
-                    let (_, interest) =
-                        match &mut interest {
-                            Some((held, _)) if *held != at => interest
-                                .insert((at, waker.interest(&keys[at].channel, Kind::Write))),
-                            Some(current) => current,
-                            None => interest
-                                .insert((at, waker.interest(&keys[at].channel, Kind::Write))),
-                        };
+                    let (_, interest) = match &mut interest {
+                        Some((held, _)) if *held != at => interest
+                            .insert((at, waker.interest(&keys[at].channel, Kind::Write, ""))),
+                        Some(current) => current,
+                        None => interest
+                            .insert((at, waker.interest(&keys[at].channel, Kind::Write, ""))),
+                    };
                     observed.waited(waker.wait(interest, delay).await);
                 }
                 None => tokio::time::sleep(delay).await,

@@ -414,6 +414,7 @@ mod tests {
             writer_waiting: duration,
             refused_before: false,
             fencing: true,
+            seat: None,
         };
         let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {

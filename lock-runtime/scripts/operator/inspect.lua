@@ -5,15 +5,17 @@
 -- KEYS[1]  lock key (a string while a writer holds it, the readers' sorted set while readers do)
 -- KEYS[2]  writer-waiting mark
 -- KEYS[3]  the lock's release channel (not a key; passed as one so it routes to the lock's slot)
--- KEYS[4]  fencing counter, only with counter tokens (Redlock)
+-- KEYS[4]  the fair queue's deadlines (fair/acquire.lua)
+-- KEYS[5]  fencing counter, only with counter tokens (Redlock)
 -- ARGV[1]  how subscribers are counted: 'NUMSUB', or 'SHARDNUMSUB' on Cluster
 --
 -- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter,
--- permits}: the lock key's TYPE ('none', 'string', 'zset', or another type: not a lock), its
+-- permits, queued}: the lock key's TYPE ('none', 'string', 'zset', or another type: not a lock), its
 -- PTTL, the live holders as {{owner, remaining ms}, ...} (a semaphore's permit owners, never
 -- its '#permits:N' marker, semaphore/acquire.lua), the writer-waiting mark's PTTL (-2: none),
 -- the release channel's subscriber count, the server's TIME, the counter's value (nil when
--- there is none), and N when the key is a semaphore (nil otherwise).
+-- there is none), N when the key is a semaphore (nil otherwise), and the number of fair
+-- waiters whose deadline has not passed.
 
 local held = redis.call('TYPE', KEYS[1])['ok']
 local now = redis.call('TIME')
@@ -44,8 +46,9 @@ if type(counted) == 'table' and not counted.err then
   subscribers = counted[2]
 end
 local counter = false
-if KEYS[4] then
-  counter = redis.call('GET', KEYS[4])
+if KEYS[5] then
+  counter = redis.call('GET', KEYS[5])
 end
+local queued = redis.call('ZCOUNT', KEYS[4], '(' .. now_ms, '+inf')
 return {held, pttl, holders, redis.call('PTTL', KEYS[2]), subscribers, now[1], now[2], counter,
-  permits}
+  permits, queued}

@@ -296,7 +296,12 @@ impl LockBackend for ClusterBackend {
                 (first.read(attempt.owner, &reply)?, true)
             }
             None => self
-                .invoke_replicated("acquire", attempt.kind.acquire_call(attempt, Tokens::Clock))
+                .invoke_replicated(
+                    "acquire",
+                    attempt
+                        .kind
+                        .acquire_call(attempt, Tokens::Clock, Announce::ShardedPublish),
+                )
                 .await
                 .map_err(super::ambiguous)?,
         };

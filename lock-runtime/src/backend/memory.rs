@@ -228,7 +228,9 @@ impl LockBackend for MemoryBackend {
                     state.count_grant_and_sweep(now);
                     let token = match attempt.kind {
                         _ if !attempt.fencing => None,
-                        Kind::Write => Some(state.next_token(&key.fence, attempt.lease, now)),
+                        Kind::Write | Kind::Fair => {
+                            Some(state.next_token(&key.fence, attempt.lease, now))
+                        }
                         Kind::Read | Kind::Semaphore(_) => {
                             Some(state.current_token(&key.fence, now))
                         }
@@ -331,6 +333,7 @@ mod tests {
             writer_waiting: Duration::from_millis(100),
             refused_before: false,
             fencing: true,
+            seat: None,
         };
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
@@ -420,6 +423,7 @@ mod tests {
             writer_waiting: Duration::ZERO,
             refused_before: false,
             fencing: true,
+            seat: None,
         }));
         assert!(
             matches!(held, Ok(AcquireReply::Held(_))),
@@ -518,6 +522,7 @@ mod tests {
                 writer_waiting: Duration::ZERO,
                 refused_before: false,
                 fencing: true,
+                seat: None,
             })
             .await
             .expect("read")

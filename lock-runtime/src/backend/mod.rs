@@ -50,6 +50,11 @@ pub(crate) struct LockKey {
     pub(crate) writer_waiting: String,
     /// `{prefix}{{name}}:released`: the channel a release is announced on.
     pub(crate) channel: String,
+    /// `{prefix}{{name}}:queue`: the fair waiters in order (a sorted set of waiter ids).
+    pub(crate) queue: String,
+    /// `{prefix}{{name}}:queue-deadlines`: when each fair waiter is dropped from the queue
+    /// unless it tries again.
+    pub(crate) queue_deadlines: String,
 }
 
 impl LockKey {
@@ -87,6 +92,8 @@ impl LockKey {
             fence: format!("{lock}:fence"),
             writer_waiting: format!("{lock}:writer-waiting"),
             channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            queue_deadlines: format!("{lock}:queue-deadlines"),
             lock,
         })
     }
@@ -431,6 +438,8 @@ mod tests {
         assert_eq!(key.fence, "app:{order:42}:fence");
         assert_eq!(key.writer_waiting, "app:{order:42}:writer-waiting");
         assert_eq!(key.channel, "app:{order:42}:released");
+        assert_eq!(key.queue, "app:{order:42}:queue");
+        assert_eq!(key.queue_deadlines, "app:{order:42}:queue-deadlines");
     }
 
     #[test]
@@ -454,7 +463,13 @@ mod tests {
         ] {
             let key = LockKey::new("distlock:", name.to_owned()).unwrap();
             let slot = Slot::for_key(&key.lock);
-            for companion in [&key.fence, &key.writer_waiting, &key.channel] {
+            for companion in [
+                &key.fence,
+                &key.writer_waiting,
+                &key.channel,
+                &key.queue,
+                &key.queue_deadlines,
+            ] {
                 assert_eq!(Slot::for_key(companion), slot, "{name:?}: {companion}");
             }
         }

@@ -664,7 +664,9 @@ impl LockBackend for RedisBackend {
                 (first.read(attempt.owner, &reply)?, replicated)
             }
             None => {
-                let call = attempt.kind.acquire_call(attempt, self.tokens);
+                let call = attempt
+                    .kind
+                    .acquire_call(attempt, self.tokens, Announce::Publish);
                 self.invoke_replicated(
                     "acquire",
                     Call::Script(&call),

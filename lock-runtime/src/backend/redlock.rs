@@ -458,8 +458,9 @@ impl RedlockBackend {
 
 /// One view of a lock from the masters' views: a holder counts when at least `quorum` masters
 /// have its owner token, with the lease that quorum keeps (the `quorum`-th longest of its
-/// remaining leases); the waiting processes are summed (each listens on one master), the
-/// writer-waiting mark counts when any master has it, and the token ceiling is the highest.
+/// remaining leases); the waiting processes are summed (each listens on one master), the fair
+/// waiters are the most any master queues, the writer-waiting mark counts when any master has
+/// it, and the token ceiling is the highest.
 fn merge_views(views: &[RawView], quorum: usize) -> RawView {
     let mut seen: Vec<(&str, Vec<Option<Duration>>)> = Vec::new();
     for view in views {
@@ -504,6 +505,8 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
         holders,
         writer_waiting: views.iter().any(|view| view.writer_waiting),
         subscribers: views.iter().map(|view| view.subscribers).sum(),
+        // A fair waiter queues on every master it reaches.
+        queued: views.iter().map(|view| view.queued).max().unwrap_or(0),
         token_ceiling: views
             .iter()
             .map(|view| view.token_ceiling)
@@ -557,7 +560,7 @@ impl LockBackend for RedlockBackend {
             // `None` for every answer without fencing: then there is nothing to raise.
             let token = tokens.iter().copied().max().flatten();
             let token_stands = match (attempt.kind, token) {
-                (Kind::Write, Some(token)) => {
+                (Kind::Write | Kind::Fair, Some(token)) => {
                     let at_token: Vec<bool> = answers
                         .iter()
                         .map(|answer| {
@@ -837,6 +840,7 @@ mod tests {
             subscribers,
             token_ceiling: subscribers * 10,
             permits: None,
+            queued: 0,
         }
     }
 

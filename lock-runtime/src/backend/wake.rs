@@ -44,6 +44,9 @@ use crate::kind::Kind;
 
 /// One channel's waiters in this client.
 struct Channel {
+    /// Each fair waiter of this client, by waiter id: woken by a message naming it (its
+    /// queue's head), and by a release of the unfair kinds.
+    fair: HashMap<String, Arc<Notify>>,
     /// Wakes one waiting writer; a wake-up with no writer waiting is kept for the next.
     writers: Arc<Notify>,
     /// Wakes every waiting reader: each sees the version change once, also when it was busy
@@ -54,9 +57,21 @@ struct Channel {
 }
 
 impl Channel {
-    /// Wakes one waiting writer of this client, or all its waiting readers when no writer
-    /// waits.
-    fn wake(&self) {
+    /// Wakes the waiters a message with `payload` is meant for: a fair queue's head names
+    /// itself (`f:` and its id), and only that waiter wakes, if it is this client's; any other
+    /// release wakes one waiting writer of this client, or all its waiting readers when no
+    /// writer waits, and its fair waiters (the head among them may take the lock now).
+    fn wake(&self, payload: &[u8]) {
+        if let Some(waiter) = payload.strip_prefix(crate::kind::fair::WAKE_PREFIX) {
+            let waiter = std::str::from_utf8(waiter).unwrap_or_default();
+            if let Some(notify) = self.fair.get(waiter) {
+                notify.notify_one();
+            }
+            return;
+        }
+        for notify in self.fair.values() {
+            notify.notify_one();
+        }
         if self.waiting_writers > 0 {
             self.writers.notify_one();
         } else {
@@ -220,6 +235,8 @@ pub(crate) struct Interest {
 /// How a waiter of one side of the lock is woken.
 enum Side {
     Writer(Arc<Notify>),
+    /// A fair waiter, with its id: woken by name.
+    Fair(String, Arc<Notify>),
     Reader(watch::Receiver<()>),
 }
 
@@ -244,13 +261,15 @@ impl Waker {
         }
     }
 
-    /// Registers a waiter for a grant of `kind` on `channel`.
-    pub(crate) fn interest(&self, channel: &str, kind: Kind) -> Interest {
+    /// Registers a waiter for a grant of `kind` on `channel`; `waiter` is a fair waiter's id
+    /// (the wake-ups naming it are its own), unused for the other kinds.
+    pub(crate) fn interest(&self, channel: &str, kind: Kind, waiter: &str) -> Interest {
         let inner = &self.inner;
         let mut channels = inner.state.channels();
         let entry = channels
             .entry(channel.to_owned())
             .or_insert_with(|| Channel {
+                fair: HashMap::new(),
                 writers: Arc::new(Notify::new()),
                 readers: watch::Sender::new(()),
                 waiting_writers: 0,
@@ -267,6 +286,11 @@ impl Waker {
                 entry.waiting_readers += 1;
                 Side::Reader(entry.readers.subscribe())
             }
+            Kind::Fair => {
+                let notify = Arc::new(Notify::new());
+                entry.fair.insert(waiter.to_owned(), notify.clone());
+                Side::Fair(waiter.to_owned(), notify)
+            }
         };
         Interest {
             inner: inner.clone(),
@@ -282,7 +306,7 @@ impl Waker {
         let until = Instant::now() + delay;
         let woken = async {
             match &mut interest.side {
-                Side::Writer(notify) => notify.notified().await,
+                Side::Writer(notify) | Side::Fair(_, notify) => notify.notified().await,
                 Side::Reader(release) => {
                     if release.changed().await.is_err() {
                         // Unreachable while the interest lives (the channel keeps the sender).
@@ -404,20 +428,25 @@ impl Inner {
     }
 }
 
-/// Wakes the waiters on `channel`, if this client has any.
-fn wake(state: &State, channel: &[u8]) {
+/// Wakes the waiters on `channel` that a message with `payload` is meant for, if this
+/// client has any.
+fn wake(state: &State, channel: &[u8], payload: &[u8]) {
     let Ok(channel) = std::str::from_utf8(channel) else {
         return;
     };
     if let Some(channel) = state.channels().get(channel) {
-        channel.wake();
+        channel.wake(payload);
     }
 }
 
 /// Reads a plain pub/sub connection until it ends.
 async fn read_node(mut stream: redis::aio::PubSubStream, state: Arc<State>, generation: u64) {
     while let Some(message) = stream.next().await {
-        wake(&state, message.get_channel_name().as_bytes());
+        wake(
+            &state,
+            message.get_channel_name().as_bytes(),
+            message.get_payload_bytes(),
+        );
     }
     connection_gone(&state, generation).await;
 }
@@ -434,7 +463,11 @@ async fn read_cluster(
         match push.kind {
             PushKind::SMessage | PushKind::Message => {
                 if let Some(Value::BulkString(channel)) = push.data.first() {
-                    wake(&state, channel);
+                    let payload = match push.data.get(1) {
+                        Some(Value::BulkString(payload)) => payload.as_slice(),
+                        _ => &[],
+                    };
+                    wake(&state, channel, payload);
                 }
             }
             PushKind::SUnsubscribe | PushKind::Disconnection => {
@@ -480,11 +513,14 @@ impl Drop for Interest {
         let Some(entry) = channels.get_mut(&self.name) else {
             return;
         };
-        match self.side {
+        match &self.side {
             Side::Writer(_) => entry.waiting_writers -= 1,
             Side::Reader(_) => entry.waiting_readers -= 1,
+            Side::Fair(waiter, _) => {
+                entry.fair.remove(waiter);
+            }
         }
-        if entry.waiting_writers + entry.waiting_readers > 0 {
+        if entry.waiting_writers + entry.waiting_readers + entry.fair.len() > 0 {
             return;
         }
         channels.remove(&self.name);

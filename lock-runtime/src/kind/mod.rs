@@ -2,11 +2,12 @@
 //! (run by every Redis store: single node, Sentinel, Cluster, and each Redlock master), how their
 //! replies read, and its in-process twin (run by the in-process store on a [`TwinEntry`]).
 //! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
-//! and [`read`]; [`semaphore`] (one of N permits); [`multi`] takes the write side of several
-//! keys at once. Neighbours: the stores in `backend/` run what this module describes; the
+//! and [`read`]; [`semaphore`] (one of N permits); [`fair`] (the write side, granted in request
+//! order among queued waiters); [`multi`] takes the write side of several keys at once. Neighbours: the stores in `backend/` run what this module describes; the
 //! acquire loop (`client.rs`), the watchdog and the guard pass a [`Kind`] along and never look
 //! inside it (Redlock asks it for its quorum).
 
+pub(crate) mod fair;
 pub(crate) mod multi;
 pub(crate) mod operator;
 pub(crate) mod read;
@@ -33,12 +34,15 @@ pub(crate) enum Kind {
     /// One of this many permits (a semaphore); the count travels with every operation, since
     /// Redlock's quorum depends on it.
     Semaphore(u32),
+    /// The write side, granted in request order among the key's fair waiters: a waiter joins
+    /// the key's queue and only its head is granted ([`fair`]).
+    Fair,
 }
 
 impl From<Kind> for LockMode {
     fn from(kind: Kind) -> Self {
         match kind {
-            Kind::Write => LockMode::Write,
+            Kind::Write | Kind::Fair => LockMode::Write,
             Kind::Read => LockMode::Read,
             Kind::Semaphore(_) => LockMode::Semaphore,
         }
@@ -75,19 +79,24 @@ pub(crate) struct Try<'a> {
     /// The grant carries a fencing token. Without one (efficiency mode) no token is read or
     /// written, and a writer's first try is a bare `SET NX PX` ([`FirstTry`]).
     pub(crate) fencing: bool,
+    /// A fair try's place in the key's queue ([`Kind::Fair`]; `None` for other kinds).
+    pub(crate) seat: Option<fair::Seat>,
 }
 
 impl Kind {
-    /// The script call of one try, on a store whose tokens come from `tokens`.
+    /// The script call of one try, on a store whose tokens come from `tokens` and which
+    /// announces as `announce` (a fair try may wake its queue's head).
     pub(crate) fn acquire_call(
         self,
         attempt: &Try<'_>,
         tokens: Tokens,
+        announce: Announce,
     ) -> ScriptInvocation<'static> {
         match self {
             Kind::Write => write::acquire_call(attempt, tokens),
             Kind::Read => read::acquire_call(attempt, tokens),
             Kind::Semaphore(permits) => semaphore::acquire_call(attempt, permits, tokens),
+            Kind::Fair => fair::acquire_call(attempt, tokens, announce),
         }
     }
 
@@ -103,12 +112,13 @@ impl Kind {
             Kind::Write => write::release_call(key, owner, announce),
             Kind::Read => read::release_call(key, owner, announce),
             Kind::Semaphore(_) => semaphore::release_call(key, owner, announce),
+            Kind::Fair => fair::release_call(key, owner, announce),
         }
     }
 
     fn tag(self) -> &'static str {
         match self {
-            Kind::Write => "w",
+            Kind::Write | Kind::Fair => "w",
             // A permit is renewed as a reader is: its member's score in the key's sorted set.
             Kind::Read | Kind::Semaphore(_) => "r",
         }
@@ -118,7 +128,7 @@ impl Kind {
     /// majority, and for a semaphore more ([`semaphore::quorum`]).
     pub(crate) fn quorum(self, masters: usize) -> usize {
         match self {
-            Kind::Write | Kind::Read => masters / 2 + 1,
+            Kind::Write | Kind::Read | Kind::Fair => masters / 2 + 1,
             Kind::Semaphore(permits) => semaphore::quorum(permits, masters),
         }
     }
@@ -134,6 +144,7 @@ impl Kind {
             Kind::Write => write::acquire_twin(entry, attempt, now),
             Kind::Read => read::acquire_twin(entry, attempt, now),
             Kind::Semaphore(permits) => semaphore::acquire_twin(entry, attempt, permits, now),
+            Kind::Fair => fair::acquire_twin(entry, attempt, now),
         }
     }
 
@@ -143,6 +154,7 @@ impl Kind {
             Kind::Write => write::release_twin(entry, owner, now),
             Kind::Read => read::release_twin(entry, owner, now),
             Kind::Semaphore(_) => semaphore::release_twin(entry, owner, now),
+            Kind::Fair => fair::release_twin(entry, owner, now),
         }
     }
 
@@ -155,7 +167,7 @@ impl Kind {
         now: Instant,
     ) -> bool {
         match self {
-            Kind::Write => write::extend_twin(entry, owner, lease, now),
+            Kind::Write | Kind::Fair => write::extend_twin(entry, owner, lease, now),
             Kind::Read => read::extend_twin(entry, owner, lease, now),
             Kind::Semaphore(_) => semaphore::extend_twin(entry, owner, lease, now),
         }
@@ -361,6 +373,8 @@ pub(crate) struct TwinEntry {
     pub(crate) writer_waiting: Option<Instant>,
     /// The count and the holders while the key is a semaphore with permits held.
     pub(crate) permits: Option<semaphore::Permits>,
+    /// The fair waiters, while any waits.
+    pub(crate) queue: Option<fair::FairQueue>,
 }
 
 impl TwinEntry {
@@ -379,6 +393,12 @@ impl TwinEntry {
                 self.permits = None;
             }
         }
+        if let Some(queue) = &mut self.queue {
+            queue.purge(now);
+            if queue.is_empty() {
+                self.queue = None;
+            }
+        }
     }
 
     /// Nothing left in it: the store may forget the key (its fencing counter is kept apart).
@@ -387,6 +407,7 @@ impl TwinEntry {
             && self.readers.is_empty()
             && self.writer_waiting.is_none()
             && self.permits.is_none()
+            && self.queue.is_none()
     }
 }
 

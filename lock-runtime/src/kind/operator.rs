@@ -47,6 +47,8 @@ pub(crate) struct RawView {
     pub(crate) token_ceiling: u64,
     /// The count of a semaphore key (`None`: not a semaphore).
     pub(crate) permits: Option<u32>,
+    /// Fair waiters in the key's queue.
+    pub(crate) queued: u64,
 }
 
 /// The view's script call. `announce` chooses how subscribers are counted (sharded on Cluster).
@@ -58,7 +60,8 @@ pub(crate) fn inspect_call(
     let mut call = INSPECT.prepare_invoke();
     call.key(&key.lock)
         .key(&key.writer_waiting)
-        .key(&key.channel);
+        .key(&key.channel)
+        .key(&key.queue_deadlines);
     if tokens == Tokens::Counter {
         call.key(&key.fence);
     }
@@ -97,11 +100,13 @@ type InspectReply = (
     u64,
     Option<String>,
     Option<u32>,
+    u64,
 );
 
 /// Reads the inspect script's reply.
 pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<RawView, LockError> {
-    let (held, pttl, holders, waiting, subscribers, seconds, micros, counter, permits) = reply;
+    let (held, pttl, holders, waiting, subscribers, seconds, micros, counter, permits, queued) =
+        reply;
     let mode = match held.as_str() {
         "none" => None,
         "string" => Some(LockMode::Write),
@@ -121,6 +126,7 @@ pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<R
         subscribers,
         token_ceiling: clock.max(counter),
         permits,
+        queued,
     })
 }
 
@@ -193,6 +199,10 @@ impl TwinEntry {
             subscribers: 0,
             token_ceiling: 0,
             permits: self.permits.as_ref().map(|permits| permits.count),
+            queued: self
+                .queue
+                .as_ref()
+                .map_or(0, |queue| queue.len().try_into().unwrap_or(u64::MAX)),
         }
     }
 

@@ -1,0 +1,199 @@
+//! Fair locks ([`LockRequest::fair`](crate::LockRequest::fair)): the exclusive lock, granted in
+//! request order among the key's fair waiters. The grant itself is the write side of the key's
+//! lock — the same lock key, renewed and fenced as a write grant ([`super::write`]) — so fair
+//! and unfair requests for a key exclude each other (an unfair request does not queue: it takes
+//! the lock whenever it finds it free). Beside the lock key, a queue of waiter ids scored by
+//! their place, and their deadlines on the server clock: every try of a waiter keeps its place
+//! and pushes its deadline one and a half heartbeats ahead; a waiter that stops trying
+//! (crashed, frozen, cut off) is dropped at its deadline by the next try of anyone; only the
+//! head may take the lock, and a release wakes the head alone
+//! (`scripts/fair/{acquire,release}.lua`). A waiter's id is the first [`WAITER_ID_LEN`]
+//! characters of its owner tokens, which a request's tries share. The in-process twin is
+//! [`FairQueue`] on the key's [`TwinEntry`]. Neighbours: `kind/mod.rs` dispatches here;
+//! `client.rs` runs the heartbeat (a fair waiter tries at least every half heartbeat) and
+//! leaves the queue when the request ends without a grant; `backend/wake.rs` wakes a waiter by
+//! its id.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::{Script, ScriptInvocation};
+
+use super::{millis, write, Tokens, Try, TwinEntry, TwinReply};
+use crate::backend::{Announce, LockKey};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/fair/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../scripts/fair/release.lua")));
+
+/// How many leading characters of a fair request's owner tokens name its waiter (hex digits
+/// of the token's random part, see `client::new_fair_owner`).
+pub(crate) const WAITER_ID_LEN: usize = 24;
+
+/// The payload prefix of a wake-up meant for one fair waiter: `f:` and its id.
+pub(crate) const WAKE_PREFIX: &[u8] = b"f:";
+
+/// A fair try's place in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seat {
+    /// How often the waiter shows it is alive ([`Config::fair_heartbeat`](crate::Config::fair_heartbeat)).
+    pub(crate) heartbeat: Duration,
+    /// The waiter's place when it first comes, as the store's tokens say: with
+    /// [`Tokens::Counter`] (Redlock) this ticket, the caller's clock in microseconds when the
+    /// request started, the same on every master; with [`Tokens::Clock`] the server's clock
+    /// when the try reaches it (the ticket is not sent).
+    pub(crate) ticket: u64,
+}
+
+impl Default for Seat {
+    fn default() -> Self {
+        Self {
+            heartbeat: crate::config::DEFAULT_FAIR_HEARTBEAT,
+            ticket: 0,
+        }
+    }
+}
+
+/// The waiter id in an owner token.
+pub(crate) fn waiter_of(owner: &str) -> &str {
+    owner.get(..WAITER_ID_LEN).unwrap_or(owner)
+}
+
+pub(super) fn acquire_call(
+    attempt: &Try<'_>,
+    tokens: Tokens,
+    announce: Announce,
+) -> ScriptInvocation<'static> {
+    let key = attempt.key;
+    let seat = attempt.seat.unwrap_or_default();
+    let mut call = ACQUIRE.prepare_invoke();
+    call.key(&key.lock)
+        .key(&key.writer_waiting)
+        .key(&key.queue)
+        .key(&key.queue_deadlines)
+        .key(&key.channel);
+    if tokens == Tokens::Counter {
+        call.key(&key.fence);
+    }
+    call.arg(attempt.owner).arg(millis(attempt.lease));
+    match (attempt.fencing, tokens) {
+        (false, _) => call.arg("0"),
+        (true, Tokens::Clock) => call.arg("clock"),
+        (true, Tokens::Counter) => call.arg(millis(write::fence_ttl(attempt.lease))),
+    };
+    call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
+        .arg(if attempt.refused_before { "1" } else { "0" })
+        .arg(millis(seat.heartbeat))
+        .arg(match tokens {
+            // Redlock: the caller's ticket, so that every master orders the waiters alike.
+            Tokens::Counter => seat.ticket.max(1),
+            // One server: the order in which the waiters reach it.
+            Tokens::Clock => 0,
+        })
+        .arg(announce.command());
+    call
+}
+
+pub(super) fn release_call(
+    key: &LockKey,
+    owner: &str,
+    announce: Announce,
+) -> ScriptInvocation<'static> {
+    let mut call = RELEASE.prepare_invoke();
+    call.key(&key.lock)
+        .key(&key.channel)
+        .key(&key.queue)
+        .key(&key.queue_deadlines)
+        .arg(owner)
+        .arg(announce.command());
+    call
+}
+
+/// The in-process twin of a key's queue: each waiter's place and deadline.
+#[derive(Debug, Default)]
+pub(crate) struct FairQueue {
+    /// Waiters in order: by ticket, then id.
+    order: BTreeSet<(u64, String)>,
+    /// Each waiter's ticket and the instant it is dropped unless it tries again.
+    waiters: HashMap<String, (u64, Instant)>,
+    /// The next ticket handed out (the in-process store's "server clock" for places).
+    next_ticket: u64,
+}
+
+impl FairQueue {
+    /// Drops every waiter whose deadline has passed.
+    pub(crate) fn purge(&mut self, now: Instant) {
+        let order = &mut self.order;
+        self.waiters.retain(|waiter, &mut (ticket, deadline)| {
+            let alive = deadline > now;
+            if !alive {
+                order.remove(&(ticket, waiter.clone()));
+            }
+            alive
+        });
+    }
+
+    /// How many wait.
+    pub(crate) fn len(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Nobody waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Keeps `waiter`'s place (or gives it one at the back) until `deadline`.
+    fn join(&mut self, waiter: &str, deadline: Instant) {
+        if let Some((_, until)) = self.waiters.get_mut(waiter) {
+            *until = deadline;
+            return;
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.order.insert((ticket, waiter.to_owned()));
+        self.waiters.insert(waiter.to_owned(), (ticket, deadline));
+    }
+
+    fn leave(&mut self, waiter: &str) {
+        if let Some((ticket, _)) = self.waiters.remove(waiter) {
+            self.order.remove(&(ticket, waiter.to_owned()));
+        }
+    }
+
+    fn head(&self) -> Option<&str> {
+        self.order.first().map(|(_, waiter)| waiter.as_str())
+    }
+}
+
+pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instant) -> TwinReply {
+    entry.purge(now);
+    let seat = attempt.seat.unwrap_or_default();
+    let waiter = waiter_of(attempt.owner);
+    let queue = entry.queue.get_or_insert_with(FairQueue::default);
+    queue.join(waiter, now + seat.heartbeat * 3 / 2);
+    if queue.head() != Some(waiter) {
+        return TwinReply::Held(seat.heartbeat);
+    }
+    let reply = write::acquire_twin(entry, attempt, now);
+    if reply == TwinReply::Granted {
+        leave_twin(entry, waiter);
+    }
+    reply
+}
+
+fn leave_twin(entry: &mut TwinEntry, waiter: &str) {
+    if let Some(queue) = &mut entry.queue {
+        queue.leave(waiter);
+        if queue.is_empty() {
+            entry.queue = None;
+        }
+    }
+}
+
+pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
+    leave_twin(entry, waiter_of(owner));
+    write::release_twin(entry, owner, now)
+}
