@@ -63,6 +63,7 @@
 /// | `watchdog` | renew the lease while the body runs | `true` |
 /// | `on_lost` | `"abort"`: cancel the body, return `LockError::LeaseLost`; `"continue"`: let it finish | `"abort"` |
 /// | `fencing` | `false`: no fencing token, a bare `SET NX PX` | config (`true`) |
+/// | `fair` | `true`: the exclusive lock is granted in request order among the key's fair waiters (see [`LockRequest::fair`]); not with `mode = "read"`, `permits` or `keys` | `false` |
 /// | `client` | an expression reaching the [`Client`] to lock through (`self.locks`, `&LOCKS`, `state.locks()`) | the global client of [`init`] |
 /// | `crate` | path of this crate when renamed | `::distlock` |
 ///

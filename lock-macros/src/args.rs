@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `client`, `crate`";
+    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `fair`, `client`, `crate`";
 
 /// A duration argument as written.
 pub(crate) enum DurationArg {
@@ -42,6 +42,9 @@ pub(crate) struct Args {
     pub(crate) max_hold: Option<DurationArg>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) fencing: Option<LitBool>,
+    /// `fair = true`: the exclusive lock granted in request order; the name's span, for errors
+    /// about it.
+    pub(crate) fair: Option<(Span, LitBool)>,
     pub(crate) on_lost: Option<LitStr>,
     pub(crate) krate: Option<LitStr>,
     /// `client = <expr>`: a `&distlock::Client` to lock through instead of the global one.
@@ -112,6 +115,9 @@ impl Args {
             "crate" => string(name, value).and_then(|v| set_once(&mut self.krate, name, v)),
             "watchdog" => boolean(name, value).and_then(|v| set_once(&mut self.watchdog, name, v)),
             "fencing" => boolean(name, value).and_then(|v| set_once(&mut self.fencing, name, v)),
+            "fair" => {
+                boolean(name, value).and_then(|v| set_once(&mut self.fair, name, (name.span(), v)))
+            }
             other => Err(syn::Error::new(
                 name.span(),
                 format!("unknown argument `{other}`; expected one of {NAMES}"),

@@ -204,6 +204,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     let (wait, _) = duration("wait", &checked.wait);
     let (max_hold, max_hold_expr) = duration("max_hold", &checked.max_hold);
     let watchdog = checked.watchdog;
+    let fair = checked.fair;
     let fencing = match checked.fencing {
         Some(fencing) => quote!(::core::option::Option::Some(#fencing)),
         None => quote!(::core::option::Option::None),
@@ -257,7 +258,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             max_hold_expr: #max_hold_expr,
             permits: #permits,
             permits_expr: #permits_expr,
-            fair: false,
+            fair: #fair,
         };
     }
 }
@@ -560,6 +561,26 @@ mod tests {
             locks ^ fails,
             "neither locked nor an error for `{item}`:\n{output}"
         );
+    }
+
+    #[test]
+    fn fair_as_written_reaches_the_lock_spec_and_is_off_unless_asked() {
+        let item = quote!(
+            async fn f() -> Result<(), E> {
+                Ok(())
+            }
+        );
+        for (args, expected) in [
+            (quote!(key = "k", fair = true), "fair : true"),
+            (quote!(key = "k", fair = false), "fair : false"),
+            (quote!(key = "k"), "fair : false"),
+        ] {
+            let output = distributed_lock(args.clone(), item.clone()).to_string();
+            assert!(
+                output.contains(expected) && !output.contains("compile_error"),
+                "`{args}` should expand to `{expected}`:\n{output}"
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Rules across the arguments and the fn: a key is required, every placeholder names a
-//! parameter, durations parse and a lease is not zero, `mode` and `on_lost` are known, the fn is async and
-//! returns something. All problems are combined into one error. Duration and client
-//! expressions pass through unchecked: the compiler types them, the runtime checks their values.
+//! parameter, durations parse and a lease is not zero, `mode` and `on_lost` are known, `fair`
+//! is only asked of a one-key exclusive lock, the fn is async and returns something. All
+//! problems are combined into one error. Duration and client expressions pass through
+//! unchecked: the compiler types them, the runtime checks their values.
 
 use syn::ext::IdentExt;
 use syn::{LitStr, ReturnType, Signature};
@@ -35,6 +36,8 @@ pub(crate) struct Checked {
     pub(crate) watchdog: bool,
     /// `fencing = …` as written; unset leaves it to the client's config.
     pub(crate) fencing: Option<bool>,
+    /// `fair = true`: queued in request order (only on a one-key exclusive lock).
+    pub(crate) fair: bool,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
 }
@@ -201,6 +204,38 @@ pub(crate) fn check(
         }
     }
 
+    // A fair queue orders the waiters of one key's exclusive lock (`LockRequest::fair`); asking
+    // it of another kind is a mistake the attribute can see, so it is caught here, not when
+    // the fn is called. `fair = false` asks nothing and goes with every kind.
+    if let Some((span, _)) = args.fair.as_ref().filter(|(_, lit)| lit.value) {
+        if args
+            .mode
+            .as_ref()
+            .is_some_and(|mode| mode.value() == "read")
+        {
+            errors.push(syn::Error::new(
+                *span,
+                "`fair` queues the waiters of the exclusive lock; readers share the lock \
+                 and are not queued: remove `fair`, or use `mode = \"exclusive\"` (the same \
+                 lock as `\"write\"`)",
+            ));
+        }
+        if args.permits.is_some() {
+            errors.push(syn::Error::new(
+                *span,
+                "`fair` queues the waiters of the exclusive lock; a semaphore (`permits`) \
+                 is not fair-queued: remove one of them",
+            ));
+        }
+        if args.keys.is_some() {
+            errors.push(syn::Error::new(
+                *span,
+                "`fair` queues the waiters of one key's exclusive lock; a multi-key lock \
+                 (`keys`) is taken in a fixed key order, not queued: remove one of them",
+            ));
+        }
+    }
+
     let lease_ms = literal(&args.lease).and_then(|lit| errors.check(parse_duration(lit)));
     if let (Some(ms), Some(lit)) = (lease_ms, literal(&args.lease)) {
         let problem = match ms {
@@ -316,6 +351,7 @@ pub(crate) fn check(
             client: args.client,
             watchdog: args.watchdog.is_none_or(|lit| lit.value),
             fencing: args.fencing.map(|lit| lit.value),
+            fair: args.fair.is_some_and(|(_, lit)| lit.value),
             abort_on_lost,
             krate,
         }),

@@ -1,4 +1,4 @@
-#[distlock::distributed_lock(key = "{nope}", lease = "0ms", on_lost = "later", mode = "upgrade", fair = true)]
+#[distlock::distributed_lock(key = "{nope}", lease = "0ms", on_lost = "later", mode = "upgrade", fifo = true)]
 async fn many(id: u64) -> Result<(), distlock::LockError> {
     Ok(())
 }
