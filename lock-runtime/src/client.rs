@@ -847,6 +847,8 @@ impl LockRequest {
         let kind = if self.fair { Kind::Fair } else { self.kind };
         let fencing = self.fencing.unwrap_or(config.fencing);
         let mut refused_before = false;
+        // The last try of a fair request found other waiters ahead of it.
+        let mut behind = false;
         // A fair request's place in the queue: the waiter id its tries' owner tokens share,
         // and the guard that takes it out of the queue if the request ends without a grant.
         let waiter = if self.fair {
@@ -862,7 +864,7 @@ impl LockRequest {
             releaser: &inner.releaser,
             key: key.clone(),
             owner: String::new(),
-            until: std::time::Instant::now() + config.fair_heartbeat * 2,
+            until: std::time::Instant::now(),
         });
         loop {
             // A shutdown also ends a request that is waiting: it takes no grant after it.
@@ -888,6 +890,15 @@ impl LockRequest {
                 settled: false,
             };
             observed.tried();
+            if let Some(queued) = &mut queued {
+                // Should the request end with this try (cancelled mid-request, an ambiguous
+                // error), leaving the queue with its owner token also gives back the grant
+                // the try may have made.
+                queued.owner.clone_from(&attempt.owner);
+                queued.until = attempt
+                    .expires
+                    .max(std::time::Instant::now() + config.fair_heartbeat * 2);
+            }
             let reply = inner
                 .clock
                 .send(
@@ -941,15 +952,15 @@ impl LockRequest {
                     }
                     return Ok(guard);
                 }
-                Ok(AcquireReply::Held(remaining)) => {
-                    let owner = attempt.settle();
-                    if let Some(queued) = &mut queued {
-                        queued.owner = owner;
-                        queued.until = std::time::Instant::now() + config.fair_heartbeat * 2;
-                    }
+                Ok(reply @ (AcquireReply::Held(_) | AcquireReply::Queued)) => {
+                    attempt.settle();
                     observed.refused();
                     refused_before = true;
-                    remaining
+                    behind = reply == AcquireReply::Queued;
+                    match reply {
+                        AcquireReply::Held(remaining) => remaining,
+                        _ => None,
+                    }
                 }
                 Err(err) => {
                     if !is_ambiguous(&err) {
@@ -965,7 +976,19 @@ impl LockRequest {
                     waited: now - started,
                 });
             }
-            let mut delay = backoff.next_delay().min(deadline - now);
+            let mut delay = match seat {
+                // Behind other fair waiters: the release that makes this waiter the head wakes
+                // it, and its heartbeat, which keeps its place, is the fallback.
+                // Until this client listens for releases (or on the in-process store, which
+                // wakes nobody), backoff polls as for any lock.
+                Some(seat)
+                    if behind && waker.is_some_and(|waker| waker.listening(&key.channel)) =>
+                {
+                    seat.heartbeat / 2
+                }
+                _ => backoff.next_delay(),
+            }
+            .min(deadline - now);
             if let Some(remaining) = remaining {
                 delay = delay.min(remaining);
             }
@@ -1051,10 +1074,9 @@ fn unix_micros() -> u64 {
 struct Queued<'a> {
     releaser: &'a Arc<Releaser>,
     key: LockKey,
-    /// The owner token of the waiter's last try whose reply came (empty before one came: an
-    /// unsettled try leaves the queue through its own [`Attempt`]).
+    /// The owner token of the waiter's last try (its waiter id is the request's).
     owner: String,
-    /// When the waiter's place would be dropped anyway, at the latest.
+    /// When the waiter's place, or the last try's grant, would be gone anyway, at the latest.
     until: std::time::Instant,
 }
 
@@ -1104,8 +1126,13 @@ impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if !self.settled {
             for key in self.keys {
-                self.releaser
-                    .clean_up(self.kind, key.clone(), self.owner.clone(), self.expires);
+                // Only the grant: a fair request leaves the queue through its `Queued`.
+                self.releaser.clean_up(
+                    self.kind.of_grant(),
+                    key.clone(),
+                    self.owner.clone(),
+                    self.expires,
+                );
             }
         }
     }

@@ -26,8 +26,8 @@
 -- (all keys share one hash tag)
 --
 -- Returns as write/acquire.lua: {1, token} when granted ({1, -1} without a token), {0, ms}
--- when refused: ms is the holder's PTTL when this waiter is the head and the lock is held,
--- -1 when waiters are ahead of it (it tries again within half a heartbeat, or when woken).
+-- when this waiter is the head and the lock is held (ms: the holder's PTTL), and {0, -3} when
+-- waiters are ahead of it (it tries again after half a heartbeat, or when woken).
 --
 -- Every try first drops the waiters whose deadline has passed: a crashed or cut-off waiter
 -- leaves the queue one and a half heartbeats after its last try, whichever waiter's try comes
@@ -64,7 +64,7 @@ if head ~= waiter then
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.pcall(ARGV[8], KEYS[5], 'f:' .. head)
   end
-  return {0, -1}
+  return {0, -3}
 end
 
 -- The head: the write side's try (write/acquire.lua).

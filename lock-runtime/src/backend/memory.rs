@@ -213,6 +213,7 @@ impl LockBackend for MemoryBackend {
             });
             Ok(match reply {
                 TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
+                TwinReply::Queued => AcquireReply::Queued,
                 TwinReply::Mismatch(held) => {
                     let asked = match attempt.kind {
                         Kind::Semaphore(asked) => asked,
@@ -338,7 +339,7 @@ mod tests {
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
-            AcquireReply::Held(_) => panic!("{} is held", key.name),
+            AcquireReply::Held(_) | AcquireReply::Queued => panic!("{} is held", key.name),
         }
     }
 
@@ -529,7 +530,7 @@ mod tests {
         {
             AcquireReply::Acquired(Some(token)) => token.0,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
-            AcquireReply::Held(_) => panic!("nobody holds the lock"),
+            AcquireReply::Held(_) | AcquireReply::Queued => panic!("nobody holds the lock"),
         };
         assert!(read > written, "read {read} after write {written}");
         assert!(backend

@@ -157,6 +157,9 @@ pub(crate) enum AcquireReply {
     /// Held by another owner, whose lease ends in this much time (`None`: unknown, e.g. the
     /// key has no expiry).
     Held(Option<Duration>),
+    /// A fair try behind other fair waiters: its next try is its heartbeat, unless the
+    /// release that makes it the head wakes it first.
+    Queued,
 }
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
@@ -388,7 +391,7 @@ pub(crate) async fn count_only_replicated<B: LockBackend>(
     }
     // The grant exists: if giving it back fails, the acquire loop must clean it up.
     store
-        .release(attempt.kind, attempt.key, attempt.owner)
+        .release(attempt.kind.of_grant(), attempt.key, attempt.owner)
         .await
         .map_err(ambiguous)?;
     Ok(AcquireReply::Held(None))

@@ -535,11 +535,17 @@ impl LockBackend for RedlockBackend {
         let mut answered = 0;
         let mut tokens = Vec::new();
         let mut held_for: Option<Duration> = None;
+        // A fair try behind other waiters on some master.
+        let mut queued = false;
         for answer in &answers {
             match answer {
                 Answer::Said(AcquireReply::Acquired(token)) => {
                     answered += 1;
                     tokens.push(*token);
+                }
+                Answer::Said(AcquireReply::Queued) => {
+                    answered += 1;
+                    queued = true;
                 }
                 Answer::Said(AcquireReply::Held(remaining)) => {
                     answered += 1;
@@ -581,7 +587,7 @@ impl LockBackend for RedlockBackend {
         // Too few grants, too late, or a token that could not be made to stand: undo
         // everywhere (also where the answer got lost), then report.
         if granted > 0 || answered < self.masters.len() {
-            self.undo(attempt.kind, attempt.key, attempt.owner, timeout)
+            self.undo(attempt.kind.of_grant(), attempt.key, attempt.owner, timeout)
                 .await;
         }
         if refused {
@@ -595,7 +601,11 @@ impl LockBackend for RedlockBackend {
         if answered < quorum {
             return Err(self.quorum_unavailable_needing(attempt.key, answered, granted, quorum));
         }
-        // A majority answered but did not grant in time: held, or a split between waiters.
+        // A majority answered but did not grant in time: held, or a split between waiters —
+        // where a fair try is behind others on some master, the queue says when to try again.
+        if queued {
+            return Ok(AcquireReply::Queued);
+        }
         Ok(AcquireReply::Held(held_for))
     }
 

@@ -333,6 +333,16 @@ impl Waker {
         }
     }
 
+    /// Whether releases on `channel` reach this client now (its subscription is up), as far
+    /// as can be seen without waiting: `false` while a subscription is being made.
+    pub(crate) fn listening(&self, channel: &str) -> bool {
+        self.inner
+            .state
+            .subscriptions
+            .try_lock()
+            .is_ok_and(|subscriptions| subscriptions.subscribed.contains(channel))
+    }
+
     /// Starts subscribing to `channel` unless it is known to be subscribed already.
     fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
         if let Ok(subscriptions) = self.inner.state.subscriptions.try_lock() {

@@ -175,7 +175,7 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
     let queue = entry.queue.get_or_insert_with(FairQueue::default);
     queue.join(waiter, now + seat.heartbeat * 3 / 2);
     if queue.head() != Some(waiter) {
-        return TwinReply::Held(seat.heartbeat);
+        return TwinReply::Queued;
     }
     let reply = write::acquire_twin(entry, attempt, now);
     if reply == TwinReply::Granted {

@@ -116,6 +116,16 @@ impl Kind {
         }
     }
 
+    /// The kind whose release gives back the grant a try of this kind may have made, and
+    /// nothing else: a fair try's grant is a write grant, and undoing it must not take the
+    /// waiter out of the queue (the request goes on waiting, in its place).
+    pub(crate) fn of_grant(self) -> Kind {
+        match self {
+            Kind::Fair => Kind::Write,
+            kind => kind,
+        }
+    }
+
     fn tag(self) -> &'static str {
         match self {
             Kind::Write | Kind::Fair => "w",
@@ -279,7 +289,8 @@ impl FirstTry {
 }
 
 /// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
-/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once). A grant
+/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once; -3: a fair
+/// try behind other waiters, [`AcquireReply::Queued`]). A grant
 /// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
 /// A semaphore's `{-1, permits}`: the key is a semaphore of another count, in use.
 pub(crate) fn read_acquire_reply(
@@ -307,6 +318,7 @@ pub(crate) fn read_acquire_reply(
         return Ok(AcquireReply::Acquired(Some(FencingToken(token))));
     }
     let remaining = match value {
+        -3 => return Ok(AcquireReply::Queued),
         -2 => Some(Duration::ZERO),
         ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
         _ => None,
@@ -418,6 +430,8 @@ pub(crate) enum TwinReply {
     Granted,
     /// Held, for at most this long.
     Held(Duration),
+    /// A fair try behind other fair waiters.
+    Queued,
     /// The key is a semaphore of this many permits, some held, not the count asked for.
     Mismatch(u32),
 }
