@@ -2,11 +2,15 @@
 //! connection gone) leaves the lock free again within its lease; a reader killed among other
 //! readers frees none of them; two holders of a semaphore's five permits killed give their
 //! permits back within their lease, and never more than five are held (on a single server,
-//! Redlock over three masters, and a Redis Cluster).
+//! Redlock over three masters, and a Redis Cluster); twenty fair waiters, each a process, three
+//! of them SIGKILLed while queued: the rest are granted in the order they came, and each dead
+//! waiter holds the queue up for at most two heartbeats (on a single server, Sentinel, Redlock
+//! and a Redis Cluster; the in-process store's twin of this is in `tests/fair.rs`).
 //!
 //! A custom harness (`harness = false`): the binary runs the scenarios, and re-executes itself
-//! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read` or `semaphore`, then the server's URL,
-//! or `redlock|URL,URL,…` / `cluster|URL,URL,…`) to play the holder process.
+//! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read`, `semaphore` or `fair`, then the
+//! server's URL, or `redlock|URL,URL,…` / `cluster|URL,URL,…` / `sentinel|MASTER|URL,URL,…`)
+//! to play the holder (or fair waiter) process.
 
 mod support;
 
@@ -27,7 +31,7 @@ fn main() {
         hold_until_killed(&role);
         return;
     }
-    let scenarios: [(&str, fn()); 4] = [
+    let scenarios: [(&str, fn()); 5] = [
         (
             "a_crashed_holder_frees_the_lock_within_its_lease",
             a_crashed_holder_frees_the_lock_within_its_lease,
@@ -43,6 +47,10 @@ fn main() {
         (
             "two_crashed_permit_holders_give_their_permits_back_within_their_lease",
             two_crashed_permit_holders_give_their_permits_back_within_their_lease,
+        ),
+        (
+            "twenty_fair_waiters_keep_their_order_while_three_are_killed",
+            twenty_fair_waiters_keep_their_order_while_three_are_killed,
         ),
     ];
     for (name, scenario) in scenarios {
@@ -60,6 +68,10 @@ fn main() {
 /// token, and works until killed.
 fn hold_until_killed(role: &str) {
     let (mode, url) = role.split_once(':').expect("MODE:URL");
+    if mode == "fair" {
+        wait_fairly(url);
+        return;
+    }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let client = Client::new(store_config(url)).expect("client");
@@ -82,6 +94,10 @@ fn store_config(store: &str) -> Config {
             .expect("urls")
             .node_timeout(Duration::from_millis(200)),
         Some(("cluster", urls)) => Config::cluster(urls.split(',')).expect("urls"),
+        Some(("sentinel", rest)) => {
+            let (master, urls) = rest.split_once('|').expect("sentinel|MASTER|URLs");
+            Config::sentinel(urls.split(','), master).expect("urls")
+        }
         _ => Config::from_url(store).expect("url"),
     }
 }
@@ -389,4 +405,166 @@ fn crashed_permit_holders_on(store: &str) {
         }
         assert!(!observer.is_locked("crash").await.expect("is_locked"));
     });
+}
+
+/// The fair waiters' heartbeat in [`twenty_fair_waiters_keep_their_order_while_three_are_killed`].
+const FAIR_HEARTBEAT: Duration = Duration::from_millis(500);
+/// How long each fair waiter holds the lock once granted.
+const FAIR_HOLD: Duration = Duration::from_millis(30);
+
+/// A fair waiter process: queues for the lock `fair` on `store`, says `granted` and its
+/// fencing token when it gets it, holds it a moment, releases it and says `released`.
+fn wait_fairly(store: &str) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let client =
+            Client::new(store_config(store).fair_heartbeat(FAIR_HEARTBEAT)).expect("client");
+        let guard = client
+            .lock("fair")
+            .fair()
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("granted within the wait");
+        println!("granted {}", guard.fencing_token().expect("fenced"));
+        tokio::time::sleep(FAIR_HOLD).await;
+        assert!(guard.release().await.expect("release"), "was ours");
+        println!("released");
+    });
+}
+
+/// Twenty fair waiters, each a process of its own, queue one after the other behind a
+/// holder; three of them (the 4th, 10th and 16th) are SIGKILLed while queued, just before the
+/// holder releases. The other seventeen are granted in the order they came, one at a time, and
+/// a dead waiter holds the queue up for at most two heartbeats (plus a margin for this
+/// machine) — never a fixed multi-minute timeout. On a single server, Sentinel, Redlock over
+/// three masters and a Redis Cluster. Shown to fail (the queue stalled until the waiters'
+/// wait ran out) with the deadline purge taken out of `fair/acquire.lua`.
+fn twenty_fair_waiters_keep_their_order_while_three_are_killed() {
+    let server = RedisServer::start();
+    fair_waiters_killed_on(&server.url());
+    drop(server);
+    let sentinel = support::sentinel::SentinelSetup::start("crashfair");
+    fair_waiters_killed_on(&format!(
+        "sentinel|{}|{}",
+        sentinel.master_name(),
+        sentinel.sentinel_urls().join(",")
+    ));
+    drop(sentinel);
+    let masters = start_masters(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    fair_waiters_killed_on(&format!("redlock|{}", urls.join(",")));
+    drop(masters);
+    let cluster = RedisCluster::start();
+    fair_waiters_killed_on(&format!("cluster|{}", cluster.urls().join(",")));
+}
+
+fn fair_waiters_killed_on(store: &str) {
+    const WAITERS: usize = 20;
+    const KILLED: [usize; 3] = [3, 9, 15];
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let observer = Client::new(store_config(store)).expect("client");
+    let holder = runtime
+        .block_on(observer.lock("fair").lease(LEASE).acquire())
+        .unwrap_or_else(|err| panic!("{store}: the lock is free: {err}"));
+    let (events, said) = std::sync::mpsc::channel::<(usize, String, Instant)>();
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let mut child = Command::new(std::env::current_exe().expect("own path"))
+            .env(HOLDER_ENV, format!("fair:{store}"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn a waiter process");
+        let stdout = child.stdout.take().expect("stdout");
+        let events = events.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = events.send((i, line, Instant::now()));
+            }
+        });
+        waiters.push(Holder(child));
+        // Queued before the next one starts.
+        let started = Instant::now();
+        while runtime
+            .block_on(observer.inspect("fair"))
+            .expect("inspect")
+            .queued
+            < i as u64 + 1
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{store}: waiter {i} never queued"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // Each dead waiter is killed just before the queue reaches it (the first just before the
+    // release, each other when the waiter before it is granted), so each holds it up anew.
+    waiters[KILLED[0]].kill();
+    let released_at = Instant::now();
+    assert!(runtime.block_on(holder.release()).expect("release"));
+    // Each granted waiter: who, when granted (as its line reached this process), when it
+    // released, and its fencing token, which says the order of the grants whatever the order
+    // the lines of different processes were read in.
+    let mut order: Vec<(usize, Instant, Option<Instant>, u64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while order.iter().filter(|(_, _, r, _)| r.is_some()).count() < WAITERS - KILLED.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (i, line, at) = said
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{store}: the queue stalled; granted so far: {order:?}"));
+        match line.split_once(' ') {
+            Some(("granted", token)) => {
+                let token = token.parse().expect("a token");
+                order.push((i, at, None, token));
+                if KILLED.contains(&(i + 1)) {
+                    waiters[i + 1].kill();
+                }
+            }
+            None if line == "released" => {
+                let granted = order.iter_mut().find(|(w, ..)| *w == i);
+                granted.expect("released after granted").2 = Some(at);
+            }
+            _ => panic!("{store}: waiter {i} said {line:?}"),
+        }
+    }
+    order.sort_by_key(|&(.., token)| token);
+    let expected: Vec<usize> = (0..WAITERS).filter(|i| !KILLED.contains(i)).collect();
+    let granted: Vec<usize> = order.iter().map(|&(i, ..)| i).collect();
+    assert_eq!(granted, expected, "{store}: grant order");
+    // One at a time, and how long each waited once the one before it had released.
+    let mut free_since = released_at;
+    let mut previous = None;
+    let mut stalls = Vec::new();
+    for &(i, granted_at, released, _) in &order {
+        // Dead waiters between the previous granted waiter and this one.
+        let dead_ahead = KILLED
+            .iter()
+            .filter(|&&k| k < i && previous.is_none_or(|p| k > p))
+            .count() as u32;
+        previous = Some(i);
+        // (Lines of two processes may be read in either order: a wait too short to measure
+        // counts as none.)
+        let stall = granted_at.saturating_duration_since(free_since);
+        let allowed = FAIR_HEARTBEAT * 2 * dead_ahead + Duration::from_millis(700);
+        assert!(
+            stall <= allowed,
+            "{store}: waiter {i} was granted {stall:?} after the lock was free, with \
+             {dead_ahead} dead waiters just ahead of it (heartbeat {FAIR_HEARTBEAT:?})"
+        );
+        stalls.push(format!("{}:{}ms", i, stall.as_millis()));
+        free_since = released.expect("released");
+    }
+    // The figures RELIABILITY.md quotes: each waiter's wait once the lock was free.
+    eprintln!(
+        "  {}: granted in order, waits once free (waiter:ms): {}",
+        store.split('|').next().unwrap_or(store),
+        stalls.join(" ")
+    );
+    let state = runtime.block_on(observer.inspect("fair")).expect("inspect");
+    assert!(
+        !state.is_locked() && state.queued == 0,
+        "{store}: after the last waiter: {state:?}"
+    );
 }
