@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -55,6 +56,7 @@ mod every_store {
         a_cancelled_waiter_leaves_the_queue_at_once,
         a_waiter_that_timed_out_leaves_the_queue_at_once,
         a_frozen_waiter_holds_the_queue_up_for_at_most_two_heartbeats,
+        twenty_waiters_keep_their_order_while_three_freeze,
         fair_and_unfair_holders_exclude_each_other,
         only_the_exclusive_lock_can_be_fair,
     );
@@ -300,6 +302,88 @@ async fn a_frozen_waiter_holds_the_queue_up_for_at_most_two_heartbeats(h: Harnes
         "the frozen waiter held the queue up for {stall:?} (heartbeat {heartbeat:?})"
     );
     assert!(guard.release().await.expect("release"));
+}
+
+/// Twenty fair waiters, each of its own client, queue behind a holder; three of them (the
+/// 4th, 10th and 16th) freeze — their acquire futures are never polled again, as a process
+/// that stopped — each just before the queue reaches it. The other seventeen are granted in
+/// the order they came, and each frozen waiter holds the queue up for at most two heartbeats
+/// (plus a margin for this machine). The twin of `tests/crash.rs`'s SIGKILLed waiter
+/// processes, which the in-process store cannot have.
+async fn twenty_waiters_keep_their_order_while_three_freeze(h: Harness) {
+    const WAITERS: usize = 20;
+    const FROZEN: [usize; 3] = [3, 9, 15];
+    let heartbeat = Duration::from_millis(300);
+    let observer = h.client();
+    let held = observer.lock("twenty").acquire().await.expect("free");
+    // Granted waiters: who, when, its token, and when it released.
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let freezers = Arc::new(Mutex::new(HashMap::new()));
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let client = client_with_heartbeat(&h, heartbeat);
+        let (freeze, frozen) = tokio::sync::oneshot::channel::<()>();
+        freezers.lock().unwrap().insert(i, freeze);
+        let (granted, freezers) = (granted.clone(), freezers.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut waiting = Box::pin(async move {
+                let guard = client
+                    .lock("twenty")
+                    .fair()
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("granted within the wait");
+                let granted_at = Instant::now();
+                if FROZEN.contains(&(i + 1)) {
+                    // The next waiter stops now, as the queue reaches it (the first one was
+                    // stopped before the release).
+                    if let Some(freeze) = freezers.lock().unwrap().remove(&(i + 1)) {
+                        let _ = freeze.send(());
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let token = guard.fencing_token().expect("a token");
+                let releasing_at = Instant::now();
+                assert!(guard.release().await.expect("release"), "was ours");
+                granted
+                    .lock()
+                    .unwrap()
+                    .push((i, granted_at, token, releasing_at));
+            });
+            tokio::select! {
+                () = &mut waiting => {}
+                _ = frozen => std::mem::forget(waiting),
+            }
+        }));
+        until_queued(&observer, "twenty", i as u64 + 1).await;
+    }
+    let first = freezers.lock().unwrap().remove(&FROZEN[0]);
+    let _ = first.expect("a freezer").send(());
+    let free_at = Instant::now();
+    assert!(held.release().await.expect("release"));
+    for task in tasks {
+        task.await.expect("waiter");
+    }
+    let mut granted = granted.lock().unwrap().clone();
+    granted.sort_by_key(|&(_, _, token, _)| token);
+    let order: Vec<usize> = granted.iter().map(|&(i, ..)| i).collect();
+    let expected: Vec<usize> = (0..WAITERS).filter(|i| !FROZEN.contains(i)).collect();
+    assert_eq!(order, expected, "grant order");
+    let (mut free_since, mut previous) = (free_at, None);
+    for &(i, granted_at, _, releasing_at) in &granted {
+        let frozen_ahead = FROZEN
+            .iter()
+            .filter(|&&k| k < i && previous.is_none_or(|p| k > p))
+            .count() as u32;
+        let stall = granted_at.saturating_duration_since(free_since);
+        assert!(
+            stall <= heartbeat * 2 * frozen_ahead + Duration::from_millis(700),
+            "waiter {i} was granted {stall:?} after the lock was free, with {frozen_ahead} \
+             frozen waiters just ahead of it (heartbeat {heartbeat:?})"
+        );
+        (free_since, previous) = (releasing_at, Some(i));
+    }
 }
 
 /// A fair holder keeps unfair writers and readers out, and an unfair holder keeps fair
