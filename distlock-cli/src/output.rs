@@ -46,6 +46,8 @@ pub struct JsonState {
     remaining_ms: Option<u64>,
     writer_waiting: bool,
     waiting_processes: u64,
+    /// Fair waiters in the lock's queue.
+    queued: u64,
     token_ceiling: u64,
 }
 
@@ -60,6 +62,7 @@ impl From<&LockState> for JsonState {
             remaining_ms: state.remaining.map(ms),
             writer_waiting: state.writer_waiting,
             waiting_processes: state.waiting_processes,
+            queued: state.queued,
             token_ceiling: state.token_ceiling.get(),
         }
     }
@@ -128,9 +131,10 @@ pub fn state_text(state: &LockState) -> String {
         text.push_str(&holder_text(holder));
     }
     text.push_str(&format!(
-        "\n  writer waiting: {}, waiting processes: {}, token ceiling: {}",
+        "\n  writer waiting: {}, waiting processes: {}, fair waiters queued: {}, token ceiling: {}",
         if state.writer_waiting { "yes" } else { "no" },
         state.waiting_processes,
+        state.queued,
         state.token_ceiling
     ));
     text

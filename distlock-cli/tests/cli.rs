@@ -313,3 +313,40 @@ fn an_unreachable_store_exits_3() {
     let down = distlock(&["--url", &url, "status", "k"], &[]);
     assert_exit(&down, 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_the_fair_waiters_queued() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = client(&url, "shop");
+    let guard = holder.lock("invoice:9").acquire().await.unwrap();
+    let waiter = client(&url, "billing");
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("invoice:9")
+            .fair()
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    let started = Instant::now();
+    while holder.inspect("invoice:9").await.unwrap().queued < 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let text = distlock(&["--url", &url, "status", "invoice:9"], &[]);
+    assert_exit(&text, 0);
+    assert!(
+        stdout(&text).contains("fair waiters queued: 1"),
+        "{}",
+        stdout(&text)
+    );
+    let parsed = json(&distlock(
+        &["--url", &url, "--json", "status", "invoice:9"],
+        &[],
+    ));
+    assert_eq!(parsed["queued"], 1, "{parsed}");
+    guard.release().await.unwrap();
+    let granted = waiting.await.unwrap().expect("the fair waiter is granted");
+    granted.release().await.unwrap();
+}
