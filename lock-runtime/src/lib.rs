@@ -1,8 +1,8 @@
 //! Runtime of [distlock](https://docs.rs/distlock): configuration, the global and explicit
 //! clients, the acquire loop, the watchdog and the guards, over two independent axes — lock
-//! kinds (`kind/`: write, read and semaphore, each its Lua scripts and in-process twin) and stores
-//! (`backend/`: single Redis node, in-process), so a kind is written once and runs on every
-//! store. [`fenced`] is the other end of fencing tokens: writes to Redis that a stale holder
+//! kinds (`kind/`: write, read, semaphore, fair and multi-key, each its Lua scripts and
+//! in-process twin) and stores (`backend/`: single Redis node, Sentinel, Cluster, Redlock,
+//! in-process), so a kind is written once and runs on every store. [`fenced`] is the other end of fencing tokens: writes to Redis that a stale holder
 //! cannot make, and the same pattern for SQL.
 //!
 //! Users depend on the `distlock` facade, which re-exports everything public here; the

@@ -5,7 +5,9 @@
 //! client, or **all** its waiting readers when no writer of this client waits (a waiting writer
 //! has set the writer-waiting mark, which keeps readers out; readers share the lock, writers
 //! would only collide). A semaphore waiter counts as a writer here: a release frees one permit,
-//! so each client wakes one of its waiters for it. The message's payload is not read. So a handoff costs about one round
+//! so each client wakes one of its waiters for it. A fair lock's release names the head of its
+//! queue (`f:` and its waiter id): only that waiter wakes, in whichever client it waits; any
+//! other release also wakes the client's fair waiters. So a handoff costs about one round
 //! trip and many writers do not all retry at once. Anything lost here (a message, the
 //! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
 //! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
