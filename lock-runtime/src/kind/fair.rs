@@ -23,8 +23,20 @@ use redis::{Script, ScriptInvocation};
 use super::{millis, write, Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/fair/acquire.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_script()));
+
+/// Where `scripts/fair/acquire.lua` takes the write side's try.
+const WRITE_TRY: &str = "--[[ write/acquire.lua ]]";
+
+/// `scripts/fair/acquire.lua` with the write side's acquire script in it: the head's try is
+/// the write side's, written once.
+fn acquire_script() -> String {
+    include_str!("../../scripts/fair/acquire.lua").replacen(
+        WRITE_TRY,
+        include_str!("../../scripts/write/acquire.lua"),
+        1,
+    )
+}
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/fair/release.lua")));
 
@@ -69,14 +81,13 @@ pub(super) fn acquire_call(
     let key = attempt.key;
     let seat = attempt.seat.unwrap_or_default();
     let mut call = ACQUIRE.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.writer_waiting)
-        .key(&key.queue)
-        .key(&key.queue_deadlines)
-        .key(&key.channel);
+    call.key(&key.lock).key(&key.writer_waiting);
     if tokens == Tokens::Counter {
         call.key(&key.fence);
     }
+    call.key(&key.queue)
+        .key(&key.queue_deadlines)
+        .key(&key.channel);
     call.arg(attempt.owner).arg(millis(attempt.lease));
     match (attempt.fencing, tokens) {
         (false, _) => call.arg("0"),
@@ -196,4 +207,19 @@ fn leave_twin(entry: &mut TwinEntry, waiter: &str) {
 pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
     leave_twin(entry, waiter_of(owner));
     write::release_twin(entry, owner, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heads_try_is_the_write_sides_script() {
+        let script = acquire_script();
+        assert!(
+            !script.contains(WRITE_TRY),
+            "the write side's try was not inserted"
+        );
+        assert!(script.contains(include_str!("../../scripts/write/acquire.lua")));
+    }
 }
