@@ -36,20 +36,6 @@ async fn assert_held(request: LockRequest) {
     );
 }
 
-/// One store's module of tests taking the harness only.
-macro_rules! store_tests {
-    ($store:ident, $harness:ident, [$($name:ident),*]) => {
-        mod $store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    crate::$name(crate::Harness::$harness()).await
-                }
-            )*
-        }
-    };
-}
-
 /// One store's module of tests taking the harness and the kind, once per kind.
 macro_rules! store_kind_tests {
     ($store:ident, $harness:ident, [$($name:ident),*]) => {
@@ -74,16 +60,6 @@ macro_rules! store_kind_tests {
     };
 }
 
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        store_tests!(redis_store, redis, [$($name),*]);
-        store_tests!(sentinel_store, sentinel, [$($name),*]);
-        store_tests!(cluster_store, cluster, [$($name),*]);
-        store_tests!(redlock_store, redlock, [$($name),*]);
-        store_tests!(in_memory_store, in_memory, [$($name),*]);
-    };
-}
-
 macro_rules! on_every_store_and_kind {
     ($($name:ident),* $(,)?) => {
         mod every_kind {
@@ -96,7 +72,7 @@ macro_rules! on_every_store_and_kind {
     };
 }
 
-on_every_store!(
+crate::support::stores::on_every_store!(
     sixteen_tasks_doing_read_modify_write_under_the_lock_lose_no_update,
     fencing_tokens_strictly_increase_across_successive_holders,
     bad_requests_are_clear_errors,

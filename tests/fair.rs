@@ -16,41 +16,8 @@ use distlock::{distributed_lock, Client, LockError, LockMode};
 use support::stores::Harness;
 use tokio::time::Instant;
 
-/// One store's module of tests.
-macro_rules! store_tests {
-    ($store:ident, $harness:ident, [$($name:ident),*]) => {
-        mod $store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    crate::$name(crate::Harness::$harness()).await
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        store_tests!(redis_store, redis, [$($name),*]);
-        store_tests!(sentinel_store, sentinel, [$($name),*]);
-        store_tests!(cluster_store, cluster, [$($name),*]);
-        store_tests!(redlock_store, redlock, [$($name),*]);
-        store_tests!(in_memory_store, in_memory, [$($name),*]);
-    };
-}
-
-macro_rules! on_every_redis_store {
-    ($($name:ident),* $(,)?) => {
-        store_tests!(redis_store, redis, [$($name),*]);
-        store_tests!(sentinel_store, sentinel, [$($name),*]);
-        store_tests!(cluster_store, cluster, [$($name),*]);
-        store_tests!(redlock_store, redlock, [$($name),*]);
-    };
-}
-
 mod every_store {
-    on_every_store!(
+    crate::support::stores::on_every_store!(
         fair_waiters_are_granted_in_the_order_they_came,
         the_attribute_queues_fair_calls_in_the_order_they_came,
         a_cancelled_waiter_leaves_the_queue_at_once,
@@ -63,7 +30,7 @@ mod every_store {
 }
 
 mod wake_ups {
-    on_every_redis_store!(a_release_wakes_the_head_without_its_heartbeat);
+    crate::support::stores::on_every_redis_store!(a_release_wakes_the_head_without_its_heartbeat);
 }
 
 /// A client of `h`'s store, as another process would have, with this fair heartbeat.

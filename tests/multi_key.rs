@@ -15,31 +15,7 @@ use distlock::{Client, LockError};
 use redis::cluster_routing::Slot;
 use support::stores::Harness;
 
-/// One store's module of tests.
-macro_rules! store_tests {
-    ($store:ident, $harness:ident, [$($name:ident),*]) => {
-        mod $store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    crate::$name(crate::Harness::$harness()).await
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        store_tests!(redis_store, redis, [$($name),*]);
-        store_tests!(sentinel_store, sentinel, [$($name),*]);
-        store_tests!(cluster_store, cluster, [$($name),*]);
-        store_tests!(redlock_store, redlock, [$($name),*]);
-        store_tests!(in_memory_store, in_memory, [$($name),*]);
-    };
-}
-
-on_every_store!(
+crate::support::stores::on_every_store!(
     opposite_orders_a_thousand_times_each_neither_deadlock_nor_overlap,
     a_try_takes_every_key_or_none,
     a_partial_grant_is_given_back_while_the_request_waits,

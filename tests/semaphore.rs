@@ -20,41 +20,8 @@ use support::stores::Harness;
 use support::RedisServer;
 use tokio::time::Instant;
 
-/// One store's module of tests.
-macro_rules! store_tests {
-    ($store:ident, $harness:ident, [$($name:ident),*]) => {
-        mod $store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    crate::$name(crate::Harness::$harness()).await
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! on_every_store {
-    ($($name:ident),* $(,)?) => {
-        store_tests!(redis_store, redis, [$($name),*]);
-        store_tests!(sentinel_store, sentinel, [$($name),*]);
-        store_tests!(cluster_store, cluster, [$($name),*]);
-        store_tests!(redlock_store, redlock, [$($name),*]);
-        store_tests!(in_memory_store, in_memory, [$($name),*]);
-    };
-}
-
-macro_rules! on_every_redis_store {
-    ($($name:ident),* $(,)?) => {
-        store_tests!(redis_store, redis, [$($name),*]);
-        store_tests!(sentinel_store, sentinel, [$($name),*]);
-        store_tests!(cluster_store, cluster, [$($name),*]);
-        store_tests!(redlock_store, redlock, [$($name),*]);
-    };
-}
-
 mod every_store {
-    on_every_store!(
+    crate::support::stores::on_every_store!(
         twelve_tasks_never_exceed_five_permits_and_fill_them,
         a_different_count_for_a_key_in_use_is_a_clear_error,
         a_repeated_release_frees_only_its_own_permit,
@@ -66,7 +33,9 @@ mod every_store {
 }
 
 mod wake_ups {
-    on_every_redis_store!(each_released_permit_wakes_a_waiter_of_the_waiting_process);
+    crate::support::stores::on_every_redis_store!(
+        each_released_permit_wakes_a_waiter_of_the_waiting_process
+    );
 }
 
 /// Asserts that `request`, tried once, finds every permit taken.

@@ -85,3 +85,46 @@ impl Harness {
         Client::new(self.config.clone().app_name(app)).expect("valid config")
     }
 }
+
+/// One store's module of tests, each an `async fn(Harness)` at the test crate's root, run on
+/// a multi-thread runtime with the store's [`Harness`].
+#[allow(unused_macros)] // each test binary uses its own part of the support
+macro_rules! store_tests {
+    ($store:ident, $harness:ident, [$($name:ident),*]) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::$name($crate::support::stores::Harness::$harness()).await
+                }
+            )*
+        }
+    };
+}
+
+/// The tests named, each on every store: a module per store (`redis_store`, `sentinel_store`,
+/// `cluster_store`, `redlock_store`, `in_memory_store`).
+#[allow(unused_macros)] // each test binary uses its own part of the support
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        $crate::support::stores::store_tests!(redis_store, redis, [$($name),*]);
+        $crate::support::stores::store_tests!(sentinel_store, sentinel, [$($name),*]);
+        $crate::support::stores::store_tests!(cluster_store, cluster, [$($name),*]);
+        $crate::support::stores::store_tests!(redlock_store, redlock, [$($name),*]);
+        $crate::support::stores::store_tests!(in_memory_store, in_memory, [$($name),*]);
+    };
+}
+
+/// [`on_every_store`] but the in-process store (for what only Redis has: pub/sub wake-ups).
+#[allow(unused_macros)] // each test binary uses its own part of the support
+macro_rules! on_every_redis_store {
+    ($($name:ident),* $(,)?) => {
+        $crate::support::stores::store_tests!(redis_store, redis, [$($name),*]);
+        $crate::support::stores::store_tests!(sentinel_store, sentinel, [$($name),*]);
+        $crate::support::stores::store_tests!(cluster_store, cluster, [$($name),*]);
+        $crate::support::stores::store_tests!(redlock_store, redlock, [$($name),*]);
+    };
+}
+
+#[allow(unused_imports)] // each test binary uses its own part of the support
+pub(crate) use {on_every_redis_store, on_every_store, store_tests};
