@@ -52,6 +52,11 @@
 //!   and W7, transfers: 64 tasks sharing one client, 100 cycles each, `lock_all` of two of 32
 //!   accounts chosen at random (either order), held for a yield: cycles/s, acquire latency
 //!   p50/p99, and overlaps seen (an account held twice at once: must be 0).
+//! - W8 (fair locks, issue 12, distlock only, every deployment): W3's shape without the
+//!   increment — 8 workers on one key, 2,000 grants, 1 ms outside the lock after each release
+//!   — taken with `.fair()` (`W8`) and without (`W8-unfair`): grants/s, handoff latency p50/p99,
+//!   each acquire's wait p50/p99/max (what fairness is for: no waiter waits much longer than the
+//!   others), server commands per grant.
 //!
 //! Costs, read before and after each (library, workload) measurement (on W4, around the hold):
 //! - `client_cpu_us_per_cycle` (W1, W2): this process's CPU time, user + system, all threads
@@ -910,6 +915,75 @@ async fn w6(client: &distlock::Client, deployed: &Deployed) -> Row {
     ])
 }
 
+/// W8: 8 workers on one key taking `client`'s lock, fair or not, 2,000 grants in all.
+async fn w8(client: &distlock::Client, deployed: &Deployed, fair: bool) -> Row {
+    const GRANTS: u64 = 2000;
+    let key = format!("w8:{fair}:{}", fastrand::u64(..));
+    let granted = Arc::new(AtomicU64::new(0));
+    // (worker, released at) of the last release, to measure handoffs.
+    let last_release: Arc<Mutex<Option<(usize, Instant)>>> = Arc::new(Mutex::new(None));
+    let handoffs = Arc::new(Mutex::new(Vec::new()));
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let window = Window::open(deployed);
+    let workers: Vec<_> = (0..8)
+        .map(|worker| {
+            let (client, key) = (client.clone(), key.clone());
+            let (granted, last_release, handoffs, waits) = (
+                granted.clone(),
+                last_release.clone(),
+                handoffs.clone(),
+                waits.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let asked = Instant::now();
+                    let mut request = client.lock(key.clone()).lease(LEASE);
+                    if fair {
+                        request = request.fair();
+                    }
+                    let guard = request
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .expect("w8 acquire");
+                    let now = Instant::now();
+                    if granted.fetch_add(1, Ordering::SeqCst) >= GRANTS {
+                        guard.release().await.expect("w8 release");
+                        break;
+                    }
+                    waits.lock().unwrap().push(now - asked);
+                    if let Some((previous, at)) = *last_release.lock().unwrap() {
+                        if previous != worker {
+                            handoffs.lock().unwrap().push(now - at);
+                        }
+                    }
+                    guard.release().await.expect("w8 release");
+                    *last_release.lock().unwrap() = Some((worker, Instant::now()));
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("w8 worker");
+    }
+    let cost = window.close(deployed);
+    let mut handoffs = handoffs.lock().unwrap().clone();
+    let mut waits = waits.lock().unwrap().clone();
+    Row::from([
+        ("grants_per_s", GRANTS as f64 / cost.elapsed.as_secs_f64()),
+        ("handoff_p50_ms", pct(&mut handoffs, 0.5)),
+        ("handoff_p99_ms", pct(&mut handoffs, 0.99)),
+        ("wait_p50_ms", pct(&mut waits, 0.5)),
+        ("wait_p99_ms", pct(&mut waits, 0.99)),
+        ("wait_max_ms", pct(&mut waits, 1.0)),
+        (
+            "server_commands_per_grant",
+            cost.servers.commands() as f64 / GRANTS as f64,
+        ),
+    ])
+}
+
 /// W1's measurement of one task's acquire+release cycles, for a request made by `request`
 /// from the cycle's number (W6-solo: a semaphore; W7-solo: two keys).
 async fn solo(deployed: &Deployed, request: impl Fn(usize) -> distlock::LockRequest) -> Row {
@@ -1066,7 +1140,17 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
         let mut order: Vec<&Lib> = libs.iter().collect();
         order.rotate_left(round % libs.len());
         for workload in [
-            "W1", "W2", "W3", "W4", "W5", "W6-solo", "W6", "W7-solo", "W7",
+            "W1",
+            "W2",
+            "W3",
+            "W4",
+            "W5",
+            "W6-solo",
+            "W6",
+            "W7-solo",
+            "W7",
+            "W8",
+            "W8-unfair",
         ] {
             if !selected("BENCH_WORKLOADS", workload, true) {
                 continue;
@@ -1103,6 +1187,13 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
                             "W7-solo" => solo(deployed, |_| client.lock_all(two_keys("w7s"))).await,
                             _ => w7(client, deployed).await,
                         },
+                        _ => continue,
+                    },
+                    // W8: fair and unfair, the default (fenced) client only, every deployment.
+                    "W8" | "W8-unfair" => match lib {
+                        Lib::Distlock(client, _, true) => {
+                            w8(client, deployed, workload == "W8").await
+                        }
                         _ => continue,
                     },
                     _ => continue,
