@@ -25,6 +25,8 @@ mod every_store {
         a_frozen_waiter_holds_the_queue_up_for_at_most_two_heartbeats,
         twenty_waiters_keep_their_order_while_three_freeze,
         fair_and_unfair_holders_exclude_each_other,
+        a_short_heartbeat_does_not_cut_a_long_ones_place,
+        a_live_waiter_dropped_for_a_late_heartbeat_comes_back_at_its_place,
         only_the_exclusive_lock_can_be_fair,
     );
 }
@@ -351,6 +353,126 @@ async fn twenty_waiters_keep_their_order_while_three_freeze(h: Harness) {
         );
         (free_since, previous) = (releasing_at, Some(i));
     }
+}
+
+/// A waiter with a 20 s heartbeat heads the queue; one with a 10 ms heartbeat comes and times
+/// out. Its tries must not cut the queue's expiry to its own 15 ms: the first waiter keeps its
+/// place, and is granted once the lock is free. Shown to fail (the queue gone 15 ms after the
+/// short waiter left, the long one queued nowhere) with every try setting the queue's expiry
+/// to its own heartbeat's.
+async fn a_short_heartbeat_does_not_cut_a_long_ones_place(h: Harness) {
+    let observer = h.client();
+    let held = observer.lock("mixed-beats").acquire().await.expect("free");
+    let long = client_with_heartbeat(&h, Duration::from_secs(20));
+    let first = tokio::spawn(async move {
+        long.lock("mixed-beats")
+            .fair()
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    until_queued(&observer, "mixed-beats", 1).await;
+    let short = client_with_heartbeat(&h, Duration::from_millis(10));
+    let result = short
+        .lock("mixed-beats")
+        .fair()
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await;
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+    until_queued(&observer, "mixed-beats", 1).await;
+    // Well past the short waiter's 15 ms, the long one is still queued.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(300) {
+        let state = observer.inspect("mixed-beats").await.expect("inspect");
+        assert_eq!(state.queued, 1, "the long waiter lost its place: {state:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = Instant::now();
+    assert!(held.release().await.expect("release"));
+    let guard = first.await.expect("task").expect("granted");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "granted {:?} after the release",
+        released.elapsed()
+    );
+    assert!(guard.release().await.expect("release"));
+}
+
+/// The head of the queue misses its heartbeat (its future not polled for longer than one
+/// and a half heartbeats, as a process stalled by a GC pause would) and is dropped, while a
+/// second waiter keeps trying. Polled again, the first waiter comes back at the place it had,
+/// ahead of the second, and is granted first. Shown to fail (the second waiter granted first)
+/// with the place of the earlier replies not sent again.
+async fn a_live_waiter_dropped_for_a_late_heartbeat_comes_back_at_its_place(h: Harness) {
+    let heartbeat = Duration::from_millis(200);
+    let observer = h.client();
+    let held = observer.lock("stalled").acquire().await.expect("free");
+    let stalled_client = client_with_heartbeat(&h, heartbeat);
+    let mut stalled = Box::pin(
+        stalled_client
+            .lock("stalled")
+            .fair()
+            .wait(Duration::from_secs(30))
+            .acquire(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Polled through two tries, so that a reply has told it its place.
+    let mut queued_since = None;
+    loop {
+        if let Ok(result) = tokio::time::timeout(Duration::from_millis(5), &mut stalled).await {
+            panic!("the stalled waiter finished: {result:?}");
+        }
+        let queued = observer.inspect("stalled").await.expect("inspect").queued == 1;
+        match (queued, queued_since) {
+            (true, None) => queued_since = Some(Instant::now()),
+            (true, Some(since)) if since.elapsed() > heartbeat => break,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the first waiter never queued");
+    }
+    let second_client = client_with_heartbeat(&h, heartbeat);
+    let second = tokio::spawn(async move {
+        let guard = second_client
+            .lock("stalled")
+            .fair()
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("granted");
+        let at = Instant::now();
+        assert!(guard.release().await.expect("release"));
+        at
+    });
+    until_queued(&observer, "stalled", 2).await;
+    // Not polled: the stalled waiter misses its heartbeats and is dropped.
+    until_queued(&observer, "stalled", 1).await;
+    // Polled again: it comes back at its place, ahead of the second waiter.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(result) = tokio::time::timeout(Duration::from_millis(5), &mut stalled).await {
+            panic!("the stalled waiter finished early: {result:?}");
+        }
+        if observer.inspect("stalled").await.expect("inspect").queued == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled waiter never came back"
+        );
+    }
+    assert!(held.release().await.expect("release"));
+    let guard = stalled.await.expect("the stalled waiter is granted");
+    let first_at = Instant::now();
+    assert!(guard.release().await.expect("release"));
+    let second_at = second.await.expect("task");
+    assert!(
+        second_at > first_at,
+        "the second waiter was granted before the one that came back at its place"
+    );
 }
 
 /// A fair holder keeps unfair writers and readers out, and an unfair holder keeps fair

@@ -856,9 +856,10 @@ impl LockRequest {
         } else {
             String::new()
         };
-        let seat = self.fair.then(|| Seat {
+        let mut seat = self.fair.then(|| Seat {
             heartbeat: config.fair_heartbeat,
-            ticket: unix_micros(),
+            requested_at: unix_micros(),
+            place: 0,
         });
         let mut queued = self.fair.then(|| Queued {
             releaser: &inner.releaser,
@@ -952,15 +953,26 @@ impl LockRequest {
                     }
                     return Ok(guard);
                 }
-                Ok(reply @ (AcquireReply::Held(_) | AcquireReply::Queued)) => {
+                Ok(AcquireReply::Held(remaining)) => {
                     attempt.settle();
                     observed.refused();
                     refused_before = true;
-                    behind = reply == AcquireReply::Queued;
-                    match reply {
-                        AcquireReply::Held(remaining) => remaining,
-                        _ => None,
+                    remaining
+                }
+                Ok(AcquireReply::Queued {
+                    place,
+                    behind: ahead_of_it,
+                    remaining,
+                }) => {
+                    attempt.settle();
+                    observed.refused();
+                    refused_before = true;
+                    behind = ahead_of_it;
+                    if let Some(seat) = seat.as_mut().filter(|_| place != 0) {
+                        // Asked for again should the waiter have to join again.
+                        seat.place = place;
                     }
+                    remaining
                 }
                 Err(err) => {
                     if !is_ambiguous(&err) {
@@ -1059,11 +1071,15 @@ fn new_fair_owner(holder: &HolderTag, waiter: &str) -> String {
 }
 
 /// The time since the Unix epoch in microseconds on this machine's clock (a fair waiter's
-/// ticket on Redlock).
+/// place on Redlock). A clock before the epoch gives a place behind every real one (2^52 µs
+/// is the year 2112; places stay below 2^53, which a Redis score holds exactly).
 fn unix_micros() -> u64 {
+    const BEHIND_EVERY_CLOCK: u64 = 1 << 52;
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .map_or(BEHIND_EVERY_CLOCK, |d| {
+            u64::try_from(d.as_micros()).unwrap_or(BEHIND_EVERY_CLOCK)
+        })
 }
 
 /// A fair request's place in its key's queue until the request ends. Dropped without a grant

@@ -20,15 +20,19 @@
 --          writer-waiting mark's time to live in ms, and whether an earlier try was refused
 -- ARGV[6]  the heartbeat in ms: a waiter tries again at least every half heartbeat; one that
 --          does not try for one and a half heartbeats is dropped from the queue
--- ARGV[7]  the waiter's ticket, its place in the queue when it first comes: '0' for the server
---          clock in microseconds (one server: the order the requests reached it), or a number
---          from the caller (Redlock: the same on every master, so the masters' queues agree)
+-- ARGV[7]  the waiter's place, should it have to join the queue: '0' on a waiter's first try
+--          on one server (its place is then the server clock in microseconds: the order the
+--          requests reached it); the place an earlier reply gave it (so a waiter dropped while
+--          alive, or whose late grant was undone, comes back where it was); on Redlock, the
+--          caller's clock when the request started (the same on every master, so the masters'
+--          queues agree)
 -- ARGV[8]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster
 -- (all keys share one hash tag)
 --
--- Returns as write/acquire.lua: {1, token} when granted ({1, -1} without a token), {0, ms}
--- when this waiter is the head and the lock is held (ms: the holder's PTTL), and {0, -3} when
--- waiters are ahead of it (it tries again after half a heartbeat, or when woken).
+-- Returns as write/acquire.lua: {1, token} when granted ({1, -1} without a token); when
+-- refused, {0, ms, place}: ms is the holder's PTTL when this waiter is the head and the lock
+-- is held (-1: no expiry), or -3 when waiters are ahead of it (it tries again after half a
+-- heartbeat, or when woken); place is the waiter's place in the queue, for its next tries.
 --
 -- Every try first drops the waiters whose deadline has passed: a crashed or cut-off waiter
 -- leaves the queue one and a half heartbeats after its last try, whichever waiter's try comes
@@ -57,16 +61,21 @@ end
 -- ticket (Redlock) or at the back (the clock: it had stopped showing it was alive).
 redis.call('ZADD', queue, 'NX', ticket, waiter)
 redis.call('ZADD', deadlines, now_ms + keep, waiter)
--- Every member's deadline is at most `keep` away, so the queue may expire with the last one.
-redis.call('PEXPIRE', queue, keep)
-redis.call('PEXPIRE', deadlines, keep)
+-- The queue may expire with its last deadline: each waiter's is at most its own `keep` away,
+-- and waiters may have heartbeats of their own, so a try only ever lengthens the expiry.
+for _, key in ipairs({queue, deadlines}) do
+  if redis.call('PTTL', key) < keep then
+    redis.call('PEXPIRE', key, keep)
+  end
+end
+local place = tonumber(redis.call('ZSCORE', queue, waiter))
 
 local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if head ~= waiter then
   if redis.call('EXISTS', KEYS[1]) == 0 then
     redis.pcall(ARGV[8], channel, 'f:' .. head)
   end
-  return {0, -3}
+  return {0, -3, place}
 end
 
 -- The head: the write side's try.
@@ -77,5 +86,7 @@ local reply = write_try()
 if reply[1] == 1 then
   redis.call('ZREM', queue, waiter)
   redis.call('ZREM', deadlines, waiter)
+elseif reply[1] == 0 then
+  reply[3] = place
 end
 return reply

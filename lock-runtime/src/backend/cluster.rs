@@ -293,7 +293,8 @@ impl LockBackend for ClusterBackend {
                     .query(&mut connection)
                     .await
                     .map_err(|err| super::ambiguous(backend_error("acquire", err)))?;
-                (first.read(attempt.owner, &reply)?, true)
+                let (granted, value) = first.read(attempt.owner, &reply)?;
+                (vec![granted, value], true)
             }
             None => self
                 .invoke_replicated(
@@ -305,7 +306,7 @@ impl LockBackend for ClusterBackend {
                 .await
                 .map_err(super::ambiguous)?,
         };
-        let reply = kind::read_acquire_reply(attempt, reply)?;
+        let reply = kind::read_acquire_reply(attempt, &reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
 

@@ -213,7 +213,16 @@ impl LockBackend for MemoryBackend {
             });
             Ok(match reply {
                 TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
-                TwinReply::Queued => AcquireReply::Queued,
+                TwinReply::Queued {
+                    place,
+                    behind,
+                    remaining,
+                } => AcquireReply::Queued {
+                    place,
+                    behind,
+                    // Behind others the holder's lease says nothing of the next try.
+                    remaining: (!behind).then_some(remaining),
+                },
                 TwinReply::Mismatch(held) => {
                     let asked = match attempt.kind {
                         Kind::Semaphore(asked) => asked,
@@ -339,7 +348,7 @@ mod tests {
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
-            AcquireReply::Held(_) | AcquireReply::Queued => panic!("{} is held", key.name),
+            AcquireReply::Held(_) | AcquireReply::Queued { .. } => panic!("{} is held", key.name),
         }
     }
 
@@ -530,7 +539,9 @@ mod tests {
         {
             AcquireReply::Acquired(Some(token)) => token.0,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
-            AcquireReply::Held(_) | AcquireReply::Queued => panic!("nobody holds the lock"),
+            AcquireReply::Held(_) | AcquireReply::Queued { .. } => {
+                panic!("nobody holds the lock")
+            }
         };
         assert!(read > written, "read {read} after write {written}");
         assert!(backend

@@ -157,9 +157,16 @@ pub(crate) enum AcquireReply {
     /// Held by another owner, whose lease ends in this much time (`None`: unknown, e.g. the
     /// key has no expiry).
     Held(Option<Duration>),
-    /// A fair try behind other fair waiters: its next try is its heartbeat, unless the
-    /// release that makes it the head wakes it first.
-    Queued,
+    /// A fair try refused ([`Kind::Fair`]): `behind` other waiters (its next try is its
+    /// heartbeat, unless the release that makes it the head wakes it first), or the queue's
+    /// head while the lock is held (for at most `remaining`, as [`Held`](Self::Held) says).
+    /// `place` is the waiter's place in the queue (0: not known), which its later tries ask
+    /// for should they have to join again.
+    Queued {
+        place: u64,
+        behind: bool,
+        remaining: Option<Duration>,
+    },
 }
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random

@@ -661,7 +661,8 @@ impl LockBackend for RedisBackend {
                 let (reply, replicated) = self
                     .invoke_replicated("acquire", first.call(), self.guard, granted)
                     .await?;
-                (first.read(attempt.owner, &reply)?, replicated)
+                let (granted, value) = first.read(attempt.owner, &reply)?;
+                (vec![granted, value], replicated)
             }
             None => {
                 let call = attempt
@@ -671,12 +672,12 @@ impl LockBackend for RedisBackend {
                     "acquire",
                     Call::Script(&call),
                     self.guard,
-                    |&(granted, _): &(i64, i64)| granted == 1,
+                    |reply: &Vec<i64>| reply.first() == Some(&1),
                 )
                 .await?
             }
         };
-        let reply = kind::read_acquire_reply(attempt, reply)?;
+        let reply = kind::read_acquire_reply(attempt, &reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
 

@@ -535,17 +535,29 @@ impl LockBackend for RedlockBackend {
         let mut answered = 0;
         let mut tokens = Vec::new();
         let mut held_for: Option<Duration> = None;
-        // A fair try behind other waiters on some master.
-        let mut queued = false;
+        // A fair try refused: the masters where it is the head (the lock held there), and its
+        // place (the same on every master: the caller's ticket, or the place it was given).
+        let (mut fair_refused, mut heads, mut place) = (false, 0, 0);
         for answer in &answers {
             match answer {
                 Answer::Said(AcquireReply::Acquired(token)) => {
                     answered += 1;
                     tokens.push(*token);
                 }
-                Answer::Said(AcquireReply::Queued) => {
+                Answer::Said(AcquireReply::Queued {
+                    place: at,
+                    behind,
+                    remaining,
+                }) => {
                     answered += 1;
-                    queued = true;
+                    fair_refused = true;
+                    place = place.max(*at);
+                    if !behind {
+                        heads += 1;
+                        if let Some(remaining) = remaining {
+                            held_for = Some(held_for.map_or(*remaining, |h| h.min(*remaining)));
+                        }
+                    }
                 }
                 Answer::Said(AcquireReply::Held(remaining)) => {
                     answered += 1;
@@ -601,10 +613,14 @@ impl LockBackend for RedlockBackend {
         if answered < quorum {
             return Err(self.quorum_unavailable_needing(attempt.key, answered, granted, quorum));
         }
-        // A majority answered but did not grant in time: held, or a split between waiters —
-        // where a fair try is behind others on some master, the queue says when to try again.
-        if queued {
-            return Ok(AcquireReply::Queued);
+        // A majority answered but did not grant in time: held, or a split between waiters. A
+        // fair try is behind others unless a quorum of masters has it at the head (or granted).
+        if fair_refused {
+            return Ok(AcquireReply::Queued {
+                place,
+                behind: granted + heads < quorum,
+                remaining: held_for,
+            });
         }
         Ok(AcquireReply::Held(held_for))
     }

@@ -62,7 +62,8 @@ impl Channel {
     /// Wakes the waiters a message with `payload` is meant for: a fair queue's head names
     /// itself (`f:` and its id), and only that waiter wakes, if it is this client's; any other
     /// release wakes one waiting writer of this client, or all its waiting readers when no
-    /// writer waits, and its fair waiters (the head among them may take the lock now).
+    /// writer waits, and one of its fair waiters (which, finding the lock free but not at the
+    /// head, wakes the head by name).
     fn wake(&self, payload: &[u8]) {
         if let Some(waiter) = payload.strip_prefix(crate::kind::fair::WAKE_PREFIX) {
             let waiter = std::str::from_utf8(waiter).unwrap_or_default();
@@ -71,7 +72,7 @@ impl Channel {
             }
             return;
         }
-        for notify in self.fair.values() {
+        if let Some(notify) = self.fair.values().next() {
             notify.notify_one();
         }
         if self.waiting_writers > 0 {

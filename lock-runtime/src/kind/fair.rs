@@ -15,6 +15,7 @@
 //! its id.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -52,18 +53,20 @@ pub(crate) const WAKE_PREFIX: &[u8] = b"f:";
 pub(crate) struct Seat {
     /// How often the waiter shows it is alive ([`Config::fair_heartbeat`](crate::Config::fair_heartbeat)).
     pub(crate) heartbeat: Duration,
-    /// The waiter's place when it first comes, as the store's tokens say: with
-    /// [`Tokens::Counter`] (Redlock) this ticket, the caller's clock in microseconds when the
-    /// request started, the same on every master; with [`Tokens::Clock`] the server's clock
-    /// when the try reaches it (the ticket is not sent).
-    pub(crate) ticket: u64,
+    /// The caller's clock in microseconds when the request started: the waiter's place on
+    /// a store with [`Tokens::Counter`] (Redlock), the same on every master.
+    pub(crate) requested_at: u64,
+    /// The place an earlier reply gave the waiter (0: none yet), asked for again should the
+    /// waiter have to join again (dropped while alive, or its late grant undone).
+    pub(crate) place: u64,
 }
 
 impl Default for Seat {
     fn default() -> Self {
         Self {
             heartbeat: crate::config::DEFAULT_FAIR_HEARTBEAT,
-            ticket: 0,
+            requested_at: 0,
+            place: 0,
         }
     }
 }
@@ -97,11 +100,11 @@ pub(super) fn acquire_call(
     call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
         .arg(millis(seat.heartbeat))
-        .arg(match tokens {
-            // Redlock: the caller's ticket, so that every master orders the waiters alike.
-            Tokens::Counter => seat.ticket.max(1),
-            // One server: the order in which the waiters reach it.
-            Tokens::Clock => 0,
+        .arg(match (seat.place, tokens) {
+            (0, Tokens::Counter) => seat.requested_at.max(1),
+            // One server, first try: the order in which the waiters reach it.
+            (0, Tokens::Clock) => 0,
+            (place, _) => place,
         })
         .arg(announce.command());
     call
@@ -129,8 +132,6 @@ pub(crate) struct FairQueue {
     order: BTreeSet<(u64, String)>,
     /// Each waiter's ticket and the instant it is dropped unless it tries again.
     waiters: HashMap<String, (u64, Instant)>,
-    /// The next ticket handed out (the in-process store's "server clock" for places).
-    next_ticket: u64,
 }
 
 impl FairQueue {
@@ -156,16 +157,23 @@ impl FairQueue {
         self.waiters.is_empty()
     }
 
-    /// Keeps `waiter`'s place (or gives it one at the back) until `deadline`.
-    fn join(&mut self, waiter: &str, deadline: Instant) {
-        if let Some((_, until)) = self.waiters.get_mut(waiter) {
+    /// Keeps `waiter`'s place until `deadline`, or gives it `place` (0: one at the back);
+    /// returns its place.
+    fn join(&mut self, waiter: &str, place: u64, deadline: Instant) -> u64 {
+        if let Some((ticket, until)) = self.waiters.get_mut(waiter) {
             *until = deadline;
-            return;
+            return *ticket;
         }
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
+        // The in-process store's "server clock" for places: one count for every queue, so a
+        // waiter coming back with its place sorts among the others as it did.
+        static NEXT_PLACE: AtomicU64 = AtomicU64::new(1);
+        let ticket = match place {
+            0 => NEXT_PLACE.fetch_add(1, Ordering::Relaxed),
+            place => place,
+        };
         self.order.insert((ticket, waiter.to_owned()));
         self.waiters.insert(waiter.to_owned(), (ticket, deadline));
+        ticket
     }
 
     fn leave(&mut self, waiter: &str) {
@@ -184,15 +192,26 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
     let seat = attempt.seat.unwrap_or_default();
     let waiter = waiter_of(attempt.owner);
     let queue = entry.queue.get_or_insert_with(FairQueue::default);
-    queue.join(waiter, now + seat.heartbeat * 3 / 2);
+    let place = queue.join(waiter, seat.place, now + seat.heartbeat * 3 / 2);
     if queue.head() != Some(waiter) {
-        return TwinReply::Queued;
+        return TwinReply::Queued {
+            place,
+            behind: true,
+            remaining: Duration::ZERO,
+        };
     }
-    let reply = write::acquire_twin(entry, attempt, now);
-    if reply == TwinReply::Granted {
-        leave_twin(entry, waiter);
+    match write::acquire_twin(entry, attempt, now) {
+        TwinReply::Granted => {
+            leave_twin(entry, waiter);
+            TwinReply::Granted
+        }
+        TwinReply::Held(remaining) => TwinReply::Queued {
+            place,
+            behind: false,
+            remaining,
+        },
+        other => other,
     }
-    reply
 }
 
 fn leave_twin(entry: &mut TwinEntry, waiter: &str) {

@@ -289,15 +289,26 @@ impl FirstTry {
 }
 
 /// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
-/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once; -3: a fair
-/// try behind other waiters, [`AcquireReply::Queued`]). A grant
+/// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once). A grant
 /// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
-/// A semaphore's `{-1, permits}`: the key is a semaphore of another count, in use.
+/// A semaphore's `{-1, permits}`: the key is a semaphore of another count, in use. A fair
+/// refusal, `{0, ms or -3, place}` ([`AcquireReply::Queued`]): -3 when waiters are ahead.
 pub(crate) fn read_acquire_reply(
     attempt: &Try<'_>,
-    (granted, value): (i64, i64),
+    reply: &[i64],
 ) -> Result<AcquireReply, LockError> {
     let key = attempt.key;
+    let (granted, value) = match reply {
+        [granted, value, ..] => (*granted, *value),
+        _ => {
+            return Err(BackendError::new(
+                "acquire",
+                BackendErrorKind::Server,
+                format!("unexpected reply to an acquire script: {reply:?}"),
+            )
+            .into())
+        }
+    };
     if let (-1, Kind::Semaphore(asked)) = (granted, attempt.kind) {
         return Err(semaphore::count_mismatch(key, asked, value));
     }
@@ -318,11 +329,20 @@ pub(crate) fn read_acquire_reply(
         return Ok(AcquireReply::Acquired(Some(FencingToken(token))));
     }
     let remaining = match value {
-        -3 => return Ok(AcquireReply::Queued),
         -2 => Some(Duration::ZERO),
         ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
         _ => None,
     };
+    if attempt.kind == Kind::Fair {
+        return Ok(AcquireReply::Queued {
+            place: reply
+                .get(2)
+                .and_then(|&p| u64::try_from(p).ok())
+                .unwrap_or(0),
+            behind: value == -3,
+            remaining,
+        });
+    }
     Ok(AcquireReply::Held(remaining))
 }
 
@@ -430,8 +450,13 @@ pub(crate) enum TwinReply {
     Granted,
     /// Held, for at most this long.
     Held(Duration),
-    /// A fair try behind other fair waiters.
-    Queued,
+    /// A fair try refused: behind other waiters, or the head while the lock is held (for at
+    /// most `remaining`); its place in the queue.
+    Queued {
+        place: u64,
+        behind: bool,
+        remaining: Duration,
+    },
     /// The key is a semaphore of this many permits, some held, not the count asked for.
     Mismatch(u32),
 }
