@@ -355,23 +355,39 @@ async fn twenty_waiters_keep_their_order_while_three_freeze(h: Harness) {
     }
 }
 
-/// A waiter with a 20 s heartbeat heads the queue; one with a 10 ms heartbeat comes and times
-/// out. Its tries must not cut the queue's expiry to its own 15 ms: the first waiter keeps its
-/// place, and is granted once the lock is free. Shown to fail (the queue gone 15 ms after the
-/// short waiter left, the long one queued nowhere) with every try setting the queue's expiry
-/// to its own heartbeat's.
+/// Two waiters with a 20 s heartbeat queue (the second tries again only every 10 s); one with
+/// a 10 ms heartbeat comes behind them and times out. Its tries must not cut the queue's
+/// expiry to its own 15 ms: both keep their places, and are granted in order once the lock is
+/// free. Shown to fail (the second waiter gone from the queue once the short one left) with
+/// every try setting the queue's expiry to its own heartbeat's.
 async fn a_short_heartbeat_does_not_cut_a_long_ones_place(h: Harness) {
     let observer = h.client();
     let held = observer.lock("mixed-beats").acquire().await.expect("free");
-    let long = client_with_heartbeat(&h, Duration::from_secs(20));
-    let first = tokio::spawn(async move {
-        long.lock("mixed-beats")
-            .fair()
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-    });
-    until_queued(&observer, "mixed-beats", 1).await;
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        // A slow backoff, so that the head's own tries (every step, while the lock is held)
+        // seldom renew the queue's expiry right after the short waiter's.
+        let long = Client::new(
+            h.config
+                .clone()
+                .fair_heartbeat(Duration::from_secs(20))
+                .backoff(Duration::from_secs(1), Duration::from_secs(2)),
+        )
+        .expect("valid config");
+        waiters.push(tokio::spawn(async move {
+            let guard = long
+                .lock("mixed-beats")
+                .fair()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("granted");
+            let at = Instant::now();
+            assert!(guard.release().await.expect("release"));
+            at
+        }));
+        until_queued(&observer, "mixed-beats", i + 1).await;
+    }
     let short = client_with_heartbeat(&h, Duration::from_millis(10));
     let result = short
         .lock("mixed-beats")
@@ -383,23 +399,24 @@ async fn a_short_heartbeat_does_not_cut_a_long_ones_place(h: Harness) {
         matches!(result, Err(LockError::Timeout { .. })),
         "{result:?}"
     );
-    until_queued(&observer, "mixed-beats", 1).await;
-    // Well past the short waiter's 15 ms, the long one is still queued.
+    until_queued(&observer, "mixed-beats", 2).await;
+    // Well past the short waiter's 15 ms, both long ones are still queued.
     let watched = Instant::now();
     while watched.elapsed() < Duration::from_millis(300) {
         let state = observer.inspect("mixed-beats").await.expect("inspect");
-        assert_eq!(state.queued, 1, "the long waiter lost its place: {state:?}");
+        assert_eq!(state.queued, 2, "a long waiter lost its place: {state:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let released = Instant::now();
     assert!(held.release().await.expect("release"));
-    let guard = first.await.expect("task").expect("granted");
+    let second = waiters.pop().expect("two").await.expect("task");
+    let first = waiters.pop().expect("two").await.expect("task");
+    assert!(first < second, "granted out of order");
     assert!(
-        released.elapsed() < Duration::from_secs(5),
-        "granted {:?} after the release",
-        released.elapsed()
+        second - released < Duration::from_secs(5),
+        "the second granted {:?} after the release",
+        second - released
     );
-    assert!(guard.release().await.expect("release"));
 }
 
 /// The head of the queue misses its heartbeat (its future not polled for longer than one
