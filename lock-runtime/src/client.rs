@@ -730,7 +730,8 @@ impl LockRequest {
     ///   and a half heartbeats after its last try, on the server's clock, by the next try of
     ///   any waiter; so a dead waiter holds the queue up for at most two heartbeats. A waiter
     ///   whose request times out, fails or is cancelled (its future dropped) leaves the queue at
-    ///   once, in the background.
+    ///   once, in the background. A waiter dropped while alive (its process stalled past its
+    ///   heartbeat) comes back at the place it had: each refusal tells it its place.
     /// - Unfair requests for the same key ([`lock`], [`write_lock`]) do not queue: they take the
     ///   lock whenever they find it free, and exclude fair holders as any writer does.
     ///
