@@ -356,26 +356,45 @@ impl RedlockBackend {
         Ok(merge_views(&views, self.quorum()))
     }
 
-    /// Frees the lock on every master and raises a majority's fencing counters to the
-    /// highest token they handed out for it, so that every later grant's token (the largest
-    /// of a quorum, which shares a master with that majority) is greater.
+    /// Raises a majority's fencing counters above every token handed out for the lock, then
+    /// frees it on every master; returns the evicted holders and that token. Raised first:
+    /// every grant after a master freed the lock then takes a token above it (the largest of
+    /// a quorum, which shares a master with the raised majority). Freeing first and raising
+    /// after left a window in which a waiter granted by the masters already freed — whose
+    /// clocks had not reached the token the last master's clock gave — got a smaller token
+    /// than the one returned (`tests/inspect.rs` saw it about once in ten runs).
     pub(crate) async fn force_unlock(
         &self,
         key: &LockKey,
     ) -> Result<(Vec<RawHolder>, u64), LockError> {
         self.reconnect_missing();
         let answers = self
+            .on_all(self.node_timeout, |master| master.inspect(key))
+            .await;
+        let views = self.answered(key, answers)?;
+        let token = views
+            .iter()
+            .map(|view| view.token_ceiling)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        let nobody_at_token = vec![false; self.masters.len()];
+        let raised = self
+            .raise_fence(
+                key,
+                FencingToken(token),
+                FORCED_FENCE_TTL,
+                self.node_timeout,
+                &nobody_at_token,
+            )
+            .await;
+        if raised < self.quorum() {
+            return Err(self.quorum_unavailable(key, raised, 0));
+        }
+        let answers = self
             .on_all(self.node_timeout, |master| master.force_unlock(key))
             .await;
-        let at_token: Vec<Option<u64>> = answers
-            .iter()
-            .map(|answer| match answer {
-                Answer::Said((_, token)) => Some(*token),
-                Answer::Failed(_) => None,
-            })
-            .collect();
         let freed = self.answered(key, answers)?;
-        let token = freed.iter().map(|(_, token)| *token).max().unwrap_or(0);
         // The evicted are the holders a quorum had, as `inspect` shows them: a stale grant on
         // a minority of masters held nothing (it is deleted all the same).
         let mut seen: Vec<(RawHolder, usize)> = Vec::new();
@@ -396,19 +415,6 @@ impl RedlockBackend {
             .filter(|(_, count)| *count >= quorum)
             .map(|(holder, _)| holder)
             .collect();
-        let at_token: Vec<bool> = at_token.iter().map(|t| *t == Some(token)).collect();
-        let raised = self
-            .raise_fence(
-                key,
-                FencingToken(token),
-                FORCED_FENCE_TTL,
-                self.node_timeout,
-                &at_token,
-            )
-            .await;
-        if raised < self.quorum() {
-            return Err(self.quorum_unavailable(key, raised, 0));
-        }
         Ok((evicted, token))
     }
 
