@@ -30,7 +30,7 @@ use super::{
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, LockError};
 use crate::kind::operator::{self, RawHolder, RawView};
-use crate::kind::{self, multi, FirstTry, Tokens};
+use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 
 pub(crate) struct ClusterBackend {
     client: ClusterClient,
@@ -294,7 +294,7 @@ impl LockBackend for ClusterBackend {
                     .await
                     .map_err(|err| super::ambiguous(backend_error("acquire", err)))?;
                 let (granted, value) = first.read(attempt.owner, &reply)?;
-                (vec![granted, value], true)
+                (ScriptReply::from((granted, value)), true)
             }
             None => self
                 .invoke_replicated(
@@ -306,7 +306,7 @@ impl LockBackend for ClusterBackend {
                 .await
                 .map_err(super::ambiguous)?,
         };
-        let reply = kind::read_acquire_reply(attempt, &reply)?;
+        let reply = kind::read_acquire_reply(attempt, reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
 

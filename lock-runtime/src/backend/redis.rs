@@ -30,7 +30,7 @@ use super::{
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{self, RawHolder, RawView};
-use crate::kind::{self, multi, FirstTry, Tokens};
+use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
 struct Current {
@@ -662,7 +662,7 @@ impl LockBackend for RedisBackend {
                     .invoke_replicated("acquire", first.call(), self.guard, granted)
                     .await?;
                 let (granted, value) = first.read(attempt.owner, &reply)?;
-                (vec![granted, value], replicated)
+                (ScriptReply::from((granted, value)), replicated)
             }
             None => {
                 let call = attempt
@@ -672,12 +672,12 @@ impl LockBackend for RedisBackend {
                     "acquire",
                     Call::Script(&call),
                     self.guard,
-                    |reply: &Vec<i64>| reply.first() == Some(&1),
+                    |reply: &ScriptReply| reply.granted == 1,
                 )
                 .await?
             }
         };
-        let reply = kind::read_acquire_reply(attempt, &reply)?;
+        let reply = kind::read_acquire_reply(attempt, reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
 

@@ -288,6 +288,41 @@ impl FirstTry {
     }
 }
 
+/// An acquire script's reply as [`read_acquire_reply`] reads it: `{granted, value}`, and a
+/// fair refusal's place after them. Read without allocating (the acquire's hot path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScriptReply {
+    pub(crate) granted: i64,
+    pub(crate) value: i64,
+    pub(crate) place: Option<i64>,
+}
+
+impl From<(i64, i64)> for ScriptReply {
+    fn from((granted, value): (i64, i64)) -> Self {
+        Self {
+            granted,
+            value,
+            place: None,
+        }
+    }
+}
+
+impl redis::FromRedisValue for ScriptReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        if let redis::Value::Array(items) = &v {
+            if let [granted, value, place] = items.as_slice() {
+                return Ok(Self {
+                    granted: i64::from_redis_value_ref(granted)?,
+                    value: i64::from_redis_value_ref(value)?,
+                    place: Some(i64::from_redis_value_ref(place)?),
+                });
+            }
+        }
+        // Two elements, or the pair's own error for anything else.
+        <(i64, i64)>::from_redis_value(v).map(Self::from)
+    }
+}
+
 /// Reads the `{granted, value}` reply every acquire script gives: `{1, token}` or
 /// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once). A grant
 /// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
@@ -295,20 +330,14 @@ impl FirstTry {
 /// refusal, `{0, ms or -3, place}` ([`AcquireReply::Queued`]): -3 when waiters are ahead.
 pub(crate) fn read_acquire_reply(
     attempt: &Try<'_>,
-    reply: &[i64],
+    reply: ScriptReply,
 ) -> Result<AcquireReply, LockError> {
     let key = attempt.key;
-    let (granted, value) = match reply {
-        [granted, value, ..] => (*granted, *value),
-        _ => {
-            return Err(BackendError::new(
-                "acquire",
-                BackendErrorKind::Server,
-                format!("unexpected reply to an acquire script: {reply:?}"),
-            )
-            .into())
-        }
-    };
+    let ScriptReply {
+        granted,
+        value,
+        place,
+    } = reply;
     if let (-1, Kind::Semaphore(asked)) = (granted, attempt.kind) {
         return Err(semaphore::count_mismatch(key, asked, value));
     }
@@ -335,10 +364,7 @@ pub(crate) fn read_acquire_reply(
     };
     if attempt.kind == Kind::Fair {
         return Ok(AcquireReply::Queued {
-            place: reply
-                .get(2)
-                .and_then(|&p| u64::try_from(p).ok())
-                .unwrap_or(0),
+            place: place.and_then(|p| u64::try_from(p).ok()).unwrap_or(0),
             behind: value == -3,
             remaining,
         });
