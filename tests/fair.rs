@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{distributed_lock, Client, LockError, LockMode};
+use distlock::{distributed_lock, Client, LockError, LockGuard, LockMode};
 use support::stores::Harness;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod every_store {
@@ -38,6 +39,35 @@ mod wake_ups {
 /// A client of `h`'s store, as another process would have, with this fair heartbeat.
 fn client_with_heartbeat(h: &Harness, heartbeat: Duration) -> Client {
     Client::new(h.config.clone().fair_heartbeat(heartbeat)).expect("valid config")
+}
+
+/// A fair request for `key` through `client`, waiting up to `wait`, on a task of its own.
+fn spawn_fair(
+    client: Client,
+    key: &'static str,
+    wait: Duration,
+) -> JoinHandle<Result<LockGuard, LockError>> {
+    tokio::spawn(async move { client.lock(key).fair().wait(wait).acquire().await })
+}
+
+/// Releases `held`, then asserts that the waiter `behind` is granted well before any 20 s
+/// heartbeat of the tests could have let it in (within 5 s of the release), and releases it.
+async fn next_is_granted_at_once(
+    held: LockGuard,
+    behind: JoinHandle<Result<LockGuard, LockError>>,
+) {
+    let released = Instant::now();
+    assert!(held.release().await.expect("release"));
+    let guard = behind
+        .await
+        .expect("task")
+        .expect("the waiter behind is the head now");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "granted {:?} after the release",
+        released.elapsed()
+    );
+    assert!(guard.release().await.expect("release"));
 }
 
 /// Waits until `key`'s queue holds `n` fair waiters (at most 10 s).
@@ -144,39 +174,14 @@ async fn a_cancelled_waiter_leaves_the_queue_at_once(h: Harness) {
     let observer = h.client();
     let held = observer.lock("cancel").acquire().await.expect("free");
     let first = client_with_heartbeat(&h, heartbeat);
-    let cancelled = tokio::spawn(async move {
-        let _ = first
-            .lock("cancel")
-            .fair()
-            .wait(Duration::from_secs(60))
-            .acquire()
-            .await;
-    });
+    let cancelled = spawn_fair(first, "cancel", Duration::from_secs(60));
     until_queued(&observer, "cancel", 1).await;
     let second = client_with_heartbeat(&h, heartbeat);
-    let behind = tokio::spawn(async move {
-        second
-            .lock("cancel")
-            .fair()
-            .wait(Duration::from_secs(8))
-            .acquire()
-            .await
-    });
+    let behind = spawn_fair(second, "cancel", Duration::from_secs(8));
     until_queued(&observer, "cancel", 2).await;
     cancelled.abort();
     until_queued(&observer, "cancel", 1).await;
-    let released = Instant::now();
-    assert!(held.release().await.expect("release"));
-    let guard = behind
-        .await
-        .expect("task")
-        .expect("the second waiter is the head now");
-    assert!(
-        released.elapsed() < Duration::from_secs(5),
-        "granted {:?} after the release",
-        released.elapsed()
-    );
-    assert!(guard.release().await.expect("release"));
+    next_is_granted_at_once(held, behind).await;
 }
 
 /// A waiter whose wait runs out leaves the queue with its timeout; the waiter behind it does
@@ -187,39 +192,17 @@ async fn a_waiter_that_timed_out_leaves_the_queue_at_once(h: Harness) {
     let observer = h.client();
     let held = observer.lock("timeout").acquire().await.expect("free");
     let first = client_with_heartbeat(&h, heartbeat);
-    let timing_out = tokio::spawn(async move {
-        first
-            .lock("timeout")
-            .fair()
-            .wait(Duration::from_millis(600))
-            .acquire()
-            .await
-    });
+    let timing_out = spawn_fair(first, "timeout", Duration::from_millis(600));
     until_queued(&observer, "timeout", 1).await;
     let second = client_with_heartbeat(&h, heartbeat);
-    let behind = tokio::spawn(async move {
-        second
-            .lock("timeout")
-            .fair()
-            .wait(Duration::from_secs(8))
-            .acquire()
-            .await
-    });
+    let behind = spawn_fair(second, "timeout", Duration::from_secs(8));
     let err = timing_out
         .await
         .expect("task")
         .expect_err("the lock stays held");
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     until_queued(&observer, "timeout", 1).await;
-    let released = Instant::now();
-    assert!(held.release().await.expect("release"));
-    let guard = behind.await.expect("task").expect("granted");
-    assert!(
-        released.elapsed() < Duration::from_secs(5),
-        "granted {:?} after the release",
-        released.elapsed()
-    );
-    assert!(guard.release().await.expect("release"));
+    next_is_granted_at_once(held, behind).await;
 }
 
 /// A waiter is frozen in the queue — its acquire future polled until it queued, then never
