@@ -14,6 +14,7 @@ use crate::backend::endpoint::{Endpoint, Sentinel};
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{NodeOptions, RedisBackend};
 use crate::backend::redlock::RedlockBackend;
+use crate::backend::wake::Waker;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
 use crate::clock::Clock;
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
@@ -848,26 +849,10 @@ impl LockRequest {
         let kind = if self.fair { Kind::Fair } else { self.kind };
         let fencing = self.fencing.unwrap_or(config.fencing);
         let mut refused_before = false;
-        // The last try of a fair request found other waiters ahead of it.
-        let mut behind = false;
-        // A fair request's place in the queue: the waiter id its tries' owner tokens share,
-        // and the guard that takes it out of the queue if the request ends without a grant.
-        let waiter = if self.fair {
-            new_waiter()
-        } else {
-            String::new()
-        };
-        let mut seat = self.fair.then(|| Seat {
-            heartbeat: config.fair_heartbeat,
-            requested_at: unix_micros(),
-            place: 0,
-        });
-        let mut queued = self.fair.then(|| Queued {
-            releaser: &inner.releaser,
-            key: key.clone(),
-            owner: String::new(),
-            until: std::time::Instant::now(),
-        });
+        // A fair request's place in the key's queue, until the request ends.
+        let mut fair = self
+            .fair
+            .then(|| FairWait::new(&inner.releaser, &key, config.fair_heartbeat));
         loop {
             // A shutdown also ends a request that is waiting: it takes no grant after it.
             if inner.shut_down.load(Ordering::Relaxed) {
@@ -883,23 +868,16 @@ impl LockRequest {
                 releaser: &inner.releaser,
                 kind,
                 keys: std::slice::from_ref(&key),
-                owner: if self.fair {
-                    new_fair_owner(&inner.holder, &waiter)
-                } else {
-                    new_owner(&inner.holder)
+                owner: match &fair {
+                    Some(fair) => fair.new_owner(&inner.holder),
+                    None => new_owner(&inner.holder),
                 },
                 expires: sent + lease,
                 settled: false,
             };
             observed.tried();
-            if let Some(queued) = &mut queued {
-                // Should the request end with this try (cancelled mid-request, an ambiguous
-                // error), leaving the queue with its owner token also gives back the grant
-                // the try may have made.
-                queued.owner.clone_from(&attempt.owner);
-                queued.until = attempt
-                    .expires
-                    .max(std::time::Instant::now() + config.fair_heartbeat * 2);
+            if let Some(fair) = &mut fair {
+                fair.trying(&attempt.owner, attempt.expires);
             }
             let reply = inner
                 .clock
@@ -913,7 +891,7 @@ impl LockRequest {
                         writer_waiting,
                         refused_before,
                         fencing,
-                        seat,
+                        seat: fair.as_ref().map(|fair| fair.seat),
                     }),
                 )
                 .await;
@@ -928,9 +906,8 @@ impl LockRequest {
                 }
                 Ok(AcquireReply::Acquired(token)) => {
                     let owner = attempt.settle();
-                    // The grant took the waiter out of the queue.
-                    if let Some(queued) = queued.take() {
-                        queued.settle();
+                    if let Some(fair) = fair.take() {
+                        fair.granted();
                     }
                     let hold = observed.granted(&key.name, token, lease);
                     let lease = Arc::new(Lease::new(
@@ -962,16 +939,14 @@ impl LockRequest {
                 }
                 Ok(AcquireReply::Queued {
                     place,
-                    behind: ahead_of_it,
+                    behind,
                     remaining,
                 }) => {
                     attempt.settle();
                     observed.refused();
                     refused_before = true;
-                    behind = ahead_of_it;
-                    if let Some(seat) = seat.as_mut().filter(|_| place != 0) {
-                        // Asked for again should the waiter have to join again.
-                        seat.place = place;
+                    if let Some(fair) = &mut fair {
+                        fair.refused(place, behind);
                     }
                     remaining
                 }
@@ -989,31 +964,21 @@ impl LockRequest {
                     waited: now - started,
                 });
             }
-            let mut delay = match seat {
-                // Behind other fair waiters: the release that makes this waiter the head wakes
-                // it, and its heartbeat, which keeps its place, is the fallback.
-                // Until this client listens for releases (or on the in-process store, which
-                // wakes nobody), backoff polls as for any lock.
-                Some(seat)
-                    if behind && waker.is_some_and(|waker| waker.listening(&key.channel)) =>
-                {
-                    seat.heartbeat / 2
-                }
-                _ => backoff.next_delay(),
+            let mut delay = match &fair {
+                Some(fair) => fair.next_delay(&mut backoff, waker, &key.channel),
+                None => backoff.next_delay(),
             }
             .min(deadline - now);
             if let Some(remaining) = remaining {
                 delay = delay.min(remaining);
             }
-            if let Some(seat) = seat {
-                // The heartbeat that keeps the waiter's place in the queue.
-                delay = delay.min(seat.heartbeat / 2);
-            }
             match waker {
                 // Woken by the holder's release, or after the backoff step at the latest.
                 Some(waker) => {
-                    let interest =
-                        interest.get_or_insert_with(|| waker.interest(&key.channel, kind, &waiter));
+                    let interest = interest.get_or_insert_with(|| {
+                        let waiter = fair.as_ref().map_or("", |fair| fair.waiter.as_str());
+                        waker.interest(&key.channel, kind, waiter)
+                    });
                     observed.waited(waker.wait(interest, delay).await);
                 }
                 None => tokio::time::sleep(delay).await,
@@ -1055,20 +1020,99 @@ pub(crate) fn new_owner(holder: &HolderTag) -> String {
     holder.owner(uuid.simple().encode_lower(&mut uuid::Uuid::encode_buffer()))
 }
 
-/// A fresh fair waiter id ([`fair::WAITER_ID_LEN`] hex digits), which every owner token of the
-/// request starts with.
-fn new_waiter() -> String {
-    let mut waiter = format!("{:032x}", fastrand::u128(..));
-    waiter.truncate(fair::WAITER_ID_LEN);
-    waiter
+/// A fair request's place in its key's queue until the request ends: its waiter id (which
+/// every owner token of the request starts with), its [`Seat`], and whether its last try found
+/// waiters ahead of it. Dropped without a grant (timed out, failed, cancelled), it takes the
+/// waiter out of the queue in the background — the fair kind's release with the owner token
+/// of the waiter's last try, which also gives back a grant that try may have made, and wakes
+/// the new head — so the queue does not wait for the waiter's deadline.
+struct FairWait<'a> {
+    releaser: &'a Arc<Releaser>,
+    key: LockKey,
+    /// [`fair::WAITER_ID_LEN`] hex digits.
+    waiter: String,
+    seat: Seat,
+    /// The last try found other waiters ahead.
+    behind: bool,
+    /// The owner token of the waiter's last try (empty: nothing to leave).
+    owner: String,
+    /// When the waiter's place, or the last try's grant, would be gone anyway, at the latest.
+    until: std::time::Instant,
 }
 
-/// A fresh owner token for a try of the fair waiter `waiter`: the waiter id, then random hex
-/// digits up to the length of a UUID's, then the holder record, as [`new_owner`]'s.
-fn new_fair_owner(holder: &HolderTag, waiter: &str) -> String {
-    let mut uuid = format!("{:032x}", fastrand::u128(..));
-    uuid.replace_range(..waiter.len().min(uuid.len()), waiter);
-    holder.owner(&uuid)
+impl<'a> FairWait<'a> {
+    fn new(releaser: &'a Arc<Releaser>, key: &LockKey, heartbeat: Duration) -> Self {
+        let mut waiter = format!("{:032x}", fastrand::u128(..));
+        waiter.truncate(fair::WAITER_ID_LEN);
+        Self {
+            releaser,
+            key: key.clone(),
+            waiter,
+            seat: Seat {
+                heartbeat,
+                requested_at: unix_micros(),
+                place: 0,
+            },
+            behind: false,
+            owner: String::new(),
+            until: std::time::Instant::now(),
+        }
+    }
+
+    /// A fresh owner token for a try: the waiter id, then random hex digits up to the length
+    /// of a UUID's, then the holder record, as [`new_owner`]'s.
+    fn new_owner(&self, holder: &HolderTag) -> String {
+        let mut uuid = format!("{:032x}", fastrand::u128(..));
+        uuid.replace_range(..self.waiter.len().min(uuid.len()), &self.waiter);
+        holder.owner(&uuid)
+    }
+
+    /// A try with `owner` is sent; a grant it makes expires at `expires` at the latest. Should
+    /// the request end with this try (cancelled mid-request, an ambiguous error), leaving the
+    /// queue with its owner token also gives back that grant.
+    fn trying(&mut self, owner: &str, expires: std::time::Instant) {
+        owner.clone_into(&mut self.owner);
+        self.until = expires.max(std::time::Instant::now() + self.seat.heartbeat * 2);
+    }
+
+    /// The try was refused: the waiter's `place` (0: not said), and whether others are ahead.
+    fn refused(&mut self, place: u64, behind: bool) {
+        self.behind = behind;
+        if place != 0 {
+            // Asked for again should the waiter have to join again.
+            self.seat.place = place;
+        }
+    }
+
+    /// How long to wait before the next try, at most half a heartbeat, which keeps the place.
+    /// Behind other waiters, the release that makes this one the head wakes it, and the
+    /// heartbeat is the fallback; until this client listens for releases (and on the
+    /// in-process store, which wakes nobody), backoff polls as for any lock.
+    fn next_delay(&self, backoff: &mut Backoff, waker: Option<&Waker>, channel: &str) -> Duration {
+        let half_beat = self.seat.heartbeat / 2;
+        if self.behind && waker.is_some_and(|waker| waker.listening(channel)) {
+            return half_beat;
+        }
+        backoff.next_delay().min(half_beat)
+    }
+
+    /// The request was granted: the grant took the waiter out of the queue.
+    fn granted(mut self) {
+        self.owner.clear();
+    }
+}
+
+impl Drop for FairWait<'_> {
+    fn drop(&mut self) {
+        if !self.owner.is_empty() {
+            self.releaser.clean_up(
+                Kind::Fair,
+                self.key.clone(),
+                std::mem::take(&mut self.owner),
+                self.until,
+            );
+        }
+    }
 }
 
 /// The time since the Unix epoch in microseconds on this machine's clock (a fair waiter's
@@ -1081,40 +1125,6 @@ fn unix_micros() -> u64 {
         .map_or(BEHIND_EVERY_CLOCK, |d| {
             u64::try_from(d.as_micros()).unwrap_or(BEHIND_EVERY_CLOCK)
         })
-}
-
-/// A fair request's place in its key's queue until the request ends. Dropped without a grant
-/// (timed out, failed, cancelled), it takes the waiter out of the queue in the background —
-/// the fair kind's release with the owner token of the waiter's last try, which frees nothing
-/// the waiter does not hold and wakes the new head — so the queue does not wait for the
-/// waiter's deadline.
-struct Queued<'a> {
-    releaser: &'a Arc<Releaser>,
-    key: LockKey,
-    /// The owner token of the waiter's last try (its waiter id is the request's).
-    owner: String,
-    /// When the waiter's place, or the last try's grant, would be gone anyway, at the latest.
-    until: std::time::Instant,
-}
-
-impl Queued<'_> {
-    /// The request was granted: the grant took the waiter out of the queue.
-    fn settle(mut self) {
-        self.owner.clear();
-    }
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        if !self.owner.is_empty() {
-            self.releaser.clean_up(
-                Kind::Fair,
-                self.key.clone(),
-                std::mem::take(&mut self.owner),
-                self.until,
-            );
-        }
-    }
 }
 
 /// A try that may have taken the lock until its reply says otherwise. Dropped unsettled
@@ -1143,7 +1153,7 @@ impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if !self.settled {
             for key in self.keys {
-                // Only the grant: a fair request leaves the queue through its `Queued`.
+                // Only the grant: a fair request leaves the queue through its `FairWait`.
                 self.releaser.clean_up(
                     self.kind.of_grant(),
                     key.clone(),
