@@ -7,7 +7,7 @@
 //! would only collide). A semaphore waiter counts as a writer here: a release frees one permit,
 //! so each client wakes one of its waiters for it. A fair lock's release names the head of its
 //! queue (`f:` and its waiter id): only that waiter wakes, in whichever client it waits; any
-//! other release also wakes the client's fair waiters. So a handoff costs about one round
+//! other release also wakes one of the client's fair waiters. So a handoff costs about one round
 //! trip and many writers do not all retry at once. Anything lost here (a message, the
 //! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
 //! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
@@ -47,7 +47,7 @@ use crate::kind::Kind;
 /// One channel's waiters in this client.
 struct Channel {
     /// Each fair waiter of this client, by waiter id: woken by a message naming it (its
-    /// queue's head), and by a release of the unfair kinds.
+    /// queue's head); one of them also by a release of the unfair kinds.
     fair: HashMap<String, Arc<Notify>>,
     /// Wakes one waiting writer; a wake-up with no writer waiting is kept for the next.
     writers: Arc<Notify>,
