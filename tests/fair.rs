@@ -26,6 +26,7 @@ mod every_store {
         a_frozen_waiter_holds_the_queue_up_for_at_most_two_heartbeats,
         twenty_waiters_keep_their_order_while_three_freeze,
         fair_and_unfair_holders_exclude_each_other,
+        the_watchdog_keeps_a_fair_grant_for_more_than_three_leases_and_a_release_frees_it,
         a_short_heartbeat_does_not_cut_a_long_ones_place,
         a_live_waiter_dropped_for_a_late_heartbeat_comes_back_at_its_place,
         only_the_exclusive_lock_can_be_fair,
@@ -516,6 +517,42 @@ async fn fair_and_unfair_holders_exclude_each_other(h: Harness) {
         .await
         .expect("a free lock is granted to a fair request at once");
     assert!(again.release().await.expect("release"));
+}
+
+/// A fair grant is renewed, lost and released as a write grant: held past three leases by
+/// the watchdog, excluding another fair request meanwhile, and freed by its release.
+async fn the_watchdog_keeps_a_fair_grant_for_more_than_three_leases_and_a_release_frees_it(
+    h: Harness,
+) {
+    let (a, b) = (h.client(), h.client());
+    let lease = Duration::from_millis(600);
+    let guard = a
+        .lock("kept")
+        .fair()
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("free");
+    let until = Instant::now() + lease * 3 + lease / 2;
+    while Instant::now() < until {
+        let other = b.lock("kept").fair().wait(Duration::ZERO).acquire().await;
+        assert!(
+            matches!(other, Err(LockError::Timeout { .. })),
+            "renewed: {other:?}"
+        );
+        tokio::time::sleep(lease / 3).await;
+    }
+    assert!(guard.is_held());
+    assert!(guard.release().await.expect("release"), "still ours");
+    assert!(!b.is_locked("kept").await.expect("is_locked"));
+    let next = b
+        .lock("kept")
+        .fair()
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free once released");
+    assert!(next.release().await.expect("release"));
 }
 
 async fn only_the_exclusive_lock_can_be_fair(h: Harness) {
