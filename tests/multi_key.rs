@@ -23,6 +23,7 @@ crate::support::stores::on_every_store!(
     the_guard_is_lost_when_one_key_is_lost,
     a_release_frees_every_key,
     an_empty_list_is_a_config_error_and_duplicates_are_taken_once,
+    a_key_held_by_a_permit_or_a_reader_keeps_lock_all_out,
 );
 
 /// Two account keys in different Cluster slots (a lock key's slot is its name's).
@@ -260,4 +261,65 @@ async fn an_empty_list_is_a_config_error_and_duplicates_are_taken_once(h: Harnes
         .expect("a and b");
     assert_eq!(guard.keys().collect::<Vec<_>>(), ["a", "b"]);
     assert!(guard.release().await.expect("release"));
+}
+
+/// A semaphore permit or a reader on one of the keys keeps `lock_all` out, as it keeps a
+/// single writer out: the one rule of what blocks a writer (issue 23, item 1: the in-process
+/// store granted `lock_all(["k", "j"])` while a permit of `k` was held, failing on `7364a2a`).
+/// Once the permit or reader is given back, the keys are granted.
+async fn a_key_held_by_a_permit_or_a_reader_keeps_lock_all_out(h: Harness) {
+    let (k, j) = accounts();
+    let client = h.client();
+    let other = h.client();
+    for holder in ["permit", "reader"] {
+        let held = match holder {
+            "permit" => {
+                other
+                    .semaphore(k, 2)
+                    .lease(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+            _ => {
+                other
+                    .read_lock(k)
+                    .lease(Duration::from_secs(10))
+                    .acquire()
+                    .await
+            }
+        }
+        .expect("the holder is granted");
+        let refused = client
+            .lock_all([k, j])
+            .lease(Duration::from_secs(10))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        assert!(
+            matches!(refused, Err(LockError::Timeout { .. })),
+            "lock_all granted while a {holder} holds `{k}`: {refused:?}"
+        );
+        let single = client
+            .lock(k)
+            .lease(Duration::from_secs(10))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        assert!(
+            matches!(single, Err(LockError::Timeout { .. })),
+            "the write lock granted while a {holder} holds `{k}`: {single:?}"
+        );
+        assert!(
+            held.release().await.expect("release"),
+            "the {holder} was held"
+        );
+        let both = client
+            .lock_all([k, j])
+            .lease(Duration::from_secs(10))
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect("granted once the holder is gone");
+        assert!(both.release().await.expect("release"));
+    }
 }

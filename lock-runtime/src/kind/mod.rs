@@ -459,6 +459,33 @@ impl TwinEntry {
         }
     }
 
+    /// What keeps a writer out of this key — the one rule for every grant of the write side
+    /// (the exclusive lock, a fair grant, each key of `lock_all`): another writer, readers, or
+    /// semaphore permits. When the last of them ends; `None` when the key is free for `owner`
+    /// (free, or `owner`'s own write grant: the same try sent again). Purge first.
+    pub(crate) fn writer_blocked_until(&self, owner: &str) -> Option<Instant> {
+        let writer = match &self.writer {
+            Some((holder, until)) if holder != owner => Some(*until),
+            _ => None,
+        };
+        [
+            writer,
+            self.readers.values().max().copied(),
+            self.permits_until(),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+    }
+
+    /// A writer's try found the key held: keep new readers out for `mark` (zero: the writer's
+    /// last try, no mark), as the scripts' writer-waiting mark does.
+    pub(crate) fn mark_writer_waiting(&mut self, mark: Duration, now: Instant) {
+        if !mark.is_zero() {
+            self.writer_waiting = Some(now + mark);
+        }
+    }
+
     /// Nothing left in it: the store may forget the key (its fencing counter is kept apart).
     pub(crate) fn is_empty(&self) -> bool {
         self.writer.is_none()

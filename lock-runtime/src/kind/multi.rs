@@ -141,13 +141,8 @@ pub(crate) fn blocked_twin(
     now: Instant,
 ) -> Option<Duration> {
     entry.purge(now);
-    let until = match &entry.writer {
-        Some((owner, until)) if owner != attempt.owner => Some(*until),
-        _ => entry.readers.values().max().copied(),
-    }?;
-    if !attempt.writer_waiting.is_zero() {
-        entry.writer_waiting = Some(now + attempt.writer_waiting);
-    }
+    let until = entry.writer_blocked_until(attempt.owner)?;
+    entry.mark_writer_waiting(attempt.writer_waiting, now);
     Some(until - now)
 }
 

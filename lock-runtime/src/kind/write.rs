@@ -54,16 +54,8 @@ pub(super) fn release_call(
 
 pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instant) -> TwinReply {
     entry.purge(now);
-    let blocked_until = match &entry.writer {
-        Some((owner, until)) if owner != attempt.owner => Some(*until),
-        _ => entry.readers.values().max().copied(),
-    }
-    // A semaphore's permits keep a writer out as readers do.
-    .or(entry.permits_until());
-    if let Some(until) = blocked_until {
-        if !attempt.writer_waiting.is_zero() {
-            entry.writer_waiting = Some(now + attempt.writer_waiting);
-        }
+    if let Some(until) = entry.writer_blocked_until(attempt.owner) {
+        entry.mark_writer_waiting(attempt.writer_waiting, now);
         return TwinReply::Held(until - now);
     }
     entry.writer = Some((attempt.owner.to_owned(), now + attempt.lease));
