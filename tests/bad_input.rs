@@ -14,8 +14,13 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use distlock::{BackendErrorKind, Client, Config, LockError, MAX_KEY_LEN};
+use support::stores::Harness;
 use support::RedisServer;
 use tokio::time::Instant;
+
+crate::support::stores::on_every_redis_store!(
+    another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kind_and_left_alone,
+);
 
 /// `lock_runtime::MIN_LEASE` / `MAX_LEASE` (10 ms, a year). The README names them, but the
 /// facade does not re-export them (src/lib.rs), so they are restated here.
@@ -826,4 +831,115 @@ async fn huge_and_zero_config_durations_are_clear_errors_or_work() {
         started.elapsed()
     );
     assert!(guard.release().await.expect("release"));
+}
+
+// ---- another application's data at a lock key (issue 23, items 4 and 5) ---------------------
+
+/// Another application's data at a lock's Redis key, one of each type a user may keep there
+/// (the commands that write it, after the key).
+fn foreign_values() -> Vec<(&'static str, Vec<Vec<&'static str>>)> {
+    vec![
+        ("hash", vec![vec!["HSET", "name", "ada"]]),
+        ("list", vec![vec!["RPUSH", "a", "b"]]),
+        ("set", vec![vec!["SADD", "x", "y"]]),
+        ("string", vec![vec!["SET", "hello"]]),
+        // A leaderboard: one `read_lock` used to purge it down to the reader's token.
+        ("zset", vec![vec!["ZADD", "10", "alice", "20", "bob"]]),
+    ]
+}
+
+/// What a key holds, byte for byte, with its expiry: `DUMP` and `PTTL` on every node.
+fn snapshot(h: &Harness, key: &str) -> Vec<redis::Value> {
+    let mut seen = h.raw(redis::cmd("DUMP").arg(key));
+    seen.extend(h.raw(redis::cmd("PTTL").arg(key)));
+    seen
+}
+
+/// Every kind — the exclusive lock, a fair lock, `lock_all`, the read lock, a semaphore — and
+/// the operator tools refuse a key that holds another application's hash, list, set, string or
+/// sorted set at once, with `LockError::NotALock` naming the key and the type, however long
+/// they may wait, and the data is left as it was, with no writer-waiting mark beside it. On
+/// `7364a2a` the write, fair and multi-key tries took such a key for a lock held forever (they
+/// waited out their whole `wait` and set the mark), and `read_lock` and `semaphore` purged a
+/// user's sorted set down to their own owner token and were granted.
+async fn another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kind_and_left_alone(
+    h: Harness,
+) {
+    let client = h.client();
+    let wait = Duration::from_secs(5);
+    for (holds, writes) in foreign_values() {
+        let name = format!("profile-{holds}");
+        let key = h.lock_key(&name);
+        for write in &writes {
+            let mut cmd = redis::cmd(write[0]);
+            cmd.arg(&key).arg(&write[1..]);
+            h.raw(&cmd);
+        }
+        let before = snapshot(&h, &key);
+        let requests: Vec<(&str, distlock::LockRequest)> = vec![
+            ("lock", client.lock(&name)),
+            ("fair lock", client.lock(&name).fair()),
+            ("lock_all", client.lock_all([name.as_str(), "elsewhere"])),
+            ("read_lock", client.read_lock(&name)),
+            ("semaphore", client.semaphore(&name, 2)),
+        ];
+        for (kind, request) in requests {
+            let started = Instant::now();
+            let result = request.wait(wait).acquire().await;
+            let took = started.elapsed();
+            match &result {
+                Err(LockError::NotALock {
+                    redis_key,
+                    holds: found,
+                }) => {
+                    assert_eq!(redis_key, &key, "{kind} on a {holds}");
+                    assert_eq!(found, holds, "{kind} on a {holds}");
+                }
+                other => panic!("{kind} on a {holds}: {other:?}"),
+            }
+            assert!(
+                took < Duration::from_secs(2),
+                "{kind} on a {holds} took {took:?}: it should be refused at once, not waited for"
+            );
+            let text = result.unwrap_err().to_string();
+            assert!(text.contains("key_prefix"), "{text}");
+            assert_eq!(snapshot(&h, &key), before, "{kind} changed the {holds}");
+            let mark: Vec<i64> = h
+                .raw(redis::cmd("EXISTS").arg(format!("{key}:writer-waiting")))
+                .iter()
+                .map(|v| redis::from_redis_value_ref(v).expect("an integer"))
+                .collect();
+            assert!(
+                mark.iter().all(|&m| m == 0),
+                "{kind} set the mark beside a {holds}"
+            );
+        }
+        for (tool, result) in [
+            ("inspect", client.inspect(&name).await.map(|_| ())),
+            ("force_unlock", client.force_unlock(&name).await.map(|_| ())),
+        ] {
+            assert!(
+                matches!(&result, Err(LockError::NotALock { holds: found, .. }) if found == holds),
+                "{tool} on a {holds}: {result:?}"
+            );
+            assert_eq!(snapshot(&h, &key), before, "{tool} changed the {holds}");
+        }
+        // Nothing was left granted: `lock_all`'s other key is free (on Cluster its slot was
+        // granted before the foreign key's slot refused).
+        let other = client
+            .lock("elsewhere")
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .expect("lock_all left nothing granted");
+        assert!(other.release().await.expect("release"));
+        // The key's own lock still works once the data is gone.
+        h.raw(redis::cmd("DEL").arg(&key));
+        let guard = client
+            .lock(&name)
+            .acquire()
+            .await
+            .expect("a free key again");
+        assert!(guard.release().await.expect("release"));
+    }
 }

@@ -419,7 +419,10 @@ async fn a_key_that_is_no_lock_is_reported_and_left_alone() {
         client.force_unlock("profile").await.map(|_| ()),
     ] {
         let err = result.expect_err("no lock");
-        assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+        assert!(
+            matches!(&err, LockError::NotALock { holds, .. } if holds == "hash"),
+            "{err:?}"
+        );
         let text = err.to_string();
         assert!(text.contains("hash"), "{text}");
     }

@@ -225,21 +225,32 @@ async fn a_read_grant_whose_reply_was_lost_leaves_no_reader_entry() {
 #[tokio::test]
 async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     let server = RedisServer::start();
-    let acquire = redis::Script::new(include_str!("../lock-runtime/scripts/read/acquire.lua"));
-    let release = redis::Script::new(include_str!("../lock-runtime/scripts/read/release.lua"));
+    // The scripts as the runtime loads them: after the shared lock_key.lua.
+    let script = |body: &str| {
+        redis::Script::new(&format!(
+            "{}\n{body}",
+            include_str!("../lock-runtime/scripts/lock_key.lua")
+        ))
+    };
+    let acquire = script(include_str!("../lock-runtime/scripts/read/acquire.lua"));
+    let release = script(include_str!("../lock-runtime/scripts/read/release.lua"));
+    // Owner tokens as the runtime makes them (32 hex digits, ms, holder record): a script
+    // refuses a sorted set of anything else as someone else's data.
+    let owner = |name: &str| format!("{:0>32}:1:{name}", u128::from(name.len() as u8));
+    let (reader_a, reader_b) = (owner("reader-a"), owner("reader-bb"));
     let mut redis = server.connection();
     let mut grant = |owner: &str| -> (i64, i64) {
         acquire
             .key("distlock:{twice}")
-            .key("distlock:{twice}:writer-waiting")
             .arg(owner)
             .arg(10_000)
+            .arg("distlock:{twice}:writer-waiting")
             .invoke(&mut redis)
             .expect("read acquire")
     };
-    assert_eq!(grant("reader-a").0, 1);
-    assert_eq!(grant("reader-a").0, 1, "a repeated try is granted again");
-    assert_eq!(grant("reader-b").0, 1);
+    assert_eq!(grant(&reader_a).0, 1);
+    assert_eq!(grant(&reader_a).0, 1, "a repeated try is granted again");
+    assert_eq!(grant(&reader_b).0, 1);
     assert_eq!(
         server.readers("twice"),
         2,
@@ -249,20 +260,17 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     let mut leave = |owner: &str| -> i64 {
         release
             .key("distlock:{twice}")
-            .key("distlock:{twice}:writer-waiting")
-            .key("distlock:{twice}:released")
             .arg(owner)
+            .arg("PUBLISH")
+            .arg("distlock:{twice}:writer-waiting")
+            .arg("distlock:{twice}:released")
             .invoke(&mut redis)
             .expect("read release")
     };
-    assert_eq!(leave("reader-a"), 1);
-    assert_eq!(
-        leave("reader-a"),
-        0,
-        "a repeated release frees nothing more"
-    );
+    assert_eq!(leave(&reader_a), 1);
+    assert_eq!(leave(&reader_a), 0, "a repeated release frees nothing more");
     assert_eq!(server.readers("twice"), 1, "reader-b is still in");
-    assert_eq!(leave("reader-b"), 1);
+    assert_eq!(leave(&reader_b), 1);
     let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{twice}"]);
     assert_eq!(exists, 0, "the lock key goes with its last reader");
 }

@@ -86,7 +86,23 @@ pub enum LockError {
 
     /// The backend could not be reached, timed out, or answered with an error.
     #[error("{0}")]
-    Backend(#[from] BackendError),
+    Backend(BackendError),
+
+    /// A Redis key of the lock holds data that distlock did not write (another application's
+    /// hash, list, string or sorted set under the same name): the request was refused at once,
+    /// and nothing of the key was changed.
+    #[error(
+        "the Redis key `{}` holds a {holds} that distlock did not write, not a lock: another \
+         application uses this key, and distlock leaves it alone; choose another \
+         `Config::key_prefix` (or another lock name)",
+        Shortened(redis_key)
+    )]
+    NotALock {
+        /// The Redis key (with the prefix and hash tag), as the server named it.
+        redis_key: String,
+        /// The Redis type found there (`hash`, `string`, `zset`, …).
+        holds: String,
+    },
 
     /// Too few Redlock masters granted the request (or its renewal) within its validity.
     /// A semaphore permit needs more than a majority (see
@@ -131,6 +147,26 @@ pub enum LockError {
     /// The configuration or a request's settings are unusable.
     #[error("invalid distlock configuration: {0}")]
     Config(String),
+}
+
+impl From<BackendError> for LockError {
+    /// A backend failure, or [`LockError::NotALock`] when a script found data it did not write
+    /// at a lock's key (its `NOTALOCK` error, `scripts/lock_key.lua`).
+    fn from(err: BackendError) -> Self {
+        match err.not_a_lock() {
+            Some((holds, redis_key)) => LockError::NotALock { redis_key, holds },
+            None => LockError::Backend(err),
+        }
+    }
+}
+
+impl LockError {
+    /// A refusal that waiting cannot change: the request ends with it at once, and a Redlock
+    /// master that says so speaks for the deployment (a semaphore of another count in use, a
+    /// key that holds no lock).
+    pub(crate) fn is_final_refusal(&self) -> bool {
+        matches!(self, LockError::Config(_) | LockError::NotALock { .. })
+    }
 }
 
 /// A failure of the storage behind the locks: connecting, a timed-out or dropped request, or an
@@ -203,6 +239,19 @@ impl BackendError {
     /// Whether the request may have taken effect although it failed.
     pub(crate) fn may_have_applied(&self) -> bool {
         self.maybe_applied
+    }
+
+    /// The type found and the Redis key, when this is a script's `NOTALOCK` error
+    /// (`NOTALOCK <type> at <key>`, and what Redis appends to an error a script raises).
+    fn not_a_lock(&self) -> Option<(String, String)> {
+        let err = self.source.downcast_ref::<redis::RedisError>()?;
+        if err.code() != Some("NOTALOCK") {
+            return None;
+        }
+        let detail = err.detail()?;
+        let (holds, rest) = detail.split_once(" at ")?;
+        let key = rest.rsplit_once(" script: ").map_or(rest, |(key, _)| key);
+        Some((holds.to_owned(), key.trim_end().to_owned()))
     }
 
     /// What sort of failure this is.

@@ -20,6 +20,24 @@ pub struct Harness {
     _server: Option<RedisServer>,
     /// Whether waiters listen for releases (every Redis store; the in-process store polls).
     pub pub_sub: bool,
+    /// The key prefix of this test's locks.
+    pub prefix: String,
+    /// Where the store keeps its keys, for commands behind its back ([`Harness::raw`]).
+    nodes: Nodes,
+}
+
+/// Where a store keeps its keys.
+enum Nodes {
+    /// The in-process store: no Redis.
+    None,
+    /// One server (its URL).
+    Node(String),
+    /// The primary that Sentinel names now.
+    Sentinel(&'static SentinelSetup),
+    /// A Redis Cluster (its nodes' URLs).
+    Cluster(Vec<String>),
+    /// Independent Redlock masters (their URLs).
+    Masters(Vec<String>),
 }
 
 /// A key prefix no other test of this binary uses.
@@ -32,46 +50,99 @@ impl Harness {
     pub fn redis() -> Self {
         let server = RedisServer::start();
         let config = Config::from_url(&server.url()).expect("valid url");
-        Self::tuned(config, Some(server), true)
+        let nodes = Nodes::Node(server.url());
+        Self::tuned(
+            config,
+            Some(server),
+            true,
+            distlock::DEFAULT_KEY_PREFIX.into(),
+            nodes,
+        )
     }
 
     pub fn sentinel() -> Self {
         static SETUP: OnceLock<SentinelSetup> = OnceLock::new();
         let setup = SETUP.get_or_init(|| SentinelSetup::start("conformance"));
+        let prefix = own_prefix();
         let config = Config::sentinel(setup.sentinel_urls(), setup.master_name())
             .expect("valid urls")
-            .key_prefix(own_prefix());
-        Self::tuned(config, None, true)
+            .key_prefix(&prefix);
+        Self::tuned(config, None, true, prefix, Nodes::Sentinel(setup))
     }
 
     pub fn cluster() -> Self {
+        let prefix = own_prefix();
         let config = Config::cluster(shared_cluster().urls())
             .expect("valid urls")
-            .key_prefix(own_prefix());
-        Self::tuned(config, None, true)
+            .key_prefix(&prefix);
+        let nodes = Nodes::Cluster(shared_cluster().urls());
+        Self::tuned(config, None, true, prefix, nodes)
     }
 
     pub fn redlock() -> Self {
         static MASTERS: OnceLock<Vec<RedisServer>> = OnceLock::new();
         let masters = MASTERS.get_or_init(|| start_masters(3));
+        let prefix = own_prefix();
         let config = Config::redlock(masters.iter().map(RedisServer::url))
             .expect("valid urls")
-            .key_prefix(own_prefix())
+            .key_prefix(&prefix)
             // Many tests run at once on two cores: allow for scheduling delays.
             .node_timeout(Duration::from_millis(200));
-        Self::tuned(config, None, true)
+        let nodes = Nodes::Masters(masters.iter().map(RedisServer::url).collect());
+        Self::tuned(config, None, true, prefix, nodes)
     }
 
     pub fn in_memory() -> Self {
-        Self::tuned(Config::in_memory(), None, false)
+        let prefix = distlock::DEFAULT_KEY_PREFIX.into();
+        Self::tuned(Config::in_memory(), None, false, prefix, Nodes::None)
     }
 
-    fn tuned(config: Config, server: Option<RedisServer>, pub_sub: bool) -> Self {
+    fn tuned(
+        config: Config,
+        server: Option<RedisServer>,
+        pub_sub: bool,
+        prefix: String,
+        nodes: Nodes,
+    ) -> Self {
         let config = config.backoff(Duration::from_millis(1), Duration::from_millis(20));
         Self {
             config,
             _server: server,
             pub_sub,
+            prefix,
+            nodes,
+        }
+    }
+
+    /// The Redis key of the lock named `name` (`{prefix}{{name}}`, for names without braces).
+    pub fn lock_key(&self, name: &str) -> String {
+        format!("{}{{{name}}}", self.prefix)
+    }
+
+    /// Runs `cmd` behind the store's back where the store keeps the key it names: on the one
+    /// server, Sentinel's primary, the Cluster node serving the key, or every Redlock master.
+    /// One reply per server it ran on; none on the in-process store.
+    pub fn raw(&self, cmd: &redis::Cmd) -> Vec<redis::Value> {
+        let on = |url: &str| {
+            let mut connection = redis::Client::open(url)
+                .and_then(|client| client.get_connection())
+                .expect("a raw connection");
+            cmd.query::<redis::Value>(&mut connection)
+                .expect("the raw command")
+        };
+        match &self.nodes {
+            Nodes::None => Vec::new(),
+            Nodes::Node(url) => vec![on(url)],
+            Nodes::Sentinel(setup) => vec![on(&setup.primary_url())],
+            Nodes::Masters(urls) => urls.iter().map(|url| on(url)).collect(),
+            Nodes::Cluster(urls) => {
+                let mut connection = redis::cluster::ClusterClient::new(urls.clone())
+                    .and_then(|client| client.get_connection())
+                    .expect("a raw cluster connection");
+                vec![cmd
+                    .query::<redis::Value>(&mut connection)
+                    .expect("the raw command")]
+            }
         }
     }
 

@@ -6,28 +6,29 @@
 -- (Redis scripts cannot include one another): the first keys and arguments are its own.
 --
 -- KEYS[1]  lock key (see write/acquire.lua)
--- KEYS[2]  writer-waiting mark (see write/acquire.lua)
--- KEYS[3]  fencing counter, only with counter tokens (Redlock); see write/acquire.lua
--- then, the last three keys:
---   the queue: a sorted set of waiter ids scored by their place (the server clock in
---          microseconds when the waiter first came, or the ticket of ARGV[7])
---   the queue's deadlines: the same waiter ids scored by when each is dropped from the
---          queue unless it tries again (ms on the server clock)
---   the lock's release channel, on which the head is woken
+-- KEYS[2]  fencing counter, only with counter tokens (Redlock); see write/acquire.lua
 -- ARGV[1]  owner token of this try; its first 24 characters are the waiter id, the same for
 --          every try of one request (each try still has an owner token of its own)
--- ARGV[2..5]  as write/acquire.lua: the lease in ms, where the fencing token comes from, the
---          writer-waiting mark's time to live in ms, and whether an earlier try was refused
--- ARGV[6]  the heartbeat in ms: a waiter tries again at least every half heartbeat; one that
+-- ARGV[2..6]  as write/acquire.lua: the lease in ms, where the fencing token comes from, the
+--          writer-waiting mark's time to live in ms, whether an earlier try was refused, and
+--          the mark's key
+-- ARGV[7]  the heartbeat in ms: a waiter tries again at least every half heartbeat; one that
 --          does not try for one and a half heartbeats is dropped from the queue
--- ARGV[7]  the waiter's place, should it have to join the queue: '0' on a waiter's first try
+-- ARGV[8]  the waiter's place, should it have to join the queue: '0' on a waiter's first try
 --          on one server (its place is then the server clock in microseconds: the order the
 --          requests reached it); the place an earlier reply gave it (so a waiter dropped while
 --          alive, or whose late grant was undone, comes back where it was); on Redlock, the
 --          caller's clock when the request started (the same on every master, so the masters'
 --          queues agree)
--- ARGV[8]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster
--- (all keys share one hash tag)
+-- ARGV[9]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster
+-- ARGV[10] the queue: a sorted set of waiter ids scored by their place (the server clock in
+--          microseconds when the waiter first came, or the ticket of ARGV[8])
+-- ARGV[11] the queue's deadlines: the same waiter ids scored by when each is dropped from the
+--          queue unless it tries again (ms on the server clock)
+-- ARGV[12] the lock's release channel, on which the head is woken
+-- (all keys share one hash tag; the queue's keys are arguments, not keys: lock_key.lua.
+-- While the queue's keys live on the other node of a Cluster slot migration, a try is the
+-- write side's alone: unfair for that moment, never unsafe.)
 --
 -- Returns as write/acquire.lua: {1, token} when granted ({1, -1} without a token); when
 -- refused, {0, ms, place}: ms is the holder's PTTL when this waiter is the head and the lock
@@ -41,10 +42,22 @@
 -- its own next try. A granted waiter leaves the queue in the same script.
 
 local waiter = string.sub(ARGV[1], 1, 24)
-local queue, deadlines, channel = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local queue, deadlines, channel = ARGV[10], ARGV[11], ARGV[12]
+
+-- The head: the write side's try.
+local function write_try()
+  --[[ write/acquire.lua ]]
+end
+
+-- Not a lock at all: NOTALOCK before anything is written (lock_key.lua).
+lock_held(KEYS[1])
+if not (own_queue(queue) and own_queue(deadlines)) then
+  return write_try()
+end
+
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local heartbeat = tonumber(ARGV[6])
+local heartbeat = tonumber(ARGV[7])
 local keep = math.floor(heartbeat * 3 / 2)
 
 local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
@@ -53,7 +66,7 @@ for _, gone in ipairs(dead) do
   redis.call('ZREM', deadlines, gone)
 end
 
-local ticket = ARGV[7]
+local ticket = ARGV[8]
 if ticket == '0' then
   ticket = string.format('%d', tonumber(now[1]) * 1000000 + tonumber(now[2]))
 end
@@ -73,15 +86,11 @@ local place = tonumber(redis.call('ZSCORE', queue, waiter))
 local head = redis.call('ZRANGE', queue, 0, 0)[1]
 if head ~= waiter then
   if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.pcall(ARGV[8], channel, 'f:' .. head)
+    redis.pcall(ARGV[9], channel, 'f:' .. head)
   end
   return {0, -3, place}
 end
 
--- The head: the write side's try.
-local function write_try()
-  --[[ write/acquire.lua ]]
-end
 local reply = write_try()
 if reply[1] == 1 then
   redis.call('ZREM', queue, waiter)

@@ -3,11 +3,14 @@
 -- the owner token of its last try), and wake the queue's head when the lock is free.
 --
 -- KEYS[1]  lock key
--- KEYS[2]  the lock's release channel
--- KEYS[3]  the queue (see acquire.lua)
--- KEYS[4]  the queue's deadlines (see acquire.lua)
 -- ARGV[1]  owner token; its first 24 characters are the waiter id
 -- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[3]  the lock's release channel
+-- ARGV[4]  the queue (see acquire.lua)
+-- ARGV[5]  the queue's deadlines (see acquire.lua)
+-- (arguments, not keys: lock_key.lua; while the queue lives on the other node of a Cluster
+-- slot migration, only the lock is given back, and the waiter leaves the queue by its
+-- deadline)
 --
 -- Returns 1 when the lock was the caller's and is now free, 0 when it was not (expired, taken
 -- over, deleted, or the caller was only waiting). Safe to repeat.
@@ -18,8 +21,12 @@
 -- does.
 
 local waiter = string.sub(ARGV[1], 1, 24)
-redis.call('ZREM', KEYS[3], waiter)
-redis.call('ZREM', KEYS[4], waiter)
+local channel, queue, deadlines = ARGV[3], ARGV[4], ARGV[5]
+local queued = own_queue(queue) and own_queue(deadlines)
+if queued then
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', deadlines, waiter)
+end
 local released = 0
 -- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
@@ -27,19 +34,22 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   released = 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local now = redis.call('TIME')
-  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-  for _, gone in ipairs(dead) do
-    redis.call('ZREM', KEYS[3], gone)
-    redis.call('ZREM', KEYS[4], gone)
+  local head = nil
+  if queued then
+    local now = redis.call('TIME')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
+    for _, gone in ipairs(dead) do
+      redis.call('ZREM', queue, gone)
+      redis.call('ZREM', deadlines, gone)
+    end
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
   end
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
   if head then
-    redis.pcall(ARGV[2], KEYS[2], 'f:' .. head)
+    redis.pcall(ARGV[2], channel, 'f:' .. head)
   elseif released == 1 then
-    redis.pcall(ARGV[2], KEYS[2], 'w')
+    redis.pcall(ARGV[2], channel, 'w')
   end
 end
 return released

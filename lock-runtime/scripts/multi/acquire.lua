@@ -2,8 +2,8 @@
 -- script; each key gets its own fencing token. The keys of one call share a node (single
 -- node, Sentinel, each Redlock master) or a hash slot (Cluster, one call per slot).
 --
--- KEYS     per lock, ARGV[6] keys in a row: its lock key, its writer-waiting mark, and with
---          counter tokens (Redlock) its fencing counter (see write/acquire.lua)
+-- KEYS     per lock, ARGV[6] keys in a row: its lock key, and with counter tokens (Redlock)
+--          its fencing counter (see write/acquire.lua)
 -- ARGV[1]  owner token (one for every key of the grant)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  where the fencing tokens come from: 'clock', '0' (none), or the counter's time to
@@ -11,28 +11,30 @@
 -- ARGV[4]  time to live of the writer-waiting mark set on each key found held (0: none)
 -- ARGV[5]  '1' when an earlier try of this request found a key held: a grant deletes the
 --          marks of every key
--- ARGV[6]  keys per lock: 2, or 3 with counter tokens
+-- ARGV[6]  keys per lock: 1, or 2 with counter tokens
+-- ARGV[6 + i]  lock i's writer-waiting mark (arguments, not keys: lock_key.lua)
 --
 -- Returns {1, token per lock…} when every lock was free or ours (-1 per lock without
 -- fencing), else {0, ms, i}: nothing was taken; ms is the longest time one of the held locks
 -- is kept (its PTTL; -1 when one has no expiry), i the position (from 1) of the first held lock,
 -- whose release the caller waits for. All or nothing: the locks are all looked at before
 -- any is written. A lock already ours is the same try sent again after its reply was lost,
--- and is granted as if new (as in write/acquire.lua).
+-- and is granted as if new (as in write/acquire.lua). A key that holds anything but a lock
+-- is a NOTALOCK error, and nothing is written (lock_key.lua).
 
 local stride = tonumber(ARGV[6])
 local n = #KEYS / stride
 local longest, first = -2, 0
 for i = 1, n do
   local lock = KEYS[(i - 1) * stride + 1]
-  -- pcall: while readers hold a lock its key is a sorted set, and GET fails on it.
-  local holder = redis.pcall('GET', lock)
-  if holder and holder ~= ARGV[1] then
+  -- A writer, readers or permits (NOTALOCK: not a lock at all).
+  local held, holder = lock_held(lock)
+  if held ~= 'none' and holder ~= ARGV[1] then
     if first == 0 then
       first = i
     end
     if ARGV[4] ~= '0' then
-      redis.call('SET', KEYS[(i - 1) * stride + 2], '1', 'PX', ARGV[4])
+      mark_writer_waiting(ARGV[6 + i], ARGV[4])
     end
     local ttl = redis.call('PTTL', lock)
     if ttl == -1 or longest == -1 then
@@ -48,7 +50,7 @@ end
 for i = 1, n do
   redis.call('SET', KEYS[(i - 1) * stride + 1], ARGV[1], 'PX', ARGV[2])
   if ARGV[5] == '1' then
-    redis.call('DEL', KEYS[(i - 1) * stride + 2])
+    beside('DEL', ARGV[6 + i])
   end
 end
 local reply = {1}
@@ -64,7 +66,7 @@ local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
 for i = 1, n do
   local token = clock
   if ARGV[3] ~= 'clock' then
-    local fence = KEYS[(i - 1) * stride + 3]
+    local fence = KEYS[(i - 1) * stride + 2]
     local last = redis.pcall('SET', fence, string.format('%d', token), 'PX', ARGV[3], 'GET')
     if type(last) == 'table' and last.err then
       -- Scripts are not rolled back: undo every grant before reporting the error.

@@ -3,11 +3,12 @@
 -- for its release, and the fencing state.
 --
 -- KEYS[1]  lock key (a string while a writer holds it, the readers' sorted set while readers do)
--- KEYS[2]  writer-waiting mark
--- KEYS[3]  the lock's release channel (not a key; passed as one so it routes to the lock's slot)
--- KEYS[4]  the fair queue's deadlines (fair/acquire.lua)
--- KEYS[5]  fencing counter, only with counter tokens (Redlock)
+-- KEYS[2]  fencing counter, only with counter tokens (Redlock)
 -- ARGV[1]  how subscribers are counted: 'NUMSUB', or 'SHARDNUMSUB' on Cluster
+-- ARGV[2]  writer-waiting mark's key, ARGV[3] the lock's release channel, ARGV[4] the fair
+--          queue's deadlines (fair/acquire.lua) (arguments, not keys: lock_key.lua)
+--
+-- A key that holds anything but a lock is a NOTALOCK error (lock_key.lua).
 --
 -- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter,
 -- permits, queued}: the lock key's TYPE ('none', 'string', 'zset', or another type: not a lock), its
@@ -17,14 +18,15 @@
 -- there is none), N when the key is a semaphore (nil otherwise), and the number of fair
 -- waiters whose deadline has not passed.
 
-local held = redis.call('TYPE', KEYS[1])['ok']
+local held = lock_held(KEYS[1])
+local types = {none = 'none', writer = 'string', readers = 'zset', permits = 'zset'}
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local pttl = redis.call('PTTL', KEYS[1])
 local holders = {}
-if held == 'string' then
+if held == 'writer' then
   holders[1] = {redis.call('GET', KEYS[1]), pttl}
-elseif held == 'zset' then
+elseif held ~= 'none' then
   -- Readers whose lease ended are not holders, even before a script purges them; nor is a
   -- semaphore's marker (scored +inf).
   local members = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '(+inf', 'WITHSCORES')
@@ -33,22 +35,22 @@ elseif held == 'zset' then
   end
 end
 local permits = false
-if held == 'zset' then
-  local top = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-  if top and string.sub(top, 1, 9) == '#permits:' then
-    permits = string.sub(top, 10)
-  end
+if held == 'permits' then
+  permits = string.sub(redis.call('ZRANGE', KEYS[1], -1, -1)[1], 10)
 end
 local subscribers = 0
 -- pcall: a user without the right to PUBSUB (Redis 7 ACLs) only loses the count.
-local counted = redis.pcall('PUBSUB', ARGV[1], KEYS[3])
+local counted = redis.pcall('PUBSUB', ARGV[1], ARGV[3])
 if type(counted) == 'table' and not counted.err then
   subscribers = counted[2]
 end
 local counter = false
-if KEYS[5] then
-  counter = redis.call('GET', KEYS[5])
+if KEYS[2] then
+  counter = redis.call('GET', KEYS[2])
 end
-local queued = redis.call('ZCOUNT', KEYS[4], '(' .. now_ms, '+inf')
-return {held, pttl, holders, redis.call('PTTL', KEYS[2]), subscribers, now[1], now[2], counter,
+local queued = 0
+if own_queue(ARGV[4]) then
+  queued = redis.call('ZCOUNT', ARGV[4], '(' .. now_ms, '+inf')
+end
+return {types[held], pttl, holders, writer_waiting(ARGV[2]), subscribers, now[1], now[2], counter,
   permits, queued}

@@ -6,11 +6,11 @@
 -- there were no readers at all.
 --
 -- KEYS[1]  lock key (a string while a writer holds it, the readers' sorted set while readers do)
--- KEYS[2]  writer-waiting mark
--- KEYS[3]  fencing counter (read, never written), only where tokens come from a counter
+-- KEYS[2]  fencing counter (read, never written), only where tokens come from a counter
 --          (Redlock); see write/acquire.lua
 -- ARGV[1]  owner token
 -- ARGV[2]  lease in milliseconds
+-- ARGV[3]  the writer-waiting mark's key (an argument, not a key: lock_key.lua)
 -- (all keys share one hash tag)
 --
 -- Returns {1, token} when granted, where token is the latest write token while the key's
@@ -18,32 +18,27 @@
 -- earlier write token and below every later one (see write/acquire.lua for the clock
 -- assumption). And {0, ms} when a writer holds the lock or waits for it, or semaphore permits
 -- hold the key: ms is how long that lasts at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
+-- A key that holds anything but a lock is a NOTALOCK error, and nothing of it is purged or
+-- written (lock_key.lua).
 --
 -- A call whose owner is already a reader is the same try sent again after its reply was lost:
 -- it is granted again, with the lease starting from now.
 
-local held = redis.call('TYPE', KEYS[1])['ok']
-if held == 'string' then
+local held = lock_held(KEYS[1])
+if held == 'writer' or held == 'permits' then
+  -- A writer, or a semaphore's permits, which keep readers out as a writer does.
   return {0, redis.call('PTTL', KEYS[1])}
-elseif held ~= 'zset' and held ~= 'none' then
-  return redis.error_reply('ERR lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local lease = tonumber(ARGV[2])
 local member = false
-if held == 'zset' then
+if held == 'readers' then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-  -- A semaphore's key (semaphore/acquire.lua) has its '#permits:N' marker on top: its
-  -- permits keep readers out as a writer does.
-  local top = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-  if top and string.sub(top, 1, 1) == '#' then
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
   member = redis.call('ZSCORE', KEYS[1], ARGV[1])
 end
 if not member then
-  local waiting = redis.call('PTTL', KEYS[2])
+  local waiting = writer_waiting(ARGV[3])
   if waiting ~= -2 then
     return {0, waiting}
   end
@@ -53,7 +48,7 @@ redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
-local token = KEYS[3] and tonumber(redis.call('GET', KEYS[3]) or '')
+local token = KEYS[2] and tonumber(redis.call('GET', KEYS[2]) or '')
 if not token then
   token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 end

@@ -2,15 +2,16 @@
 -- wake a writer.
 --
 -- KEYS[1]  lock key (the readers' sorted set of owner tokens scored by expiry, ms, server clock)
--- KEYS[2]  writer-waiting mark
--- KEYS[3]  the lock's release channel
 -- ARGV[1]  owner token
 -- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[3]  writer-waiting mark's key, ARGV[4] the lock's release channel (arguments, not
+--          keys: lock_key.lua)
 --
 -- Returns 1 when the caller was a reader with a live lease and no longer is, 0 when it was not
 -- a reader any more (expired, purged, or released already). Safe to repeat. The key's expiry
 -- is brought down to the longest remaining reader's lease; Redis deletes the key with its last
--- member, which frees the lock for writers.
+-- member, which frees the lock for writers. It changes the key only when the caller's own owner
+-- token is in it, so never a key that holds data it did not write.
 
 -- pcall: while a writer holds the lock the key is a string, and ZSCORE fails on it.
 local score = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
@@ -24,9 +25,9 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if #last > 0 then
   redis.call('PEXPIREAT', KEYS[1], last[2])
-elseif redis.call('EXISTS', KEYS[2]) == 1 then
+elseif writer_waiting(ARGV[3]) ~= -2 then
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
-  redis.pcall(ARGV[2], KEYS[3], 'w')
+  redis.pcall(ARGV[2], ARGV[4], 'w')
 end
 if tonumber(score) > now_ms then
   return 1

@@ -21,42 +21,34 @@
 -- {0, ms} when every permit is taken (ms: until the first permit's lease ends), or when a
 -- writer or readers hold the key (ms: the key's PTTL, -1 without expiry). {-1, M} when the
 -- key is a semaphore of M permits, M not N, and some permit of it is held: no silent resize.
--- A semaphore whose permits all ended takes the new count.
+-- A semaphore whose permits all ended takes the new count. A key that holds anything but a
+-- lock is a NOTALOCK error, and nothing of it is purged or written (lock_key.lua).
 --
 -- A call whose owner already holds a permit is the same try sent again after its reply was
 -- lost: it is granted again, with the lease starting from now (never a second permit).
 
-local held = redis.call('TYPE', KEYS[1])['ok']
-if held == 'string' then
+local held, top = lock_held(KEYS[1])
+if held == 'writer' or held == 'readers' then
+  -- A writer, or readers (a read lock, not a semaphore): wait for them like a writer.
   return {0, redis.call('PTTL', KEYS[1])}
-elseif held ~= 'zset' and held ~= 'none' then
-  return redis.error_reply('ERR lock key ' .. KEYS[1] .. ' holds a ' .. held .. ', not a lock')
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local lease = tonumber(ARGV[2])
 local marker = '#permits:' .. ARGV[3]
-if held == 'zset' then
-  -- Purge before counting: an expired permit is a free one.
+if held == 'permits' then
+  -- Purge before counting: an expired permit is a free one (the marker, scored +inf, stays).
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-  -- The highest member: the marker if the key is a semaphore (finite scores sort below it).
-  local top = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-  if top and string.sub(top, 1, 1) ~= '#' then
-    -- Readers hold the key (a read lock, not a semaphore): wait for them like a writer.
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
-  if top then
-    local holders = redis.call('ZCARD', KEYS[1]) - 1
-    if top ~= marker then
-      if holders > 0 then
-        return {-1, tonumber(string.sub(top, 10)) or -1}
-      end
-      -- No permit held: the key takes the new count.
-      redis.call('ZREM', KEYS[1], top)
-    elseif holders >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-      local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-      return {0, math.max(tonumber(first[2]) - now_ms, 0)}
+  local holders = redis.call('ZCARD', KEYS[1]) - 1
+  if top ~= marker then
+    if holders > 0 then
+      return {-1, tonumber(string.sub(top, 10)) or -1}
     end
+    -- No permit held: the key takes the new count.
+    redis.call('ZREM', KEYS[1], top)
+  elseif holders >= tonumber(ARGV[3]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return {0, math.max(tonumber(first[2]) - now_ms, 0)}
   end
 end
 redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])

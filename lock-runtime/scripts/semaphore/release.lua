@@ -3,9 +3,9 @@
 --
 -- KEYS[1]  lock key (the semaphore's sorted set: permit owners scored by expiry in ms on the
 --          server clock, and the '#permits:N' marker scored +inf)
--- KEYS[2]  the lock's release channel
 -- ARGV[1]  owner token
 -- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[3]  the lock's release channel (an argument: lock_key.lua)
 --
 -- Returns 1 when the caller held a permit with a live lease and no longer does, 0 when it did
 -- not hold one any more (expired, purged, force-unlocked, or released already). Safe to
@@ -30,7 +30,7 @@ else
 end
 -- One announcement per freed permit; a user without channel permissions (Redis 7 ACLs) only
 -- loses the wake-up.
-redis.pcall(ARGV[2], KEYS[2], 's')
+redis.pcall(ARGV[2], ARGV[3], 's')
 if tonumber(score) > now_ms then
   return 1
 end

@@ -3,10 +3,9 @@
 --
 -- KEYS[1]  lock key: a string holding the writer's owner token while a writer holds it, a
 --          sorted set of reader owner tokens while readers hold it (see read/acquire.lua)
--- KEYS[2]  writer-waiting mark: while it lives, no new reader enters
--- KEYS[3]  fencing counter, only with counter tokens (Redlock): a key a call does not use is
+-- KEYS[2]  fencing counter, only with counter tokens (Redlock): a key a call does not use is
 --          not passed, since on Cluster a key that does not exist makes a call during a slot
---          migration fail (TRYAGAIN)
+--          migration fail (TRYAGAIN; lock_key.lua)
 -- ARGV[1]  owner token (random, 128 bits)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  where the fencing token comes from: 'clock' (the server clock in microseconds;
@@ -17,6 +16,8 @@
 --          last try, after which it will not try again)
 -- ARGV[5]  '1' when an earlier try of this request found the lock held (and may have set the
 --          mark): a grant deletes the mark. A first try does not look at it.
+-- ARGV[6]  the writer-waiting mark's key: while it lives, no new reader enters (an argument,
+--          not a key: lock_key.lua)
 -- (all keys share one hash tag)
 --
 -- Returns {1, token} when granted ({1, -1} without a fencing token), {0, ms} when held: ms is
@@ -24,7 +25,9 @@
 -- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
 -- writer-waiting mark, so that readers cannot starve writers. An uncontended grant (a first
 -- try) touches neither the readers nor the mark: it costs what it would without readers.
--- An unusable counter is an error reply, and then no grant is left behind.
+-- An unusable counter is an error reply, and then no grant is left behind. A key that holds
+-- anything but a lock is a NOTALOCK error, and nothing is written (lock_key.lua); a free key
+-- costs no such check.
 --
 -- A call whose owner already holds the lock is the same try sent again after its reply was
 -- lost (every try has an owner token of its own): it is granted as if new — the lease starts
@@ -43,10 +46,11 @@
 -- its value by that time to live (Redis expires keys on the same clock).
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  -- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
-  if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  -- Held (by a writer, readers or permits), or not a lock at all (NOTALOCK).
+  local _, holder = lock_held(KEYS[1])
+  if holder ~= ARGV[1] then
     if ARGV[4] ~= '0' then
-      redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+      mark_writer_waiting(ARGV[6], ARGV[4])
     end
     return {0, redis.call('PTTL', KEYS[1])}
   end
@@ -54,7 +58,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 if ARGV[5] == '1' then
   -- This writer waited: its mark has done its job.
-  redis.call('DEL', KEYS[2])
+  beside('DEL', ARGV[6])
 end
 if ARGV[3] == '0' then
   return {1, -1}
@@ -67,15 +71,15 @@ if ARGV[3] == 'clock' then
 end
 -- One write: the clock goes in, and the counter it replaces is checked afterwards. ('%d':
 -- Lua would write a number this large in exponent notation.)
-local last = redis.pcall('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[3], 'GET')
+local last = redis.pcall('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
 if type(last) == 'table' and last.err then
   -- Scripts are not rolled back: undo the grant before reporting the error.
   redis.call('DEL', KEYS[1])
-  return redis.error_reply('ERR fencing counter ' .. KEYS[3] .. ' is unusable: ' .. tostring(last.err))
+  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(last.err))
 end
 last = tonumber(last)
 if last and last >= token then
   token = last + 1
-  redis.call('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
 end
 return {1, token}

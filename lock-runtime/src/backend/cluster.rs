@@ -378,10 +378,24 @@ impl LockBackend for ClusterBackend {
                 .position(|key| Slot::for_key(&key.lock) != slot)
                 .map_or(keys.len(), |n| start + n);
             let part = attempt.part(&keys[start..end]);
-            let (reply, replicated): (Vec<i64>, bool) = self
+            let (reply, replicated): (Vec<i64>, bool) = match self
                 .invoke_replicated("acquire", multi::acquire_call(&part, Tokens::Clock))
                 .await
-                .map_err(super::ambiguous)?;
+            {
+                Ok(reply) => reply,
+                // The earlier slots' grants are given back here; an ambiguous try's clean-up
+                // (the acquire loop's) gives back every key.
+                Err(err) => {
+                    let err = super::ambiguous(err);
+                    if start > 0 && !super::is_ambiguous(&err) {
+                        let taken: Vec<&LockKey> = keys[..start].iter().collect();
+                        self.release_all(&taken, attempt.owner)
+                            .await
+                            .map_err(super::ambiguous)?;
+                    }
+                    return Err(err);
+                }
+            };
             let undo_until = match multi::read_acquire_reply(&part, &reply)
                 .map_err(super::ambiguous)?
             {

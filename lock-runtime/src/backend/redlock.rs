@@ -446,15 +446,17 @@ impl RedlockBackend {
         }
     }
 
-    /// The masters' answers, or the quorum's absence as an error.
+    /// The masters' answers, or the quorum's absence as an error; a final refusal (a key that
+    /// holds no lock) from any master is the answer.
     fn answered<T>(&self, key: &LockKey, answers: Vec<Answer<T>>) -> Result<Vec<T>, LockError> {
-        let said: Vec<T> = answers
-            .into_iter()
-            .filter_map(|answer| match answer {
-                Answer::Said(said) => Some(said),
-                Answer::Failed(_) => None,
-            })
-            .collect();
+        let mut said = Vec::with_capacity(answers.len());
+        for answer in answers {
+            match answer {
+                Answer::Said(answer) => said.push(answer),
+                Answer::Failed(err) if err.is_final_refusal() => return Err(err),
+                Answer::Failed(_) => {}
+            }
+        }
         if said.len() < self.quorum() {
             return Err(self.quorum_unavailable(key, said.len(), 0));
         }
@@ -578,7 +580,7 @@ impl LockBackend for RedlockBackend {
         // A semaphore of another count in use, as any master says: refused, not waited for.
         let refused = answers
             .iter()
-            .any(|answer| matches!(answer, Answer::Failed(LockError::Config(_))));
+            .any(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()));
         let valid_until = started + attempt.lease - drift(attempt.lease);
         if !refused && granted >= quorum && Instant::now() < valid_until {
             // `None` for every answer without fencing: then there is nothing to raise.
@@ -611,7 +613,7 @@ impl LockBackend for RedlockBackend {
         if refused {
             if let Some(Answer::Failed(err)) = answers
                 .into_iter()
-                .find(|answer| matches!(answer, Answer::Failed(LockError::Config(_))))
+                .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
             {
                 return Err(err);
             }
@@ -806,6 +808,13 @@ impl LockBackend for RedlockBackend {
             let keys: Vec<&LockKey> = attempt.keys.iter().collect();
             self.on_all(timeout, |master| master.release_all(&keys, attempt.owner))
                 .await;
+        }
+        // A key that holds no lock, as any master says: refused, not waited for.
+        if let Some(Answer::Failed(err)) = answers
+            .into_iter()
+            .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
+        {
+            return Err(err);
         }
         if answered < self.quorum() {
             return Err(self.quorum_unavailable(first_key, answered, granted));

@@ -24,7 +24,7 @@ use redis::{Script, ScriptInvocation};
 use super::{millis, write, Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_script()));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| super::script(&acquire_script()));
 
 /// Where `scripts/fair/acquire.lua` takes the write side's try.
 const WRITE_TRY: &str = "--[[ write/acquire.lua ]]";
@@ -39,7 +39,7 @@ fn acquire_script() -> String {
     )
 }
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/fair/release.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/fair/release.lua")));
 
 /// How many leading characters of a fair request's owner tokens name its waiter (hex digits
 /// of the token's random part, see `client::new_fair_owner`).
@@ -84,13 +84,7 @@ pub(super) fn acquire_call(
     let key = attempt.key;
     let seat = attempt.seat.unwrap_or_default();
     let mut call = ACQUIRE.prepare_invoke();
-    call.key(&key.lock).key(&key.writer_waiting);
-    if tokens == Tokens::Counter {
-        call.key(&key.fence);
-    }
-    call.key(&key.queue)
-        .key(&key.queue_deadlines)
-        .key(&key.channel);
+    super::lock_keys(&mut call, key, tokens);
     call.arg(attempt.owner).arg(millis(attempt.lease));
     match (attempt.fencing, tokens) {
         (false, _) => call.arg("0"),
@@ -99,6 +93,7 @@ pub(super) fn acquire_call(
     };
     call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
+        .arg(&key.writer_waiting)
         .arg(millis(seat.heartbeat))
         .arg(match (seat.place, tokens) {
             (0, Tokens::Counter) => seat.requested_at.max(1),
@@ -106,7 +101,10 @@ pub(super) fn acquire_call(
             (0, Tokens::Clock) => 0,
             (place, _) => place,
         })
-        .arg(announce.command());
+        .arg(announce.command())
+        .arg(&key.queue)
+        .arg(&key.queue_deadlines)
+        .arg(&key.channel);
     call
 }
 
@@ -117,11 +115,11 @@ pub(super) fn release_call(
 ) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
     call.key(&key.lock)
-        .key(&key.channel)
-        .key(&key.queue)
-        .key(&key.queue_deadlines)
         .arg(owner)
-        .arg(announce.command());
+        .arg(announce.command())
+        .arg(&key.channel)
+        .arg(&key.queue)
+        .arg(&key.queue_deadlines);
     call
 }
 

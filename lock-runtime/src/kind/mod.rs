@@ -187,7 +187,7 @@ impl Kind {
 /// The renewal of many grants of any kinds in one script call (one slot's worth on Cluster).
 pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'static> {
     static SCRIPT: LazyLock<Script> =
-        LazyLock::new(|| Script::new(include_str!("../../scripts/extend_many.lua")));
+        LazyLock::new(|| script(include_str!("../../scripts/extend_many.lua")));
     let mut call = SCRIPT.prepare_invoke();
     for renewal in renewals {
         call.key(&renewal.key.lock)
@@ -395,21 +395,39 @@ pub(crate) fn read_extend_many_reply(
         .collect())
 }
 
-/// A try's call of `script`, which every acquire script takes alike: the lock key, the
-/// writer-waiting mark, and the fencing counter where tokens come from one (only: a key the
-/// call does not use would make it fail during a Cluster slot migration, `TRYAGAIN`); the
-/// owner token and the lease in ms.
+/// The text every script of a lock starts with (`scripts/lock_key.lua`): how a script tells a
+/// lock's own structures from anything else at its key (NOTALOCK), and how it reaches the keys
+/// beside the lock, which it is given as arguments ([`lock_keys`]).
+const LOCK_KEY_LUA: &str = include_str!("../../scripts/lock_key.lua");
+
+/// A script of a lock: `body` after [`LOCK_KEY_LUA`].
+pub(crate) fn script(body: &str) -> Script {
+    Script::new(&format!("{LOCK_KEY_LUA}\n{body}"))
+}
+
+/// The keys a script of `key`'s lock is given — the one place that decides them: the lock key,
+/// and the fencing counter where tokens come from one (Redlock). Nothing else: on Cluster a key
+/// a call names that is missing on the node it reaches makes the call fail while the slot
+/// migrates (`ASK`, then `TRYAGAIN` until the response timeout), and only the lock key (and a
+/// Redlock master's counter, which lives as long as a grant) exists whenever the call matters.
+/// The keys beside the lock — the writer-waiting mark, the fair queue, the release channel —
+/// go as arguments (`scripts/lock_key.lua`).
+pub(crate) fn lock_keys(call: &mut ScriptInvocation<'static>, key: &LockKey, tokens: Tokens) {
+    call.key(&key.lock);
+    if tokens == Tokens::Counter {
+        call.key(&key.fence);
+    }
+}
+
+/// A try's call of `script`, which every acquire script takes alike: [`lock_keys`], the owner
+/// token and the lease in ms.
 fn acquire_invocation(
     script: &'static Script,
     attempt: &Try<'_>,
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
-    let key = attempt.key;
     let mut call = script.prepare_invoke();
-    call.key(&key.lock).key(&key.writer_waiting);
-    if tokens == Tokens::Counter {
-        call.key(&key.fence);
-    }
+    lock_keys(&mut call, attempt.key, tokens);
     call.arg(attempt.owner).arg(millis(attempt.lease));
     call
 }

@@ -19,9 +19,9 @@ use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::FencingToken;
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/multi/acquire.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/multi/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/multi/release.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/multi/release.lua")));
 
 /// One try to take every key of a multi-key lock, as the acquire loop sends it to a store.
 /// The fields mean what [`Try`](super::Try)'s do, for every key at once.
@@ -57,10 +57,7 @@ pub(crate) enum MultiReply {
 pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
     let mut call = ACQUIRE.prepare_invoke();
     for key in attempt.keys {
-        call.key(&key.lock).key(&key.writer_waiting);
-        if tokens == Tokens::Counter {
-            call.key(&key.fence);
-        }
+        super::lock_keys(&mut call, key, tokens);
     }
     call.arg(attempt.owner).arg(millis(attempt.lease));
     match (attempt.fencing, tokens) {
@@ -70,7 +67,10 @@ pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptInvo
     };
     call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
-        .arg(if tokens == Tokens::Counter { 3 } else { 2 });
+        .arg(if tokens == Tokens::Counter { 2 } else { 1 });
+    for key in attempt.keys {
+        call.arg(&key.writer_waiting);
+    }
     call
 }
 
@@ -125,10 +125,10 @@ pub(crate) fn release_call<'k>(
     announce: Announce,
 ) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
-    for key in keys {
-        call.key(&key.lock).key(&key.channel);
-    }
     call.arg(owner).arg(announce.command());
+    for key in keys {
+        call.key(&key.lock).arg(&key.channel);
+    }
     call
 }
 

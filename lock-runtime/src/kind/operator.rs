@@ -17,9 +17,9 @@ use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::LockMode;
 
 static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/operator/inspect.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/operator/inspect.lua")));
 static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/operator/force_unlock.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/operator/force_unlock.lua")));
 
 /// How long a fencing counter raised by a force-unlock lives at least ([`Tokens::Counter`]):
 /// long enough that the clock of every master has passed the token when it lapses, as long as
@@ -58,17 +58,14 @@ pub(crate) fn inspect_call(
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
     let mut call = INSPECT.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.writer_waiting)
-        .key(&key.channel)
-        .key(&key.queue_deadlines);
-    if tokens == Tokens::Counter {
-        call.key(&key.fence);
-    }
+    super::lock_keys(&mut call, key, tokens);
     call.arg(match announce {
         Announce::Publish => "NUMSUB",
         Announce::ShardedPublish => "SHARDNUMSUB",
-    });
+    })
+    .arg(&key.writer_waiting)
+    .arg(&key.channel)
+    .arg(&key.queue_deadlines);
     call
 }
 
@@ -79,13 +76,11 @@ pub(crate) fn force_unlock_call(
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
     let mut call = FORCE_UNLOCK.prepare_invoke();
-    call.key(&key.lock)
-        .key(&key.writer_waiting)
-        .key(&key.channel);
-    if tokens == Tokens::Counter {
-        call.key(&key.fence);
-    }
-    call.arg(announce.command()).arg(millis(FORCED_FENCE_TTL));
+    super::lock_keys(&mut call, key, tokens);
+    call.arg(announce.command())
+        .arg(millis(FORCED_FENCE_TTL))
+        .arg(&key.writer_waiting)
+        .arg(&key.channel);
     call
 }
 

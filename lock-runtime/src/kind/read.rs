@@ -15,12 +15,14 @@ use super::{acquire_invocation, Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/read/acquire.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/read/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/read/release.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/read/release.lua")));
 
 pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
-    acquire_invocation(&ACQUIRE, attempt, tokens)
+    let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
+    call.arg(&attempt.key.writer_waiting);
+    call
 }
 
 pub(super) fn release_call(
@@ -30,10 +32,10 @@ pub(super) fn release_call(
 ) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
     call.key(&key.lock)
-        .key(&key.writer_waiting)
-        .key(&key.channel)
         .arg(owner)
-        .arg(announce.command());
+        .arg(announce.command())
+        .arg(&key.writer_waiting)
+        .arg(&key.channel);
     call
 }
 

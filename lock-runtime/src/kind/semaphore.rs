@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use super::{millis, Tokens, Try, TwinEntry, TwinReply};
+use super::{Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 use crate::error::LockError;
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/semaphore/acquire.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/semaphore/release.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/release.lua")));
 
 /// How many of `masters` Redlock masters must grant a permit of a semaphore of `permits`: a
 /// quorum `q` with `q > permits · masters / (permits + 1)`. Each master holds at most
@@ -47,14 +47,8 @@ pub(super) fn acquire_call(
     permits: u32,
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
-    let mut call = ACQUIRE.prepare_invoke();
-    call.key(&attempt.key.lock);
-    if tokens == Tokens::Counter {
-        call.key(&attempt.key.fence);
-    }
-    call.arg(attempt.owner)
-        .arg(millis(attempt.lease))
-        .arg(permits);
+    let mut call = super::acquire_invocation(&ACQUIRE, attempt, tokens);
+    call.arg(permits);
     call
 }
 
@@ -65,9 +59,9 @@ pub(super) fn release_call(
 ) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
     call.key(&key.lock)
-        .key(&key.channel)
         .arg(owner)
-        .arg(announce.command());
+        .arg(announce.command())
+        .arg(&key.channel);
     call
 }
 

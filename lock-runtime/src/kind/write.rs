@@ -13,9 +13,9 @@ use super::{acquire_invocation, millis, Tokens, Try, TwinEntry, TwinReply};
 use crate::backend::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/write/acquire.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
+    LazyLock::new(|| super::script(include_str!("../../scripts/write/release.lua")));
 
 /// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
 /// lease, so that no key outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
@@ -35,7 +35,8 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocatio
     call
         // Zero (no mark) on a writer's last try.
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
-        .arg(if attempt.refused_before { "1" } else { "0" });
+        .arg(if attempt.refused_before { "1" } else { "0" })
+        .arg(&attempt.key.writer_waiting);
     call
 }
 
@@ -46,9 +47,9 @@ pub(super) fn release_call(
 ) -> ScriptInvocation<'static> {
     let mut call = RELEASE.prepare_invoke();
     call.key(&key.lock)
-        .key(&key.channel)
         .arg(owner)
-        .arg(announce.command());
+        .arg(announce.command())
+        .arg(&key.channel);
     call
 }
 
