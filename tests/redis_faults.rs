@@ -1033,3 +1033,37 @@ async fn a_refused_command_is_a_server_error_that_names_it_and_the_acl() {
     assert_eq!(exists, 0, "nothing granted");
     assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_loses_multi_while_connected_goes_on_locking_with_the_script() {
+    let panics = redis_crate_panics();
+    let server = RedisServer::start();
+    let url = documented_user(&server, "revoked", &[]);
+    let client = acl_client(&url);
+    let guard = client.lock("t").acquire().await.expect("acquire");
+    assert!(guard.release().await.expect("release"));
+    let transactions = command_calls(&server, "multi");
+    assert!(transactions >= 2, "the probe's and the first try's MULTI");
+    // The operator takes MULTI away and closes the user's connections: the client's first try
+    // was picked as a transaction, and meets a connection that may not send one.
+    let () = redis_cmd(&server, &["ACL", "SETUSER", "revoked", "-multi"]);
+    let _: i64 = redis_cmd(&server, &["CLIENT", "KILL", "USER", "revoked"]);
+    for round in 0..3 {
+        let guard = client
+            .lock("t")
+            .acquire()
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{t}"]);
+        assert_eq!(exists, 1, "round {round}: held while the guard lives");
+        assert!(guard.release().await.expect("release"));
+        let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{t}"]);
+        assert_eq!(exists, 0, "round {round}: freed by the release");
+    }
+    assert_eq!(
+        command_calls(&server, "multi"),
+        transactions,
+        "no MULTI ran after it was taken away"
+    );
+    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
+}

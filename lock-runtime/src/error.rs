@@ -281,6 +281,15 @@ impl BackendError {
         self
     }
 
+    /// The command the server's ACL refused, as the ACL names it (`zcard`, `script|load`), if
+    /// that is why the request failed.
+    pub(crate) fn refused_command(&self) -> Option<&str> {
+        match &self.refused {
+            Some(Refused::Command(command)) => Some(command),
+            _ => None,
+        }
+    }
+
     /// Whether the request may have taken effect although it failed.
     pub(crate) fn may_have_applied(&self) -> bool {
         self.maybe_applied

@@ -593,6 +593,7 @@ impl RedisBackend {
             if invocation.is_transaction() && !in_use.transactions {
                 // Picked before this connection was made, whose user may not run one (its ACL
                 // changed): not sent, since a refused `MULTI` would let the rest run alone.
+                // (`acquire` then sends the script.)
                 return Err(transaction_refused(operation)
                     .maybe_applied(maybe_applied)
                     .into());
@@ -758,6 +759,54 @@ pub(crate) const SCAN_COUNT: u64 = 1000;
 /// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
 type ScanStep = (u64, Vec<Vec<u8>>);
 
+/// The two forms of a try (`acquire` picks one).
+impl RedisBackend {
+    /// A try as its [`FirstTry`] request; `None` when it was not sent because the connection
+    /// made for it may not run a transaction (its user lost the right since the last one): the
+    /// script takes over.
+    async fn first_try(
+        &self,
+        attempt: &Try<'_>,
+        first: &FirstTry,
+    ) -> Result<Option<(ScriptReply, bool)>, LockError> {
+        // A `WAIT` only after a grant; a reply that does not read is no grant.
+        let granted = |reply: &redis::Value| {
+            first
+                .read(attempt.owner, reply)
+                .is_ok_and(|(granted, _)| granted == 1)
+        };
+        let (reply, replicated) = match self
+            .invoke_replicated("acquire", first.call(), self.guard, granted)
+            .await
+        {
+            Ok(replied) => replied,
+            Err(LockError::Backend(err)) if err.refused_command() == Some("multi") => {
+                return Ok(None)
+            }
+            Err(err) => return Err(err),
+        };
+        if let Some(refused) = refusal_in(&reply) {
+            return Err(BackendError::new("acquire", BackendErrorKind::Server, refused).into());
+        }
+        let (granted, value) = first.read(attempt.owner, &reply)?;
+        Ok(Some((ScriptReply::from((granted, value)), replicated)))
+    }
+
+    /// A try as its kind's acquire script.
+    async fn script_try(&self, attempt: &Try<'_>) -> Result<(ScriptReply, bool), LockError> {
+        let call = attempt
+            .kind
+            .acquire_call(attempt, self.tokens, Announce::Publish);
+        self.invoke_replicated(
+            "acquire",
+            Call::Script(&call),
+            self.guard,
+            |reply: &ScriptReply| reply.granted == 1,
+        )
+        .await
+    }
+}
+
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on this server.
 impl RedisBackend {
     /// What the server says of `key`'s lock (read-only).
@@ -810,42 +859,15 @@ impl RedisBackend {
 
 impl LockBackend for RedisBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let (reply, replicated) =
-            match FirstTry::of(attempt, self.tokens, self.transactions().await?) {
-                Some(first) => {
-                    // A `WAIT` only after a grant; a reply that does not read is no grant.
-                    let granted = |reply: &redis::Value| {
-                        first
-                            .read(attempt.owner, reply)
-                            .is_ok_and(|(granted, _)| granted == 1)
-                    };
-                    let (reply, replicated) = self
-                        .invoke_replicated("acquire", first.call(), self.guard, granted)
-                        .await?;
-                    if let Some(refused) = refusal_in(&reply) {
-                        return Err(BackendError::new(
-                            "acquire",
-                            BackendErrorKind::Server,
-                            refused,
-                        )
-                        .into());
-                    }
-                    let (granted, value) = first.read(attempt.owner, &reply)?;
-                    (ScriptReply::from((granted, value)), replicated)
-                }
-                None => {
-                    let call = attempt
-                        .kind
-                        .acquire_call(attempt, self.tokens, Announce::Publish);
-                    self.invoke_replicated(
-                        "acquire",
-                        Call::Script(&call),
-                        self.guard,
-                        |reply: &ScriptReply| reply.granted == 1,
-                    )
-                    .await?
-                }
-            };
+        let first = FirstTry::of(attempt, self.tokens, self.transactions().await?);
+        let tried = match &first {
+            Some(first) => self.first_try(attempt, first).await?,
+            None => None,
+        };
+        let (reply, replicated) = match tried {
+            Some(tried) => tried,
+            None => self.script_try(attempt).await?,
+        };
         let reply = kind::read_acquire_reply(attempt, reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
     }
