@@ -1,6 +1,7 @@
 //! Properties that only a real Redis can show: script cache flushes, restarts of a server that
 //! keeps nothing on disk, keys deleted behind the holder's back, what goes over the wire
-//! (MONITOR), and bad credentials.
+//! (MONITOR), bad credentials, and ACL users: the one the README documents, and ones that
+//! lack a command.
 
 mod support;
 
@@ -213,8 +214,9 @@ async fn redis_stopped_and_restarted_gives_clear_errors_then_locks_work_again() 
 
 /// Freezes the server while `key` is being acquired (the acquire times out, its grant
 /// pending), keeps it frozen for `stall`, thaws it, and checks that the grant the server then
-/// makes (its second `EXEC`, the first try's `SET` and `TIME`, proves it) is deleted by the
-/// clean-up.
+/// makes (its second `SET`, the first try's, run by its `EXEC`, proves it) is deleted by the
+/// clean-up. (`SET`, not `EXEC`: each new connection also sends `EXEC` to learn whether its
+/// user may run a transaction.)
 async fn a_timed_out_acquire_is_cleaned_up_after(key: &str, stall: Duration) {
     let server = RedisServer::start();
     let client = client_for(&server);
@@ -232,7 +234,7 @@ async fn a_timed_out_acquire_is_cleaned_up_after(key: &str, stall: Duration) {
     let lock_key = format!("distlock:{{{key}}}");
     let started = Instant::now();
     loop {
-        let granted = command_calls(&server, "exec");
+        let granted = command_calls(&server, "set");
         let lock: i64 = redis_cmd(&server, &["EXISTS", &lock_key]);
         if granted == 2 && lock == 0 {
             return;
@@ -689,4 +691,379 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
         pttl > 900,
         "the replay restarts the lease; {pttl} ms were left"
     );
+}
+
+// An ACL user with exactly the commands the README lists (issue 23).
+
+/// The commands the README's ACL paragraph ("An ACL user for distlock needs …") names: its
+/// backticked spans in capitals, `SCRIPT LOAD` and the like included.
+fn readme_acl_commands() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let paragraph = readme
+        .split("\n\n")
+        .find(|p| p.contains("An ACL user for distlock needs"))
+        .expect("the README has its ACL paragraph");
+    let mut commands: Vec<String> = paragraph
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| span.chars().all(|c| c.is_ascii_uppercase() || c == ' '))
+        .map(str::to_owned)
+        .collect();
+    commands.sort();
+    commands.dedup();
+    commands
+}
+
+/// Every command a script runs by name (`redis.call('X'` / `redis.pcall('X'`).
+fn script_commands() -> std::collections::BTreeSet<String> {
+    fn walk(dir: &std::path::Path, found: &mut std::collections::BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).expect("scripts dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "lua") {
+                let source = std::fs::read_to_string(&path).expect("script");
+                for call in ["redis.call('", "redis.pcall('"] {
+                    for (_, rest) in source
+                        .match_indices(call)
+                        .map(|(at, _)| source[at..].split_at(call.len()))
+                    {
+                        let name = rest.split('\'').next().unwrap_or_default();
+                        found.insert(name.to_ascii_uppercase());
+                    }
+                }
+            }
+        }
+    }
+    let mut found = std::collections::BTreeSet::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lock-runtime/scripts"),
+        &mut found,
+    );
+    found
+}
+
+/// Makes `name` an ACL user with the README's commands but those in `without`, on the default
+/// key prefix's keys and channels; returns its URL.
+fn documented_user(server: &RedisServer, name: &str, without: &[&str]) -> String {
+    let mut rules: Vec<String> = ["reset", "on", ">pw", "~distlock:*", "&distlock:*"]
+        .map(str::to_owned)
+        .to_vec();
+    rules.extend(
+        readme_acl_commands()
+            .iter()
+            .filter(|command| !without.contains(&command.as_str()))
+            .map(|command| format!("+{}", command.to_ascii_lowercase().replace(' ', "|"))),
+    );
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg(name).arg(&rules);
+    let () = setuser
+        .query(&mut server.connection())
+        .unwrap_or_else(|err| panic!("ACL SETUSER {name} {rules:?}: {err}"));
+    format!("redis://{name}:pw@127.0.0.1:{}", server.port())
+}
+
+/// What the server's ACL refused since the last `ACL LOG RESET`: `(command or key, reason)`.
+fn acl_denials(server: &RedisServer) -> Vec<(String, String)> {
+    let entries: Vec<std::collections::HashMap<String, redis::Value>> =
+        redis_cmd(server, &["ACL", "LOG"]);
+    let text = |entry: &std::collections::HashMap<String, redis::Value>, field: &str| {
+        entry
+            .get(field)
+            .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+            .unwrap_or_default()
+    };
+    entries
+        .iter()
+        .map(|entry| (text(entry, "object"), text(entry, "reason")))
+        .collect()
+}
+
+/// Panics raised in the `redis` crate's code on any thread (its connection task, say).
+fn redis_crate_panics() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info
+                .location()
+                .is_some_and(|at| at.file().contains("/redis-"))
+            {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+    PANICS.load(Ordering::SeqCst)
+}
+
+/// A client as `url`'s user, with short backoff and timeouts.
+fn acl_client(url: &str) -> Client {
+    let config = Config::from_url(url)
+        .expect("url")
+        .backoff(Duration::from_millis(5), Duration::from_millis(50))
+        .response_timeout(Duration::from_secs(2));
+    Client::new(config).expect("client")
+}
+
+/// Waits until the watchdog has renewed every holder of each of `keys` at least once: a
+/// holder's remaining lease only ever shrinks, unless it is renewed.
+async fn renewed(client: &Client, keys: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut least: std::collections::HashMap<String, (Duration, bool)> = Default::default();
+    loop {
+        for key in keys {
+            let state = client.inspect(*key).await.expect("inspect");
+            assert!(!state.holders.is_empty(), "{key} is held: {state:?}");
+            for holder in state.holders {
+                let remaining = holder.remaining.expect("a lease");
+                let (low, grew) = least
+                    .entry(format!("{key}/{}", holder.owner))
+                    .or_insert((remaining, false));
+                *grew |= remaining > *low;
+                *low = (*low).min(remaining);
+            }
+        }
+        if least.values().all(|&(_, grew)| grew) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not renewed within 5 s: {least:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until a process listens for the release of one of `keys`.
+async fn someone_waits(client: &Client, keys: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut waiting = 0;
+        for key in keys {
+            waiting += client
+                .inspect(*key)
+                .await
+                .expect("inspect")
+                .waiting_processes;
+        }
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no waiter subscribed to {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn every_command_the_scripts_run_is_in_the_readme_acl_list() {
+    let documented = readme_acl_commands();
+    let first_words: Vec<&str> = documented
+        .iter()
+        .filter_map(|command| command.split(' ').next())
+        .collect();
+    let missing: Vec<String> = script_commands()
+        .into_iter()
+        .filter(|command| !first_words.contains(&command.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the scripts run {missing:?}, which README.md (\"Keys in Redis\", the paragraph \
+         \"An ACL user for distlock needs\") does not list: {documented:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_acl_user_takes_renews_and_releases_every_kind_of_lock() {
+    let server = RedisServer::start();
+    let url = documented_user(&server, "documented", &[]);
+    let () = redis_cmd(&server, &["ACL", "LOG", "RESET"]);
+    let (a, b) = (acl_client(&url), acl_client(&url));
+    // Short enough that the watchdog renews within a few hundred ms.
+    let lease = Duration::from_millis(600);
+    let wait = Duration::from_secs(10);
+    // (what, the holders' requests, the waiter's request, its keys)
+    type Requests = Vec<distlock::LockRequest>;
+    let cases: Vec<(&str, Requests, distlock::LockRequest, Vec<&str>)> = vec![
+        ("lock", vec![a.lock("w")], b.write_lock("w"), vec!["w"]),
+        (
+            "write then read",
+            vec![a.write_lock("wr")],
+            b.read_lock("wr"),
+            vec!["wr"],
+        ),
+        (
+            "readers then write",
+            vec![a.read_lock("rw"), a.read_lock("rw")],
+            b.lock("rw"),
+            vec!["rw"],
+        ),
+        (
+            "semaphore",
+            vec![a.semaphore("s", 2), a.semaphore("s", 2)],
+            b.semaphore("s", 2),
+            vec!["s"],
+        ),
+        (
+            "lock_all",
+            vec![a.lock_all(["m1", "m2"])],
+            b.lock_all(["m2", "m1"]),
+            vec!["m1", "m2"],
+        ),
+        (
+            "fair",
+            vec![a.lock("f").fair()],
+            b.lock("f").fair(),
+            vec!["f"],
+        ),
+    ];
+    for (what, holders, waiter, keys) in cases {
+        let mut held = Vec::new();
+        for holder in holders {
+            held.push(
+                holder
+                    .lease(lease)
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|err| panic!("{what}: acquire: {err}")),
+            );
+        }
+        renewed(&a, &keys).await;
+        let waiting = tokio::spawn(waiter.lease(lease).wait(wait).acquire());
+        someone_waits(&a, &keys).await;
+        let listed = a.list("*", 100).await.expect("list");
+        for key in &keys {
+            assert!(listed.iter().any(|k| k == key), "{what}: {listed:?}");
+        }
+        for guard in held {
+            assert!(
+                guard.release().await.expect("release"),
+                "{what}: still ours"
+            );
+        }
+        let granted = waiting
+            .await
+            .expect("task")
+            .unwrap_or_else(|err| panic!("{what}: the waiter: {err}"));
+        renewed(&b, &keys).await;
+        assert!(
+            granted.release().await.expect("release"),
+            "{what}: still ours"
+        );
+        for key in &keys {
+            assert!(
+                !a.is_locked(*key).await.expect("is_locked"),
+                "{what}: {key}"
+            );
+        }
+    }
+    // The operator's tool that breaks a lock.
+    let hung = a.read_lock("hung").acquire().await.expect("acquire");
+    let forced = b.force_unlock("hung").await.expect("force_unlock");
+    assert_eq!(forced.evicted.len(), 1);
+    assert!(!b.is_locked("hung").await.expect("is_locked"));
+    assert!(!hung.release().await.expect("release"), "evicted");
+    let denied = acl_denials(&server);
+    assert!(denied.is_empty(), "the ACL refused {denied:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_multi_or_exec_locks_with_the_script_and_no_set_runs_alone() {
+    let panics = redis_crate_panics();
+    for refused in ["MULTI", "EXEC"] {
+        let server = RedisServer::start();
+        let url = documented_user(&server, "no-transactions", &[refused]);
+        let (a, b) = (acl_client(&url), acl_client(&url));
+        for round in 0..3 {
+            let guard = a
+                .lock("t")
+                .acquire()
+                .await
+                .unwrap_or_else(|err| panic!("without {refused}, round {round}: {err}"));
+            assert!(guard.fencing_token().is_some());
+            let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{t}"]);
+            assert_eq!(exists, 1, "without {refused}: held while the guard lives");
+            let other = b.lock("t").wait(Duration::ZERO).acquire().await;
+            assert!(
+                matches!(other, Err(LockError::Timeout { .. })),
+                "without {refused}: {other:?}"
+            );
+            assert!(guard.release().await.expect("release"));
+            let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{t}"]);
+            assert_eq!(exists, 0, "without {refused}: freed by the release");
+        }
+        // No transaction was ever begun: no `SET` ran outside one.
+        assert_eq!(command_calls(&server, "multi"), 0, "without {refused}");
+        let denied = acl_denials(&server);
+        assert!(
+            denied
+                .iter()
+                .all(|(object, _)| object == &refused.to_ascii_lowercase()),
+            "without {refused}, the ACL refused {denied:?}"
+        );
+    }
+    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
+}
+
+#[tokio::test]
+async fn a_refused_command_is_a_server_error_that_names_it_and_the_acl() {
+    let panics = redis_crate_panics();
+    let server = RedisServer::start();
+    let url = documented_user(&server, "no-evalsha", &["EVALSHA"]);
+    let client = acl_client(&url);
+    let err = client
+        .read_lock("r")
+        .acquire()
+        .await
+        .expect_err("EVALSHA is refused");
+    let LockError::Backend(backend) = &err else {
+        panic!("a backend error: {err:?}");
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Server, "{err}");
+    let message = err.to_string();
+    assert!(message.contains("`EVALSHA`"), "{message}");
+    assert!(message.contains("ACL SETUSER <user> +evalsha"), "{message}");
+    let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{r}"]);
+    assert_eq!(exists, 0, "nothing granted");
+    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_loses_multi_while_connected_goes_on_locking_with_the_script() {
+    let panics = redis_crate_panics();
+    let server = RedisServer::start();
+    let url = documented_user(&server, "revoked", &[]);
+    let client = acl_client(&url);
+    let guard = client.lock("t").acquire().await.expect("acquire");
+    assert!(guard.release().await.expect("release"));
+    let transactions = command_calls(&server, "multi");
+    assert!(transactions >= 2, "the probe's and the first try's MULTI");
+    // The operator takes MULTI away and closes the user's connections: the client's first try
+    // was picked as a transaction, and meets a connection that may not send one.
+    let () = redis_cmd(&server, &["ACL", "SETUSER", "revoked", "-multi"]);
+    let _: i64 = redis_cmd(&server, &["CLIENT", "KILL", "USER", "revoked"]);
+    for round in 0..3 {
+        let guard = client
+            .lock("t")
+            .acquire()
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{t}"]);
+        assert_eq!(exists, 1, "round {round}: held while the guard lives");
+        assert!(guard.release().await.expect("release"));
+        let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{t}"]);
+        assert_eq!(exists, 0, "round {round}: freed by the release");
+    }
+    assert_eq!(
+        command_calls(&server, "multi"),
+        transactions,
+        "no MULTI ran after it was taken away"
+    );
+    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
 }

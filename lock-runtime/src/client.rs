@@ -240,6 +240,11 @@ where
 /// - Owns one background thread with a small runtime for its connection, its watchdog and
 ///   the releases of dropped guards, so it keeps working when used from several tokio
 ///   runtimes one after another. The thread ends when the last clone (and guard) is dropped.
+/// - A command the server's ACL refuses fails the request with a [`BackendError`](crate::BackendError) of kind
+///   [`BackendErrorKind::Server`](crate::BackendErrorKind::Server) that names the command
+///   and how to grant it (the README's section "Keys in Redis" lists what distlock needs).
+///   A user without `MULTI` or `EXEC` still locks: each new connection asks first, and a write
+///   lock's first try then runs the script instead of a transaction (one warning says so).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {

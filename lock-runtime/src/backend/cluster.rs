@@ -293,6 +293,9 @@ impl LockBackend for ClusterBackend {
                     .query(&mut connection)
                     .await
                     .map_err(|err| super::ambiguous(backend_error("acquire", err)))?;
+                if let Some(refused) = super::redis::refusal_in(&reply) {
+                    return Err(backend_error("acquire", refused));
+                }
                 let (granted, value) = first.read(attempt.owner, &reply)?;
                 (ScriptReply::from((granted, value)), true)
             }

@@ -136,6 +136,11 @@ pub(crate) enum Call<'a> {
 }
 
 impl Call<'_> {
+    /// Whether the request is a transaction (`MULTI` … `EXEC`).
+    pub(crate) fn is_transaction(&self) -> bool {
+        matches!(self, Call::Pipeline(pipeline) if pipeline.is_transaction())
+    }
+
     /// Sends the request (a script by its SHA, loading it on `NOSCRIPT`).
     pub(crate) async fn query<T: ::redis::FromRedisValue>(
         self,

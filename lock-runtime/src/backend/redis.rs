@@ -13,7 +13,13 @@
 //! old one (`CLIENT KILL`) before anything is sent on it: a request still under way on the old
 //! connection (held up in the network, say) can then no longer run after the requests that
 //! follow, such as the compare-and-delete that gives back a grant whose reply never came.
+//!
+//! A new connection also asks, before it is shared, whether the server's ACL lets its user run
+//! a transaction ([`Transactions`]): a write lock's first try is a `MULTI`/`EXEC` where it may
+//! be, and the script otherwise. A refused `MULTI` would let the `SET` behind it run outside
+//! the transaction, and breaks the `redis` crate's reading of the replies.
 
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -40,6 +46,8 @@ struct Current {
     server_side: Option<ServerSideClient>,
     /// Whether the runtime its driver runs on still runs (`None`: the client's own).
     driver: Option<DriverRuntime>,
+    /// Whether a transaction may be sent on it.
+    transactions: bool,
 }
 
 /// A caller's runtime that holds a connection's driver, watched by a task of its own there:
@@ -74,6 +82,8 @@ struct InUse {
     connection: MultiplexedConnection,
     fresh: bool,
     driver: Option<Weak<()>>,
+    /// Whether a transaction may be sent on it ([`Transactions`]).
+    transactions: bool,
 }
 
 impl InUse {
@@ -152,6 +162,66 @@ pub(crate) struct RedisBackend {
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
     connecting: tokio::sync::Mutex<Connecting>,
     waker: Option<Waker>,
+    /// What the last connection found out about transactions ([`Transactions`] as a `u8`),
+    /// read by a first try before it picks its request.
+    transactions: AtomicU8,
+    /// Whether the missing permission for transactions has been warned about.
+    warned_transactions: AtomicBool,
+}
+
+/// Whether a connection's user may run a transaction (`MULTI` … `EXEC`).
+///
+/// Asked once per new connection, before it is shared, so that no transaction is sent that
+/// the server refuses: a refused `MULTI` lets the commands queued behind it run at once,
+/// outside any transaction (a `SET` then takes a lock nobody knows about), and the `redis`
+/// crate's connection cannot read the replies that follow. The question never leaves the
+/// connection inside a transaction: a bare `EXEC` first (allowed: "EXEC without MULTI";
+/// refused: `NOPERM`), and only when that is allowed, `MULTI` then `EXEC`, each reply read on
+/// its own. Any other answer (a proxy that knows no transactions, say) counts as refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Transactions {
+    /// No connection has asked yet.
+    Unknown = 0,
+    /// `MULTI` and `EXEC` both run.
+    Allowed = 1,
+    /// One of them is refused (or the store sends no transactions and did not ask).
+    Refused = 2,
+}
+
+impl Transactions {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::Allowed,
+            2 => Self::Refused,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Asks the server over `connection`: `Ok(None)` when transactions may be sent, else the
+    /// command refused (or the answer that was not the expected one). An error means the
+    /// connection failed.
+    async fn ask(connection: &mut MultiplexedConnection) -> Result<Option<String>, RedisError> {
+        match redis::cmd("EXEC")
+            .query_async::<redis::Value>(connection)
+            .await
+        {
+            Err(err) if err.code() == Some("ERR") && err.to_string().contains("without MULTI") => {}
+            Err(err) if matches!(err.kind(), ErrorKind::Server(_)) => {
+                return Ok(Some(format!("EXEC ({err})")))
+            }
+            Err(err) => return Err(err),
+            Ok(other) => return Ok(Some(format!("EXEC (answered {other:?})"))),
+        }
+        let mut transaction = redis::pipe();
+        transaction.cmd("MULTI").cmd("EXEC").ignore_errors();
+        let replies: Vec<redis::Value> = transaction.query_async(connection).await?;
+        match replies.as_slice() {
+            [redis::Value::Okay, redis::Value::Array(done)] if done.is_empty() => Ok(None),
+            [redis::Value::ServerError(err), _] => Ok(Some(format!("MULTI ({err:?})"))),
+            _ => Ok(Some(format!("MULTI/EXEC (answered {replies:?})"))),
+        }
+    }
 }
 
 impl RedisBackend {
@@ -179,6 +249,8 @@ impl RedisBackend {
             current: Mutex::new(None),
             replaced: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(Connecting::default()),
+            transactions: AtomicU8::new(Transactions::Unknown as u8),
+            warned_transactions: AtomicBool::new(false),
         }
     }
 
@@ -193,6 +265,7 @@ impl RedisBackend {
             connection: c.connection.clone(),
             fresh,
             driver: c.driver.as_ref().map(|driver| driver.alive.clone()),
+            transactions: c.transactions,
         })
     }
 
@@ -256,6 +329,13 @@ impl RedisBackend {
                 return Err(connect_error(err));
             }
         };
+        let transactions = match self.check_transactions(&mut connection).await {
+            Ok(transactions) => transactions,
+            Err(err) => {
+                state.last_failure = Some((Instant::now(), err.clone()));
+                return Err(connect_error(err));
+            }
+        };
         if super::eviction::first_time(&address) {
             // Beside the first request, not before it: the check only ever logs.
             self.io
@@ -270,12 +350,14 @@ impl RedisBackend {
             connection: connection.clone(),
             fresh: true,
             driver: driver.as_ref().map(|driver| driver.alive.clone()),
+            transactions,
         };
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
             generation,
             connection,
             server_side,
             driver,
+            transactions,
         });
         Ok(in_use)
     }
@@ -345,6 +427,48 @@ impl RedisBackend {
                 Ok(None)
             }
             Err(err) => Err(err),
+        }
+    }
+
+    /// On a new connection, before it is used: whether a first try may be a transaction
+    /// there ([`Transactions`]), remembered for the next first tries. Only a store whose
+    /// tokens come from the clock sends transactions; the others do not ask. A refusal is
+    /// warned about once: locking goes on with the script.
+    async fn check_transactions(
+        &self,
+        connection: &mut MultiplexedConnection,
+    ) -> Result<bool, RedisError> {
+        if self.tokens != Tokens::Clock {
+            self.transactions
+                .store(Transactions::Refused as u8, Ordering::Relaxed);
+            return Ok(false);
+        }
+        let refused = Transactions::ask(connection).await?;
+        let found = match &refused {
+            None => Transactions::Allowed,
+            Some(_) => Transactions::Refused,
+        };
+        self.transactions.store(found as u8, Ordering::Relaxed);
+        if let Some(refused) = &refused {
+            if !self.warned_transactions.swap(true, Ordering::Relaxed) {
+                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                    "the server does not let this user run a transaction: {refused}. A write \
+                     lock's first try is then a script call instead of `MULTI`/`EXEC` (a few \
+                     microseconds of server time more per uncontended lock); grant `MULTI` and \
+                     `EXEC` in the user's ACL (`ACL SETUSER <user> +multi +exec`) to avoid it"
+                );
+            }
+        }
+        Ok(refused.is_none())
+    }
+
+    /// Whether a first try may be a transaction, as the connection in use found out; a store
+    /// that has not connected yet connects first, to ask.
+    async fn transactions(&self) -> Result<bool, LockError> {
+        match Transactions::from_u8(self.transactions.load(Ordering::Relaxed)) {
+            Transactions::Allowed => Ok(true),
+            Transactions::Refused => Ok(false),
+            Transactions::Unknown => Ok(self.connection().await?.transactions),
         }
     }
 
@@ -466,6 +590,14 @@ impl RedisBackend {
                 .await
                 .map_err(|err| err.maybe_applied(maybe_applied))?;
             let generation = in_use.generation;
+            if invocation.is_transaction() && !in_use.transactions {
+                // Picked before this connection was made, whose user may not run one (its ACL
+                // changed): not sent, since a refused `MULTI` would let the rest run alone.
+                // (`acquire` then sends the script.)
+                return Err(transaction_refused(operation)
+                    .maybe_applied(maybe_applied)
+                    .into());
+            }
             let err = match invocation.query(&mut in_use.connection).await {
                 Ok(value) => {
                     let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
@@ -516,6 +648,35 @@ impl RedisBackend {
                 .into());
         }
     }
+}
+
+/// A transaction not sent, because the connection's user may not run one.
+fn transaction_refused(operation: &'static str) -> BackendError {
+    BackendError::new(
+        operation,
+        BackendErrorKind::Server,
+        RedisError::from((
+            ErrorKind::Server(ServerErrorKind::NoPerm),
+            "NOPERM",
+            "this user has no permissions to run the 'multi' command (or 'exec'; the request \
+             was not sent)"
+                .to_owned(),
+        )),
+    )
+}
+
+/// The first refusal among a pipeline's replies (sent with `ignore_errors`, so that a refused
+/// command is a reply, not the pipeline's error): it means the command did not run.
+pub(crate) fn refusal_in(reply: &redis::Value) -> Option<RedisError> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    items.iter().find_map(|item| match item {
+        redis::Value::ServerError(err) if err.code() == "NOPERM" => {
+            Some(RedisError::from(err.clone()))
+        }
+        _ => None,
+    })
 }
 
 pub(crate) fn connect_error(err: RedisError) -> BackendError {
@@ -598,6 +759,54 @@ pub(crate) const SCAN_COUNT: u64 = 1000;
 /// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
 type ScanStep = (u64, Vec<Vec<u8>>);
 
+/// The two forms of a try (`acquire` picks one).
+impl RedisBackend {
+    /// A try as its [`FirstTry`] request; `None` when it was not sent because the connection
+    /// made for it may not run a transaction (its user lost the right since the last one): the
+    /// script takes over.
+    async fn first_try(
+        &self,
+        attempt: &Try<'_>,
+        first: &FirstTry,
+    ) -> Result<Option<(ScriptReply, bool)>, LockError> {
+        // A `WAIT` only after a grant; a reply that does not read is no grant.
+        let granted = |reply: &redis::Value| {
+            first
+                .read(attempt.owner, reply)
+                .is_ok_and(|(granted, _)| granted == 1)
+        };
+        let (reply, replicated) = match self
+            .invoke_replicated("acquire", first.call(), self.guard, granted)
+            .await
+        {
+            Ok(replied) => replied,
+            Err(LockError::Backend(err)) if err.refused_command() == Some("multi") => {
+                return Ok(None)
+            }
+            Err(err) => return Err(err),
+        };
+        if let Some(refused) = refusal_in(&reply) {
+            return Err(BackendError::new("acquire", BackendErrorKind::Server, refused).into());
+        }
+        let (granted, value) = first.read(attempt.owner, &reply)?;
+        Ok(Some((ScriptReply::from((granted, value)), replicated)))
+    }
+
+    /// A try as its kind's acquire script.
+    async fn script_try(&self, attempt: &Try<'_>) -> Result<(ScriptReply, bool), LockError> {
+        let call = attempt
+            .kind
+            .acquire_call(attempt, self.tokens, Announce::Publish);
+        self.invoke_replicated(
+            "acquire",
+            Call::Script(&call),
+            self.guard,
+            |reply: &ScriptReply| reply.granted == 1,
+        )
+        .await
+    }
+}
+
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on this server.
 impl RedisBackend {
     /// What the server says of `key`'s lock (read-only).
@@ -650,32 +859,14 @@ impl RedisBackend {
 
 impl LockBackend for RedisBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let (reply, replicated) = match FirstTry::of(attempt, self.tokens, true) {
-            Some(first) => {
-                // A `WAIT` only after a grant; a reply that does not read is no grant.
-                let granted = |reply: &redis::Value| {
-                    first
-                        .read(attempt.owner, reply)
-                        .is_ok_and(|(granted, _)| granted == 1)
-                };
-                let (reply, replicated) = self
-                    .invoke_replicated("acquire", first.call(), self.guard, granted)
-                    .await?;
-                let (granted, value) = first.read(attempt.owner, &reply)?;
-                (ScriptReply::from((granted, value)), replicated)
-            }
-            None => {
-                let call = attempt
-                    .kind
-                    .acquire_call(attempt, self.tokens, Announce::Publish);
-                self.invoke_replicated(
-                    "acquire",
-                    Call::Script(&call),
-                    self.guard,
-                    |reply: &ScriptReply| reply.granted == 1,
-                )
-                .await?
-            }
+        let first = FirstTry::of(attempt, self.tokens, self.transactions().await?);
+        let tried = match &first {
+            Some(first) => self.first_try(attempt, first).await?,
+            None => None,
+        };
+        let (reply, replicated) = match tried {
+            Some(tried) => tried,
+            None => self.script_try(attempt).await?,
         };
         let reply = kind::read_acquire_reply(attempt, reply)?;
         super::count_only_replicated(self, attempt, reply, replicated).await
