@@ -659,17 +659,24 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
     // The same try sent twice (its first reply lost, the request repeated on a new
     // connection): the second run must not hand out what is left of the first grant.
     let server = RedisServer::start();
-    let script = redis::Script::new(include_str!("../lock-runtime/scripts/write/acquire.lua"));
+    // The script as the runtime loads it: after the shared lock_key.lua.
+    let script = redis::Script::new(&format!(
+        "{}\n{}",
+        include_str!("../lock-runtime/scripts/lock_key.lua"),
+        include_str!("../lock-runtime/scripts/write/acquire.lua")
+    ));
+    // An owner token as the runtime makes one (32 hex digits, ms, holder record).
+    let owner = format!("{:032x}:1:replay", 7);
     let mut redis = server.connection();
     let mut run = || -> (i64, i64) {
         script
             .key("distlock:{replay}")
-            .key("distlock:{replay}:writer-waiting")
-            .arg("the-same-owner")
+            .arg(&owner)
             .arg(1_000)
             .arg("clock")
             .arg(500)
             .arg(0)
+            .arg("distlock:{replay}:writer-waiting")
             .invoke(&mut redis)
             .expect("acquire script")
     };
