@@ -640,3 +640,222 @@ async fn the_failover_guard_waits_for_the_replica_of_the_locks_own_primary() {
         .expect("acquired once the replica is back");
     assert!(again.release().await.expect("release"));
 }
+
+// ---- every kind through a live slot migration (issue 23, item 2) -----------------------------
+
+/// The lock kinds a migration test runs.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Write,
+    Read,
+    Semaphore,
+    Fair,
+    All,
+}
+
+/// A lock name whose slot is `slot` (names are their own hash tags), other than `not`.
+fn name_in_slot(cluster: &RedisCluster, slot: u16, stem: &str, not: &str) -> String {
+    (0..)
+        .map(|i| format!("{stem}-{i}"))
+        .find(|name| name != not && cluster.slot_of(&lock_key(name)) == slot)
+        .expect("some name lands in every slot")
+}
+
+/// A request of `kind` for `name` (with `lock_all`, `name` and `partner`, in other slots).
+fn request(client: &Client, kind: Kind, name: &str, partner: &str) -> distlock::LockRequest {
+    match kind {
+        Kind::Write => client.lock(name),
+        Kind::Read => client.read_lock(name),
+        Kind::Semaphore => client.semaphore(name, 2),
+        Kind::Fair => client.lock(name).fair(),
+        Kind::All => client.lock_all([name, partner]),
+    }
+}
+
+/// Polls (bounded) until the watchdog has renewed `name`'s lease: inspect shows a holder
+/// with more lease left than `below`.
+async fn wait_for_renewal(client: &Client, name: &str, below: Duration) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = client
+            .inspect(name)
+            .await
+            .expect("inspect through the migration");
+        if state
+            .holders
+            .iter()
+            .any(|holder| holder.remaining.is_some_and(|left| left > below))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no renewal of `{name}`: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A lock of `kind` is acquired, renewed and released while its slot migrates — MIGRATING on
+/// the source and IMPORTING on the target, its lock key moved alone with `MIGRATE` while its
+/// other keys stay behind, then the rest moved and the slot handed over — with holders and a
+/// waiter active throughout: a free lock of the slot is taken and given back before and after
+/// the first keys move, the holders' leases are renewed, a holder gives back its grant while
+/// its key is on the target, and the waiter is granted once the last holder leaves. On
+/// `7364a2a` the fenced acquire of the free lock ended with a `Backend` timeout (its script
+/// named the writer-waiting mark, missing: `ASK`, then `TRYAGAIN`), and every release failed
+/// the same way (the release channel named as a key).
+async fn a_lock_lives_through_a_live_migration_of_its_slot(kind: Kind, name: &str) {
+    let cluster = shared_cluster();
+    let lease = Duration::from_millis(1500);
+    let key = lock_key(name);
+    let slot = cluster.slot_of(&key);
+    let from = cluster.primary_for_slot(slot);
+    let to = *cluster
+        .primaries()
+        .iter()
+        .find(|&&primary| primary != from)
+        .expect("another primary");
+    let free = name_in_slot(cluster, slot, &format!("{name}:free"), name);
+    // `lock_all`'s second key, in another slot (the usual case: names are their own tags).
+    let partner = format!("{name}:partner");
+    let partner_free = format!("{free}:partner");
+    let (holders, waiters, others) = (plain(cluster), plain(cluster), plain(cluster));
+
+    // Readers and permits: two holders, one of which leaves halfway; else one.
+    let count = match kind {
+        Kind::Read | Kind::Semaphore => 2,
+        _ => 1,
+    };
+    let mut held = Vec::new();
+    for _ in 0..count {
+        held.push(
+            request(&holders, kind, name, &partner)
+                .lease(lease)
+                .acquire()
+                .await
+                .expect("a holder before the migration"),
+        );
+    }
+    // The waiter: a writer behind readers (it sets the writer-waiting mark), else one more of
+    // the same kind (a semaphore's third permit).
+    let waiter_kind = match kind {
+        Kind::Read => Kind::Write,
+        kind => kind,
+    };
+    let (waiter_name, waiter_partner) = (name.to_owned(), partner.clone());
+    let waiting = tokio::spawn(async move {
+        request(&waiters, waiter_kind, &waiter_name, &waiter_partner)
+            .lease(lease)
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .map(|guard| (waiters, guard))
+    });
+    // The waiter listens on the channel of a key it found held (`lock_all`: either key).
+    support::wait_until_async("the waiter listening", Duration::from_secs(10), || {
+        let count = shard_subscribers(cluster, &channel(name))
+            + shard_subscribers(cluster, &channel(&partner));
+        (count >= 1)
+            .then_some(())
+            .ok_or(format!("{count} subscribers"))
+    })
+    .await;
+
+    let migration = cluster.start_migration(slot, from, to);
+    let free_lock = |step: &'static str| {
+        let (others, free, partner_free) = (&others, &free, &partner_free);
+        async move {
+            let guard = request(others, kind, free, partner_free)
+                .lease(lease)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap_or_else(|err| panic!("{kind:?}: a free lock {step}: {err}"));
+            assert!(
+                guard.release().await.unwrap_or_else(|err| panic!(
+                    "{kind:?}: releasing the free lock {step}: {err}"
+                )),
+                "{kind:?}: the free lock {step} was ours"
+            );
+        }
+    };
+    free_lock("while the slot is migrating, no key moved").await;
+
+    // The lock key moves alone; the mark, the queue, the counter (whichever exist) stay.
+    migration.move_named(cluster, std::slice::from_ref(&key), false);
+    free_lock("with the lock key on the target").await;
+    wait_for_renewal(&holders, name, lease / 2).await;
+    if count == 2 {
+        let leaving = held.pop().expect("two holders");
+        assert!(
+            leaving
+                .release()
+                .await
+                .expect("a release with the key on the target"),
+            "{kind:?}: the leaving holder's grant was ours"
+        );
+    }
+    wait_for_renewal(&holders, name, lease / 2).await;
+
+    // The rest moves (the importing node may have made keys of the same names meanwhile: a
+    // writer-waiting mark, a fair queue), and the slot is handed over.
+    let left = migration.keys_left(cluster);
+    if !left.is_empty() {
+        migration.move_named(cluster, &left, true);
+    }
+    migration.finish(cluster);
+    assert_eq!(cluster.primary_for_slot(slot), to);
+    for guard in &held {
+        assert!(guard.is_held(), "{kind:?}: renewed through the migration");
+    }
+    free_lock("after the migration").await;
+
+    for guard in held {
+        assert!(
+            guard.release().await.expect("a release after the move"),
+            "{kind:?}: the holder's grant was ours"
+        );
+    }
+    let (waiters, guard) = waiting
+        .await
+        .expect("waiter task")
+        .expect("the waiter is granted after the migration");
+    if !matches!(kind, Kind::Semaphore) {
+        let refused = request(&others, Kind::Write, name, &partner)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        assert!(
+            matches!(refused, Err(LockError::Timeout { .. })),
+            "{kind:?}: the waiter's grant excludes a writer: {refused:?}"
+        );
+    }
+    assert!(guard.release().await.expect("release"), "{kind:?}");
+    drop(waiters);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lock_lives_through_a_live_migration_of_its_slot() {
+    a_lock_lives_through_a_live_migration_of_its_slot(Kind::Write, "mig:write").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_locks_live_through_a_live_migration_of_their_slot() {
+    a_lock_lives_through_a_live_migration_of_its_slot(Kind::Read, "mig:read").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_live_through_a_live_migration_of_their_slot() {
+    a_lock_lives_through_a_live_migration_of_its_slot(Kind::Semaphore, "mig:sem").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_lives_through_a_live_migration_of_its_slot() {
+    a_lock_lives_through_a_live_migration_of_its_slot(Kind::Fair, "mig:fair").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_lock_lives_through_a_live_migration_of_its_slot() {
+    a_lock_lives_through_a_live_migration_of_its_slot(Kind::All, "mig:all").await;
+}

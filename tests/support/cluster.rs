@@ -454,6 +454,33 @@ impl SlotMigration {
         keys.len()
     }
 
+    /// Moves the keys named (`MIGRATE … KEYS`), replacing what the target has under those
+    /// names when `replace` (as `redis-cli --cluster reshard --cluster-replace` does).
+    pub fn move_named(&self, cluster: &RedisCluster, keys: &[String], replace: bool) {
+        let mut migrate = redis::cmd("MIGRATE");
+        migrate
+            .arg("127.0.0.1")
+            .arg(cluster.port(self.to))
+            .arg("")
+            .arg(0)
+            .arg(5000);
+        if replace {
+            migrate.arg("REPLACE");
+        }
+        let _: redis::Value = cluster.query(self.from, migrate.arg("KEYS").arg(keys));
+    }
+
+    /// The slot's keys still on the source.
+    pub fn keys_left(&self, cluster: &RedisCluster) -> Vec<String> {
+        cluster.query(
+            self.from,
+            redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(self.slot)
+                .arg(1000),
+        )
+    }
+
     /// Moves the remaining keys, hands the slot to the target on every primary (target first,
     /// then source, then the rest) and waits until every node agrees.
     pub fn finish(self, cluster: &RedisCluster) {
