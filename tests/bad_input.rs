@@ -14,6 +14,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use distlock::{BackendErrorKind, Client, Config, LockError, MAX_KEY_LEN};
+use redis::cluster_routing::Slot;
 use support::stores::Harness;
 use support::RedisServer;
 use tokio::time::Instant;
@@ -845,6 +846,8 @@ fn foreign_values() -> Vec<(&'static str, Vec<Vec<&'static str>>)> {
         ("string", vec![vec!["SET", "hello"]]),
         // A leaderboard: one `read_lock` used to purge it down to the reader's token.
         ("zset", vec![vec!["ZADD", "10", "alice", "20", "bob"]]),
+        // Looks like a semaphore's marker, but is not scored +inf.
+        ("zset", vec![vec!["ZADD", "5", "#permits:3"]]),
     ]
 }
 
@@ -867,8 +870,22 @@ async fn another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kin
 ) {
     let client = h.client();
     let wait = Duration::from_secs(5);
-    for (holds, writes) in foreign_values() {
-        let name = format!("profile-{holds}");
+    let other_client = h.client();
+    for (i, (holds, writes)) in foreign_values().into_iter().enumerate() {
+        let name = format!("profile-{i}-{holds}");
+        // A held key in the same slot (one script on every store, Cluster included): a try
+        // would mark it waiting, and must not, since the foreign key refuses the whole try
+        // before anything is written.
+        let slot = Slot::for_key(format!("{{{name}}}"));
+        let partner = (0..)
+            .map(|n| format!("partner-{n}"))
+            .find(|p| Slot::for_key(format!("{{{p}}}")) == slot)
+            .expect("some name shares the slot");
+        let held = other_client
+            .lock(&partner)
+            .acquire()
+            .await
+            .expect("the partner key");
         let key = h.lock_key(&name);
         for write in &writes {
             let mut cmd = redis::cmd(write[0]);
@@ -880,6 +897,10 @@ async fn another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kin
             ("lock", client.lock(&name)),
             ("fair lock", client.lock(&name).fair()),
             ("lock_all", client.lock_all([name.as_str(), "elsewhere"])),
+            (
+                "lock_all beside a held key",
+                client.lock_all([name.as_str(), partner.as_str()]),
+            ),
             ("read_lock", client.read_lock(&name)),
             ("semaphore", client.semaphore(&name, 2)),
         ];
@@ -904,15 +925,17 @@ async fn another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kin
             let text = result.unwrap_err().to_string();
             assert!(text.contains("key_prefix"), "{text}");
             assert_eq!(snapshot(&h, &key), before, "{kind} changed the {holds}");
-            let mark: Vec<i64> = h
-                .raw(redis::cmd("EXISTS").arg(format!("{key}:writer-waiting")))
-                .iter()
-                .map(|v| redis::from_redis_value_ref(v).expect("an integer"))
-                .collect();
-            assert!(
-                mark.iter().all(|&m| m == 0),
-                "{kind} set the mark beside a {holds}"
-            );
+            for marked in [key.clone(), h.lock_key(&partner)] {
+                let mark: Vec<i64> = h
+                    .raw(redis::cmd("EXISTS").arg(format!("{marked}:writer-waiting")))
+                    .iter()
+                    .map(|v| redis::from_redis_value_ref(v).expect("an integer"))
+                    .collect();
+                assert!(
+                    mark.iter().all(|&m| m == 0),
+                    "{kind} on a {holds} set the mark of {marked}"
+                );
+            }
         }
         for (tool, result) in [
             ("inspect", client.inspect(&name).await.map(|_| ())),
@@ -924,15 +947,6 @@ async fn another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kin
             );
             assert_eq!(snapshot(&h, &key), before, "{tool} changed the {holds}");
         }
-        // Nothing was left granted: `lock_all`'s other key is free (on Cluster its slot was
-        // granted before the foreign key's slot refused).
-        let other = client
-            .lock("elsewhere")
-            .wait(Duration::ZERO)
-            .acquire()
-            .await
-            .expect("lock_all left nothing granted");
-        assert!(other.release().await.expect("release"));
         // The key's own lock still works once the data is gone.
         h.raw(redis::cmd("DEL").arg(&key));
         let guard = client
@@ -941,5 +955,25 @@ async fn another_applications_data_at_a_lock_key_is_refused_at_once_by_every_kin
             .await
             .expect("a free key again");
         assert!(guard.release().await.expect("release"));
+        assert!(held.release().await.expect("release"), "still its holder's");
     }
+    // Nothing was left granted: `lock_all`'s other key is free (on Cluster its slot was
+    // granted before the foreign key's slot refused, and given back).
+    let other = client
+        .lock("elsewhere")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("lock_all left nothing granted");
+    assert!(other.release().await.expect("release"));
+
+    // Another application's hash where a writer-waiting mark would be: a reader is refused
+    // with `NotALock`, not kept out forever by a "mark" with no expiry.
+    let mark = format!("{}:writer-waiting", h.lock_key("marked"));
+    h.raw(redis::cmd("HSET").arg(&mark).arg("a").arg("b"));
+    let read = client.read_lock("marked").wait(wait).acquire().await;
+    assert!(
+        matches!(&read, Err(LockError::NotALock { holds, .. }) if holds == "hash"),
+        "a read beside a hash at the mark: {read:?}"
+    );
 }

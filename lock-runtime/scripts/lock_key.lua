@@ -1,5 +1,7 @@
--- Shared by every script that reads or writes a lock's keys: `kind::script` (kind/mod.rs)
--- puts this text before each script's own (Redis scripts cannot include one another). It
+-- Shared by every script that reads a lock key or a key beside it: `kind::script`
+-- (kind/mod.rs) puts this text before each such script's own (Redis scripts cannot include
+-- one another; a script that only compares a key with the caller's own owner token — a
+-- release, a renewal — goes without it, which keeps it as cheap as before). It
 -- holds the two rules every kind follows alike:
 --
 -- 1. A lock never modifies data it did not write. `lock_held` tells distlock's own structures
@@ -15,9 +17,10 @@
 --    that is missing on the node it reaches (ASK, then TRYAGAIN), so the keys beside the lock
 --    — the writer-waiting mark, the fair queue — come as arguments and are reached through
 --    `beside`: a command on such a key that Redis refuses because the key lives on the other
---    node of a migration is nil, as if the key were not there. During a migration a writer
---    may then not keep readers out, or a fair waiter not keep its place, for a moment; no
---    grant is ever made or refused for it against the lock key itself.
+--    node of a migration (or, on the migrating node, does not exist yet) is nil, as if the
+--    key were not there. While a slot migrates, a writer may then not keep readers out, or a
+--    fair waiter not keep its place; no grant is ever made or refused for it against the lock
+--    key itself.
 --
 -- The release channel is an argument too: `PUBLISH`/`SPUBLISH` take it from ARGV.
 
@@ -25,7 +28,8 @@ local function not_a_lock(key, what)
   error({err = 'NOTALOCK ' .. what .. ' at ' .. key})
 end
 
-local OWNER = '^' .. string.rep('%x', 32) .. ':%d+:'
+-- 32 hex digits, ':', digits, ':' (a literal: a script call builds no string for it).
+local OWNER = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:%d+:'
 
 local function is_owner(value)
   return type(value) == 'string' and string.find(value, OWNER) ~= nil
@@ -43,14 +47,25 @@ local function lock_held(key)
       return 'writer', owner
     end
   elseif held == 'zset' then
-    local top = redis.call('ZRANGE', key, -1, -1)[1]
-    if top and string.sub(top, 1, 9) == '#permits:' then
-      return 'permits', top
-    elseif is_owner(top) then
-      return 'readers', top
+    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if string.find(top[1], '^#permits:%d+$') and top[2] == 'inf' then
+      return 'permits', top[1]
+    elseif is_owner(top[1]) then
+      return 'readers', top[1]
     end
   end
   not_a_lock(key, held)
+end
+
+-- Nil when the fencing counter `key` (Redlock) is absent or a number, else the type of what
+-- is there: checked before a grant writes it, so another application's data there is never
+-- overwritten.
+local function foreign_counter(key)
+  local last = redis.pcall('GET', key)
+  if (type(last) == 'table' and last.err) or (last and not tonumber(last)) then
+    return redis.call('TYPE', key)['ok']
+  end
+  return nil
 end
 
 -- A command on a key beside the lock: its reply, or nil when the key lives on the other node
@@ -66,9 +81,18 @@ local function beside(...)
   return reply
 end
 
--- Whether the writer-waiting mark `name` is up (its PTTL, -2 when it is not).
+-- Whether the writer-waiting mark `name` is up: its PTTL, -2 when it is not (or lives on the
+-- other node of a migration). A key there that is not a mark ('1') is NOTALOCK.
 local function writer_waiting(name)
-  return beside('PTTL', name) or -2
+  local ttl = beside('PTTL', name)
+  if not ttl or ttl == -2 then
+    return -2
+  end
+  local mark = redis.pcall('GET', name)
+  if mark ~= '1' then
+    not_a_lock(name, redis.call('TYPE', name)['ok'])
+  end
+  return ttl
 end
 
 -- Sets the writer-waiting mark `name` for `ms`, unless the key holds something that is not a
@@ -85,22 +109,22 @@ local function mark_writer_waiting(name, ms)
   beside('SET', name, '1', 'PX', ms)
 end
 
--- Checks that the fair queue `name` (a sorted set of 24-hex-digit waiter ids) is one, or
--- absent: NOTALOCK otherwise. False when it lives on the other node of a migration.
-local function own_queue(name)
-  local held = beside('TYPE', name)
-  if not held then
-    return false
+-- Whether the fair queue `name` (a sorted set of 24-hex-digit waiter ids, or absent) can be
+-- used: false when it lives on the other node of a migration, or, with `lenient`, when it
+-- holds something else; without `lenient` something else is NOTALOCK.
+local function own_queue(name, lenient)
+  local first = redis.pcall('ZRANGE', name, 0, 0)
+  if type(first) == 'table' and first.err then
+    if string.find(first.err, 'non local key', 1, true) or lenient then
+      return false
+    end
+    not_a_lock(name, redis.call('TYPE', name)['ok'])
   end
-  held = held['ok']
-  if held == 'none' then
+  if first[1] == nil or string.find(first[1], '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
     return true
   end
-  if held == 'zset' then
-    local first = redis.call('ZRANGE', name, 0, 0)[1]
-    if first and string.find(first, '^' .. string.rep('%x', 24) .. '$') then
-      return true
-    end
+  if lenient then
+    return false
   end
-  not_a_lock(name, held)
+  not_a_lock(name, 'zset')
 end

@@ -27,8 +27,8 @@
 --          queue unless it tries again (ms on the server clock)
 -- ARGV[12] the lock's release channel, on which the head is woken
 -- (all keys share one hash tag; the queue's keys are arguments, not keys: lock_key.lua.
--- While the queue's keys live on the other node of a Cluster slot migration, a try is the
--- write side's alone: unfair for that moment, never unsafe.)
+-- While the queue's keys cannot be reached during a Cluster slot migration, a try is the
+-- write side's alone: unfair until the migration ends, never unsafe.)
 --
 -- Returns as write/acquire.lua: {1, token} when granted ({1, -1} without a token); when
 -- refused, {0, ms, place}: ms is the holder's PTTL when this waiter is the head and the lock

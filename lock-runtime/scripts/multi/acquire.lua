@@ -24,12 +24,23 @@
 
 local stride = tonumber(ARGV[6])
 local n = #KEYS / stride
+-- Every key is looked at before anything is written: a key (or, on Redlock, a counter) that
+-- holds another application's data is NOTALOCK with nothing changed (lock_key.lua).
+local held_keys = {}
+for i = 1, n do
+  local held, holder = lock_held(KEYS[(i - 1) * stride + 1])
+  held_keys[i] = held ~= 'none' and holder ~= ARGV[1]
+  if stride == 2 then
+    local foreign = foreign_counter(KEYS[i * 2])
+    if foreign then
+      not_a_lock(KEYS[i * 2], foreign)
+    end
+  end
+end
 local longest, first = -2, 0
 for i = 1, n do
-  local lock = KEYS[(i - 1) * stride + 1]
-  -- A writer, readers or permits (NOTALOCK: not a lock at all).
-  local held, holder = lock_held(lock)
-  if held ~= 'none' and holder ~= ARGV[1] then
+  if held_keys[i] then
+    local lock = KEYS[(i - 1) * stride + 1]
     if first == 0 then
       first = i
     end
@@ -67,15 +78,8 @@ for i = 1, n do
   local token = clock
   if ARGV[3] ~= 'clock' then
     local fence = KEYS[(i - 1) * stride + 2]
-    local last = redis.pcall('SET', fence, string.format('%d', token), 'PX', ARGV[3], 'GET')
-    if type(last) == 'table' and last.err then
-      -- Scripts are not rolled back: undo every grant before reporting the error.
-      for j = 1, n do
-        redis.call('DEL', KEYS[(j - 1) * stride + 1])
-      end
-      return redis.error_reply('ERR fencing counter ' .. fence .. ' is unusable: ' .. tostring(last.err))
-    end
-    last = tonumber(last)
+    -- (Checked to be absent or a number above, before anything was written.)
+    local last = tonumber(redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[3], 'GET'))
     if last and last >= token then
       token = last + 1
       redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[3])

@@ -21,6 +21,13 @@
 -- grant's token (the counter + 1 at least) is above it too.
 
 local held = lock_held(KEYS[1])
+if KEYS[2] then
+  -- Before anything is deleted: a counter of another application's is NOTALOCK.
+  local foreign = foreign_counter(KEYS[2])
+  if foreign then
+    not_a_lock(KEYS[2], foreign)
+  end
+end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local holders = {}
@@ -33,23 +40,16 @@ elseif held ~= 'none' then
   end
 end
 redis.call('DEL', KEYS[1])
-local mark = beside('TYPE', ARGV[3])
-if mark and mark['ok'] == 'string' and beside('GET', ARGV[3]) == '1' then
+if writer_waiting(ARGV[3]) ~= -2 then
   beside('DEL', ARGV[3])
 end
 -- Wake waiters; a user without channel permissions (Redis 7 ACLs) only loses the wake-up.
 redis.pcall(ARGV[1], ARGV[4], 'w')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if KEYS[2] then
-  local last = redis.call('GET', KEYS[2])
-  if last then
-    last = tonumber(last)
-    if not last then
-      return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is not a number')
-    end
-    if last >= token then
-      token = last + 1
-    end
+  local last = tonumber(redis.call('GET', KEYS[2]))
+  if last and last >= token then
+    token = last + 1
   end
   local ttl = math.max(redis.call('PTTL', KEYS[2]), tonumber(ARGV[2]))
   redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ttl)

@@ -11,7 +11,7 @@
 -- A key that holds anything but a lock is a NOTALOCK error (lock_key.lua).
 --
 -- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter,
--- permits, queued}: the lock key's TYPE ('none', 'string', 'zset', or another type: not a lock), its
+-- permits, queued}: the lock key's TYPE ('none', 'string' or 'zset'), its
 -- PTTL, the live holders as {{owner, remaining ms}, ...} (a semaphore's permit owners, never
 -- its '#permits:N' marker, semaphore/acquire.lua), the writer-waiting mark's PTTL (-2: none),
 -- the release channel's subscriber count, the server's TIME, the counter's value (nil when
@@ -49,7 +49,7 @@ if KEYS[2] then
   counter = redis.call('GET', KEYS[2])
 end
 local queued = 0
-if own_queue(ARGV[4]) then
+if own_queue(ARGV[4], true) then
   queued = redis.call('ZCOUNT', ARGV[4], '(' .. now_ms, '+inf')
 end
 return {types[held], pttl, holders, writer_waiting(ARGV[2]), subscribers, now[1], now[2], counter,

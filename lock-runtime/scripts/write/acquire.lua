@@ -25,7 +25,7 @@
 -- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
 -- writer-waiting mark, so that readers cannot starve writers. An uncontended grant (a first
 -- try) touches neither the readers nor the mark: it costs what it would without readers.
--- An unusable counter is an error reply, and then no grant is left behind. A key that holds
+-- A counter that is not a number is a NOTALOCK error, and then no grant is left behind. A key that holds
 -- anything but a lock is a NOTALOCK error, and nothing is written (lock_key.lua); a free key
 -- costs no such check.
 --
@@ -69,15 +69,16 @@ local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if ARGV[3] == 'clock' then
   return {1, token}
 end
--- One write: the clock goes in, and the counter it replaces is checked afterwards. ('%d':
--- Lua would write a number this large in exponent notation.)
-local last = redis.pcall('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
-if type(last) == 'table' and last.err then
-  -- Scripts are not rolled back: undo the grant before reporting the error.
+-- A counter that is not one (another application's data) is NOTALOCK, and the grant is
+-- undone first (scripts are not rolled back): nothing is left written.
+local foreign = foreign_counter(KEYS[2])
+if foreign then
   redis.call('DEL', KEYS[1])
-  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is unusable: ' .. tostring(last.err))
+  not_a_lock(KEYS[2], foreign)
 end
-last = tonumber(last)
+-- One write: the clock goes in, and the counter it replaces is compared afterwards. ('%d':
+-- Lua would write a number this large in exponent notation.)
+local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET'))
 if last and last >= token then
   token = last + 1
   redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])

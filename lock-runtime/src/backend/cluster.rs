@@ -392,9 +392,11 @@ impl LockBackend for ClusterBackend {
                     let err = super::ambiguous(err);
                     if start > 0 && !super::is_ambiguous(&err) {
                         let taken: Vec<&LockKey> = keys[..start].iter().collect();
-                        self.release_all(&taken, attempt.owner)
-                            .await
-                            .map_err(super::ambiguous)?;
+                        if let Err(undo) = self.release_all(&taken, attempt.owner).await {
+                            // The request's own error is the answer; the grants given back
+                            // here expire with their lease at the latest.
+                            tracing::warn!(target: crate::LOG_TARGET, "could not give back the keys of a refused multi-key try: {undo}");
+                        }
                     }
                     return Err(err);
                 }

@@ -761,8 +761,12 @@ impl LockBackend for RedlockBackend {
                 Answer::Failed(_) => {}
             }
         }
+        // A key that holds no lock, as any master says: refused, not granted by the others.
+        let refused = answers
+            .iter()
+            .any(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()));
         let valid_until = started + attempt.lease - drift(attempt.lease);
-        if granted.len() >= self.quorum() && Instant::now() < valid_until {
+        if !refused && granted.len() >= self.quorum() && Instant::now() < valid_until {
             let tokens: Vec<Option<FencingToken>> = (0..attempt.keys.len())
                 .map(|i| {
                     granted

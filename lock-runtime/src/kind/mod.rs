@@ -187,7 +187,7 @@ impl Kind {
 /// The renewal of many grants of any kinds in one script call (one slot's worth on Cluster).
 pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'static> {
     static SCRIPT: LazyLock<Script> =
-        LazyLock::new(|| script(include_str!("../../scripts/extend_many.lua")));
+        LazyLock::new(|| Script::new(include_str!("../../scripts/extend_many.lua")));
     let mut call = SCRIPT.prepare_invoke();
     for renewal in renewals {
         call.key(&renewal.key.lock)
@@ -400,7 +400,9 @@ pub(crate) fn read_extend_many_reply(
 /// beside the lock, which it is given as arguments ([`lock_keys`]).
 const LOCK_KEY_LUA: &str = include_str!("../../scripts/lock_key.lua");
 
-/// A script of a lock: `body` after [`LOCK_KEY_LUA`].
+/// A script of a lock that reads its lock key or a key beside it: `body` after
+/// [`LOCK_KEY_LUA`]. (Releases and renewals, which only compare a key with the caller's own
+/// owner token, are made with `Script::new` and cost nothing more.)
 pub(crate) fn script(body: &str) -> Script {
     Script::new(&format!("{LOCK_KEY_LUA}\n{body}"))
 }

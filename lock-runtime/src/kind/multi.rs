@@ -21,7 +21,7 @@ use crate::FencingToken;
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/multi/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| super::script(include_str!("../../scripts/multi/release.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../scripts/multi/release.lua")));
 
 /// One try to take every key of a multi-key lock, as the acquire loop sends it to a store.
 /// The fields mean what [`Try`](super::Try)'s do, for every key at once.

@@ -23,7 +23,7 @@ use crate::error::LockError;
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/release.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../scripts/semaphore/release.lua")));
 
 /// How many of `masters` Redlock masters must grant a permit of a semaphore of `permits`: a
 /// quorum `q` with `q > permits · masters / (permits + 1)`. Each master holds at most

@@ -15,7 +15,7 @@ use crate::backend::{Announce, LockKey};
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| super::script(include_str!("../../scripts/write/release.lua")));
+    LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
 
 /// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
 /// lease, so that no key outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
