@@ -15,6 +15,7 @@ use distlock::{Client, Config, LockError};
 use redis::cluster_routing::Slot;
 use support::cluster::{shared_cluster, RedisCluster};
 use support::monitor::{arguments, Monitor};
+use support::proxy::Proxy;
 
 /// Tests with a cluster of their own run one after the other.
 static DEDICATED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -858,4 +859,133 @@ async fn a_fair_lock_lives_through_a_live_migration_of_its_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_key_lock_lives_through_a_live_migration_of_its_slot() {
     a_lock_lives_through_a_live_migration_of_its_slot(Kind::All, "mig:all").await;
+}
+
+// ---- a try held up in the network past its response timeout (issue 23, item 3) --------------
+
+/// The Cluster store's clean-up of an ambiguous try must not run before the try itself: a
+/// try held up in the network past its response timeout, then cleaned up, must not grant
+/// afterwards (a write grant nobody renews or releases, for a whole lease). The node store
+/// closes the connection of such a try on the server (`CLIENT KILL`) before its clean-up; the
+/// Cluster store cannot name its node connections, and relies on the clean-up travelling on
+/// the same connection as the try, behind it.
+///
+/// Every node announces the port of a fault proxy in front of it (`cluster-announce-port`),
+/// so the client reaches the cluster only through the proxies. The lock's primary's proxy
+/// holds the connections open at that moment (bytes both ways held, new connections pass):
+/// the try times out, the acquire fails, and the clean-up (retried until the try's lease would
+/// end) is awaited until it has finished one way or another. Then the held bytes flow: the
+/// try runs on the node, and the lock must be free again at once — not held for the rest of
+/// the try's lease. Checked against the broken variant (the store dropping its cluster
+/// connection after an ambiguous acquire, so the clean-up goes on a new connection): the lock
+/// stayed held for the try's whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_held_up_past_its_timeout_grants_nothing_after_its_clean_up() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let captured = support::capture::install();
+    let cluster = RedisCluster::start();
+    let name = "held-up";
+    let key = lock_key(name);
+    // (Before the nodes announce the proxies' ports, which the support does not know.)
+    let primary = cluster.primary_for_key(&key);
+    let proxies: Vec<Proxy> = (0..6).map(|i| Proxy::start(cluster.port(i))).collect();
+    let proxy_ports: Vec<u16> = proxies.iter().map(Proxy::port).collect();
+    for (i, proxy) in proxies.iter().enumerate() {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(proxy.port())
+            .query(&mut cluster.connection_to(i))
+            .expect("CONFIG SET cluster-announce-port");
+    }
+    // Every node's view names the proxies (gossip carries the announced ports), so the
+    // client's slot map will too.
+    support::wait_until(
+        "the nodes to announce the proxies",
+        Duration::from_secs(30),
+        || {
+            for i in 0..6 {
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut cluster.connection_to(i))
+                    .map_err(|err| err.to_string())?;
+                for port in (0..6).map(|j| cluster.port(j)) {
+                    if nodes.contains(&format!(":{port}@")) {
+                        return Err(format!("node {i} still names port {port}"));
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    let lease = Duration::from_secs(6);
+    let client = Client::new(
+        Config::cluster(proxies.iter().map(Proxy::url))
+            .expect("proxy urls")
+            .response_timeout(Duration::from_millis(300)),
+    )
+    .expect("client");
+    let warm = client
+        .lock(name)
+        .acquire()
+        .await
+        .expect("through the proxies");
+    assert!(warm.release().await.expect("release"));
+    assert!(
+        proxies[primary].accepted() > 0,
+        "the client reaches the lock's primary through its proxy ({proxy_ports:?})"
+    );
+    let monitor = Monitor::start(cluster.node(primary));
+
+    proxies[primary].hold_current_connections();
+    let started = Instant::now();
+    let failed = client
+        .lock(name)
+        .lease(lease)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
+    assert!(
+        matches!(&failed, Err(LockError::Backend(err)) if err.kind() == distlock::BackendErrorKind::Timeout),
+        "the held try times out: {failed:?} after {:?}",
+        started.elapsed()
+    );
+    // The clean-up ends: given back, found no longer ours, or given up at the try's lease.
+    support::wait_until_async("the clean-up to end", lease * 2, || {
+        let ended = captured.about("key", name).iter().any(|record| {
+            record.name.contains("interrupted acquire") && !record.name.contains("retrying")
+        });
+        ended.then_some(()).ok_or("still cleaning up".to_owned())
+    })
+    .await;
+    // The try is the acquire script's call: it names the writer-waiting mark (a release
+    // names the channel).
+    let the_try = |line: &String| {
+        line.to_ascii_uppercase().contains("\"EVALSHA\"")
+            && line.contains(&format!("{key}:writer-waiting"))
+    };
+    assert!(
+        !monitor.lines().iter().any(the_try),
+        "the held try did not reach the node before its bytes were let go"
+    );
+
+    proxies[primary].release_held();
+    support::wait_until_async("the held try to run", Duration::from_secs(5), || {
+        let ran = monitor.lines().iter().any(the_try);
+        ran.then_some(()).ok_or("not yet".to_owned())
+    })
+    .await;
+    let other = plain(&cluster);
+    let after = other
+        .lock(name)
+        .wait(lease / 3)
+        .acquire()
+        .await
+        .unwrap_or_else(|err| {
+            panic!(
+                "the held try granted after its clean-up, {:?} after it was sent: {err}",
+                started.elapsed()
+            )
+        });
+    assert!(after.release().await.expect("release"));
 }
