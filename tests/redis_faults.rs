@@ -700,27 +700,10 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
     );
 }
 
-// An ACL user with exactly the commands the README lists (issue 23).
+// An ACL user with exactly the commands the README lists (issue 23); the scenario and the
+// README's list are in `support::acl`, which tests/cluster.rs runs on the Cluster too.
 
-/// The commands the README's ACL paragraph ("An ACL user for distlock needs …") names: its
-/// backticked spans in capitals, `SCRIPT LOAD` and the like included.
-fn readme_acl_commands() -> Vec<String> {
-    let readme = include_str!("../README.md");
-    let paragraph = readme
-        .split("\n\n")
-        .find(|p| p.contains("An ACL user for distlock needs"))
-        .expect("the README has its ACL paragraph");
-    let mut commands: Vec<String> = paragraph
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|span| span.chars().all(|c| c.is_ascii_uppercase() || c == ' '))
-        .map(str::to_owned)
-        .collect();
-    commands.sort();
-    commands.dedup();
-    commands
-}
+use support::acl::every_kind_and_the_operator_tools;
 
 /// Every command a script runs by name (`redis.call('X'` / `redis.pcall('X'`).
 fn script_commands() -> std::collections::BTreeSet<String> {
@@ -754,15 +737,7 @@ fn script_commands() -> std::collections::BTreeSet<String> {
 /// Makes `name` an ACL user with the README's commands but those in `without`, on the default
 /// key prefix's keys and channels; returns its URL.
 fn documented_user(server: &RedisServer, name: &str, without: &[&str]) -> String {
-    let mut rules: Vec<String> = ["reset", "on", ">pw", "~distlock:*", "&distlock:*"]
-        .map(str::to_owned)
-        .to_vec();
-    rules.extend(
-        readme_acl_commands()
-            .iter()
-            .filter(|command| !without.contains(&command.as_str()))
-            .map(|command| format!("+{}", command.to_ascii_lowercase().replace(' ', "|"))),
-    );
+    let rules = support::acl::documented_rules(without);
     let mut setuser = redis::cmd("ACL");
     setuser.arg("SETUSER").arg(name).arg(&rules);
     let () = setuser
@@ -816,61 +791,9 @@ fn acl_client(url: &str) -> Client {
     Client::new(config).expect("client")
 }
 
-/// Waits until the watchdog has renewed every holder of each of `keys` at least once: a
-/// holder's remaining lease only ever shrinks, unless it is renewed.
-async fn renewed(client: &Client, keys: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut least: std::collections::HashMap<String, (Duration, bool)> = Default::default();
-    loop {
-        for key in keys {
-            let state = client.inspect(*key).await.expect("inspect");
-            assert!(!state.holders.is_empty(), "{key} is held: {state:?}");
-            for holder in state.holders {
-                let remaining = holder.remaining.expect("a lease");
-                let (low, grew) = least
-                    .entry(format!("{key}/{}", holder.owner))
-                    .or_insert((remaining, false));
-                *grew |= remaining > *low;
-                *low = (*low).min(remaining);
-            }
-        }
-        if least.values().all(|&(_, grew)| grew) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not renewed within 5 s: {least:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits until a process listens for the release of one of `keys`.
-async fn someone_waits(client: &Client, keys: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let mut waiting = 0;
-        for key in keys {
-            waiting += client
-                .inspect(*key)
-                .await
-                .expect("inspect")
-                .waiting_processes;
-        }
-        if waiting > 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no waiter subscribed to {keys:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[test]
 fn every_command_the_scripts_run_is_in_the_readme_acl_list() {
-    let documented = readme_acl_commands();
+    let documented = support::acl::readme_acl_commands();
     let first_words: Vec<&str> = documented
         .iter()
         .filter_map(|command| command.split(' ').next())
@@ -892,90 +815,7 @@ async fn the_readme_acl_user_takes_renews_and_releases_every_kind_of_lock() {
     let url = documented_user(&server, "documented", &[]);
     let () = redis_cmd(&server, &["ACL", "LOG", "RESET"]);
     let (a, b) = (acl_client(&url), acl_client(&url));
-    // Short enough that the watchdog renews within a few hundred ms.
-    let lease = Duration::from_millis(600);
-    let wait = Duration::from_secs(10);
-    // (what, the holders' requests, the waiter's request, its keys)
-    type Requests = Vec<distlock::LockRequest>;
-    let cases: Vec<(&str, Requests, distlock::LockRequest, Vec<&str>)> = vec![
-        ("lock", vec![a.lock("w")], b.write_lock("w"), vec!["w"]),
-        (
-            "write then read",
-            vec![a.write_lock("wr")],
-            b.read_lock("wr"),
-            vec!["wr"],
-        ),
-        (
-            "readers then write",
-            vec![a.read_lock("rw"), a.read_lock("rw")],
-            b.lock("rw"),
-            vec!["rw"],
-        ),
-        (
-            "semaphore",
-            vec![a.semaphore("s", 2), a.semaphore("s", 2)],
-            b.semaphore("s", 2),
-            vec!["s"],
-        ),
-        (
-            "lock_all",
-            vec![a.lock_all(["m1", "m2"])],
-            b.lock_all(["m2", "m1"]),
-            vec!["m1", "m2"],
-        ),
-        (
-            "fair",
-            vec![a.lock("f").fair()],
-            b.lock("f").fair(),
-            vec!["f"],
-        ),
-    ];
-    for (what, holders, waiter, keys) in cases {
-        let mut held = Vec::new();
-        for holder in holders {
-            held.push(
-                holder
-                    .lease(lease)
-                    .acquire()
-                    .await
-                    .unwrap_or_else(|err| panic!("{what}: acquire: {err}")),
-            );
-        }
-        renewed(&a, &keys).await;
-        let waiting = tokio::spawn(waiter.lease(lease).wait(wait).acquire());
-        someone_waits(&a, &keys).await;
-        let listed = a.list("*", 100).await.expect("list");
-        for key in &keys {
-            assert!(listed.iter().any(|k| k == key), "{what}: {listed:?}");
-        }
-        for guard in held {
-            assert!(
-                guard.release().await.expect("release"),
-                "{what}: still ours"
-            );
-        }
-        let granted = waiting
-            .await
-            .expect("task")
-            .unwrap_or_else(|err| panic!("{what}: the waiter: {err}"));
-        renewed(&b, &keys).await;
-        assert!(
-            granted.release().await.expect("release"),
-            "{what}: still ours"
-        );
-        for key in &keys {
-            assert!(
-                !a.is_locked(*key).await.expect("is_locked"),
-                "{what}: {key}"
-            );
-        }
-    }
-    // The operator's tool that breaks a lock.
-    let hung = a.read_lock("hung").acquire().await.expect("acquire");
-    let forced = b.force_unlock("hung").await.expect("force_unlock");
-    assert_eq!(forced.evicted.len(), 1);
-    assert!(!b.is_locked("hung").await.expect("is_locked"));
-    assert!(!hung.release().await.expect("release"), "evicted");
+    every_kind_and_the_operator_tools(&a, &b).await;
     let denied = acl_denials(&server);
     assert!(denied.is_empty(), "the ACL refused {denied:?}");
 }

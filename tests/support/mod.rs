@@ -10,6 +10,7 @@
 //! what distlock logs, for the tests of its spans and events.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
+pub mod acl;
 pub mod capture;
 pub mod cluster;
 pub mod masters;
