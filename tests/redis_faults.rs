@@ -820,6 +820,34 @@ async fn the_readme_acl_user_takes_renews_and_releases_every_kind_of_lock() {
     assert!(denied.is_empty(), "the ACL refused {denied:?}");
 }
 
+/// The same user on each of three Redlock masters (which also asks `ROLE`, and keeps its
+/// fencing counters): every kind and the operator's tools, nothing refused on any master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_acl_user_locks_every_kind_on_redlock() {
+    let masters = support::masters::start_masters(3);
+    let urls: Vec<String> = masters
+        .iter()
+        .map(|master| {
+            let url = documented_user(master, "documented", &[]);
+            let () = redis_cmd(master, &["ACL", "LOG", "RESET"]);
+            url
+        })
+        .collect();
+    let client = || {
+        let config = Config::redlock(urls.clone())
+            .expect("urls")
+            .backoff(Duration::from_millis(5), Duration::from_millis(50))
+            .node_timeout(Duration::from_millis(200));
+        Client::new(config).expect("client")
+    };
+    let (a, b) = (client(), client());
+    every_kind_and_the_operator_tools(&a, &b).await;
+    for master in &masters {
+        let denied = acl_denials(master);
+        assert!(denied.is_empty(), "a master's ACL refused {denied:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_multi_or_exec_locks_with_the_script_and_no_set_runs_alone() {
     let panics = redis_crate_panics();
