@@ -1038,3 +1038,63 @@ async fn the_readme_acl_user_locks_every_kind_on_the_cluster() {
         assert!(denied.is_empty(), "node {node}'s ACL refused {denied:?}");
     }
 }
+
+/// Renewals batched per slot go on while a migration has moved only part of that slot's keys:
+/// two locks share a slot, one lock key is moved, and both leases (1.5 s) are still held after
+/// three seconds of the half-moved slot. (The batched call names keys on both nodes, which
+/// Redis refuses with `TRYAGAIN` until the response timeout: the store then renews each lock
+/// by itself. Without that, both leases were lost within the first lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_locks_sharing_a_slot_go_on_while_the_slot_is_half_moved() {
+    let cluster = shared_cluster();
+    let slot_of = |name: &str| Slot::for_key(lock_key(name));
+    let first = "halfmoved-0".to_owned();
+    let second = (1..)
+        .map(|i| format!("halfmoved-{i}"))
+        .find(|name| slot_of(name) == slot_of(&first))
+        .expect("some name shares the slot");
+    // A refused batch costs a response timeout before the locks are renewed one by one: well
+    // within the lease here.
+    let client = client(cluster, |config| {
+        config.response_timeout(Duration::from_millis(300))
+    });
+    let lease = Duration::from_millis(1500);
+    let mut held = Vec::new();
+    for name in [&first, &second] {
+        held.push(
+            client
+                .lock(name)
+                .lease(lease)
+                .acquire()
+                .await
+                .expect("lock"),
+        );
+    }
+    let slot = cluster.slot_of(&lock_key(&first));
+    let from = cluster.primary_for_slot(slot);
+    let to = *cluster
+        .primaries()
+        .iter()
+        .find(|&&primary| primary != from)
+        .expect("another primary");
+    let migration = cluster.start_migration(slot, from, to);
+    migration.move_named(cluster, &[lock_key(&first)], false);
+    // What is tested is time itself: two leases' worth of renewals with the slot half-moved.
+    tokio::time::sleep(lease * 2).await;
+    for (guard, name) in held.iter().zip([&first, &second]) {
+        assert!(
+            guard.is_held(),
+            "`{name}` renewed while its slot is half-moved"
+        );
+    }
+    wait_for_renewal(&client, &first, lease / 2).await;
+    wait_for_renewal(&client, &second, lease / 2).await;
+    let left = migration.keys_left(cluster);
+    if !left.is_empty() {
+        migration.move_named(cluster, &left, true);
+    }
+    migration.finish(cluster);
+    for guard in held {
+        assert!(guard.release().await.expect("release"), "still ours");
+    }
+}

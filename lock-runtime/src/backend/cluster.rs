@@ -166,6 +166,17 @@ impl ClusterBackend {
     }
 }
 
+impl ClusterBackend {
+    /// Renews leases whose keys share one slot, in one script call.
+    async fn renew_slot(&self, batch: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let (extended, replicated) = self
+            .invoke_replicated("renew", kind::extend_many_call(batch))
+            .await?;
+        let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
+        super::count_only_replicated_renewals(renewed, replicated)
+    }
+}
+
 /// A failed request as the caller sees it.
 fn backend_error(operation: &'static str, err: RedisError) -> LockError {
     let failure = Failure::of(&err);
@@ -335,14 +346,30 @@ impl LockBackend for ClusterBackend {
         }
         let batches = by_slot.into_values().map(|indices| async move {
             let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
-            let (extended, replicated) = self
-                .invoke_replicated("renew", kind::extend_many_call(&batch))
-                .await?;
-            let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
-            Ok((
-                indices,
-                super::count_only_replicated_renewals(renewed, replicated)?,
-            ))
+            match self.renew_slot(&batch).await {
+                Ok(renewed) => Ok((indices, renewed)),
+                // A slot half-moved by a migration refuses a call naming keys on both of its
+                // nodes (`TRYAGAIN`, until the response timeout); each lock's own key is on
+                // one of them, so one call per lock goes through.
+                Err(err) if batch.len() > 1 => {
+                    let singles = batch
+                        .iter()
+                        .map(|renewal| self.renew_slot(std::slice::from_ref(renewal)));
+                    let renewed: Vec<Renewed> = futures_util::future::join_all(singles)
+                        .await
+                        .into_iter()
+                        .map(|single| match single.as_deref() {
+                            Ok([renewed]) => *renewed,
+                            _ => Renewed::Unknown,
+                        })
+                        .collect();
+                    if renewed.iter().all(|&r| r == Renewed::Unknown) {
+                        return Err(err);
+                    }
+                    Ok((indices, renewed))
+                }
+                Err(err) => Err(err),
+            }
         });
         let mut answers = vec![Renewed::Unknown; leases.len()];
         let mut failures = Vec::new();
