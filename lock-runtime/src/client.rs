@@ -328,7 +328,7 @@ impl Client {
                 shut_down: AtomicBool::new(false),
                 holder: HolderTag::of_this_process(config.app_name.as_deref()),
                 config,
-                clock: Clock::of(&backend),
+                clock: backend.clock(),
                 backend,
                 watchdog,
                 releaser,

@@ -12,7 +12,6 @@ use futures_util::future::Either;
 
 use tokio::runtime::Handle;
 
-use crate::backend::Backend;
 use crate::io::IoRuntime;
 
 /// The clock a client's leases and store keep.
@@ -25,14 +24,6 @@ pub(crate) enum Clock {
 }
 
 impl Clock {
-    /// The clock of `backend`'s leases.
-    pub(crate) fn of(backend: &Backend) -> Self {
-        match backend {
-            Backend::Memory(_) => Self::Tokio,
-            Backend::Redis(_) | Backend::Cluster(_) | Backend::Redlock(_) => Self::Real,
-        }
-    }
-
     pub(crate) fn now(self) -> Instant {
         match self {
             Self::Real => Instant::now(),

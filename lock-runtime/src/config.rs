@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::memory::MemoryStore;
-use crate::error::{server_address, LockError};
+use crate::error::LockError;
+use crate::url::server_address;
 use crate::url::{self, UrlFor};
 
 /// URL used by [`Config::from_env`] when `REDIS_URL` is not set.

@@ -429,19 +429,6 @@ impl fmt::Display for Shortened<'_> {
     }
 }
 
-/// The server a client talks to, as it may appear in messages and logs: only the address and
-/// database that the `redis` crate parsed from the URL, never user names or passwords (which may
-/// hold any character, so no string surgery on the URL is safe).
-pub(crate) fn server_address(client: &redis::Client) -> String {
-    let info = client.get_connection_info();
-    let tls = if crate::tls::is_tls(client) {
-        ", TLS"
-    } else {
-        ""
-    };
-    format!("{} (db {}{tls})", info.addr(), info.redis_settings().db())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,7 +436,7 @@ mod tests {
     #[test]
     fn redaction_hides_passwords_and_user_names() {
         let client = redis::Client::open("redis://user:s3cret@host:6379/2").unwrap();
-        assert_eq!(server_address(&client), "host:6379 (db 2)");
+        assert_eq!(crate::url::server_address(&client), "host:6379 (db 2)");
         // Whether a URL parses or not, no message or Debug output shows its secret.
         for url in [
             "redis://:s3cret@host",

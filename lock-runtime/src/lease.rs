@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::backend::{Kind, LockKey};
 use crate::clock::Clock;
+use crate::kind::Kind;
+use crate::protocol::LockKey;
 use crate::telemetry::{Ended, Hold};
 use crate::FencingToken;
 

@@ -21,6 +21,7 @@ mod io;
 mod kind;
 mod lease;
 mod multi;
+mod protocol;
 mod release;
 mod scope;
 mod telemetry;
@@ -33,7 +34,6 @@ use std::fmt;
 /// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
 pub const LOG_TARGET: &str = "distlock";
 
-pub use backend::MAX_KEY_LEN;
 pub use client::{
     init, inspect, is_locked, lock, lock_all, read_lock, semaphore, shutdown, try_init, write_lock,
     Client, LockRequest,
@@ -48,6 +48,7 @@ pub use config::{
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LockState};
+pub use protocol::MAX_KEY_LEN;
 pub use scope::{current, LockInfo};
 pub use telemetry::METRICS;
 

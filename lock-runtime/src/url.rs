@@ -2,10 +2,24 @@
 //! lists for Cluster, Sentinel and Redlock, and errors that name the part that cannot work (a
 //! missing scheme or host, a port out of range, a path that is not a database number, a query
 //! parameter the redis crate would ignore in silence, TLS without the `tls` feature, a list
-//! where one URL is expected) without ever showing a password. Neighbours: `config.rs` calls
-//! it; `tls.rs` readies TLS for a `rediss://` URL; `error.rs` redacts.
+//! where one URL is expected) without ever showing a password, and a server's address as
+//! messages and logs show it ([`server_address`]: no credentials). Neighbours: `config.rs`
+//! calls it; `tls.rs` readies TLS for a `rediss://` URL.
 
 use crate::error::LockError;
+
+/// The server a client talks to, as it may appear in messages and logs: only the address and
+/// database that the `redis` crate parsed from the URL, never user names or passwords (which may
+/// hold any character, so no string surgery on the URL is safe).
+pub(crate) fn server_address(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    let tls = if crate::tls::is_tls(client) {
+        ", TLS"
+    } else {
+        ""
+    };
+    format!("{} (db {}{tls})", info.addr(), info.redis_settings().db())
+}
 
 /// The deployment a URL is read for, as errors name it.
 #[derive(Debug, Clone, Copy)]

@@ -64,7 +64,7 @@ impl ClusterBackend {
             })?;
         let described = nodes
             .iter()
-            .map(crate::error::server_address)
+            .map(crate::url::server_address)
             .collect::<Vec<_>>()
             .join(", ");
         Ok(Self {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::{AsyncConnectionConfig, ConnectionAddr, ErrorKind, RedisError};
 
-use crate::error::server_address;
+use crate::url::server_address;
 
 /// The server a node store connects to.
 pub(crate) enum Endpoint {

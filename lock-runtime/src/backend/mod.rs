@@ -18,161 +18,15 @@ pub(crate) mod redlock;
 pub(crate) mod wake;
 
 use std::future::Future;
-use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::operator::{RawHolder, RawView};
+pub(crate) use crate::kind::Renewal;
 pub(crate) use crate::kind::{Kind, Try};
-use crate::FencingToken;
-
-/// Longest lock key accepted, in bytes: Redis would take more, but a key this long is a bug.
-pub const MAX_KEY_LEN: usize = 4096;
-
-/// The Redis keys of one lock. The user's key is wrapped in a hash tag, so the lock key and
-/// its companions (fencing counter, writer-waiting mark, release channel) land in the same
-/// Redis Cluster slot whatever the key contains: a `{` or `}` inside the key only moves where
-/// the tag ends, and the same for every companion (they only add a suffix); a key that starts
-/// with `}` (which would make an empty tag, which Redis ignores) is tagged with a hash of the
-/// key instead. The prefix may hold neither brace ([`Config::key_prefix`](crate::Config::key_prefix)).
-#[derive(Debug, Clone)]
-pub(crate) struct LockKey {
-    /// The key as the user gave it.
-    pub(crate) name: String,
-    /// `{prefix}{{name}}`: while a writer holds the lock, a string with its owner token; while
-    /// readers hold it, a sorted set of their owner tokens scored by when their leases end.
-    pub(crate) lock: String,
-    /// `{prefix}{{name}}:fence`: the fencing counter.
-    pub(crate) fence: String,
-    /// `{prefix}{{name}}:writer-waiting`: set by a writer that found the lock held; while it
-    /// lives no new reader enters.
-    pub(crate) writer_waiting: String,
-    /// `{prefix}{{name}}:released`: the channel a release is announced on.
-    pub(crate) channel: String,
-    /// `{prefix}{{name}}:queue`: the fair waiters in order (a sorted set of waiter ids).
-    pub(crate) queue: String,
-    /// `{prefix}{{name}}:queue-deadlines`: when each fair waiter is dropped from the queue
-    /// unless it tries again.
-    pub(crate) queue_deadlines: String,
-}
-
-impl LockKey {
-    pub(crate) fn new(prefix: &str, name: String) -> Result<Self, LockError> {
-        let reason = if name.is_empty() {
-            Some("a lock key must not be empty".to_owned())
-        } else if name.len() > MAX_KEY_LEN {
-            Some(format!(
-                "a lock key may be at most {MAX_KEY_LEN} bytes, this one has {}; hash long identifiers first",
-                name.len()
-            ))
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            // An oversized key is kept only in part (120 characters with the ellipsis): the
-            // error may well be logged with `{:?}`.
-            let key = match name.char_indices().nth(119) {
-                Some((cut, _)) if name.len() > MAX_KEY_LEN => format!("{}…", &name[..cut]),
-                _ => name,
-            };
-            return Err(LockError::InvalidKey { key, reason });
-        }
-        let lock = if name.starts_with('}') {
-            // `{}…` would be an empty hash tag, which Redis ignores: the whole key would be
-            // hashed and the lock's companion keys could land in other slots. Such a name gets
-            // a tag made of a hash of the name instead, and a closing `#`: every other lock key
-            // ends with `}`, so no name of the other form can make the same key.
-            format!("{prefix}{{#{:016x}}}{name}#", fnv1a(name.as_bytes()))
-        } else {
-            format!("{prefix}{{{name}}}")
-        };
-        Ok(Self {
-            name,
-            fence: format!("{lock}:fence"),
-            writer_waiting: format!("{lock}:writer-waiting"),
-            channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            queue_deadlines: format!("{lock}:queue-deadlines"),
-            lock,
-        })
-    }
-}
-
-/// How a store's release scripts announce a release to waiters: plain pub/sub, or sharded
-/// pub/sub on Cluster (where the channel lives on the lock's own shard).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Announce {
-    /// `PUBLISH`.
-    Publish,
-    /// `SPUBLISH`.
-    ShardedPublish,
-}
-
-impl Announce {
-    /// The command the scripts run.
-    pub(crate) fn command(self) -> &'static str {
-        match self {
-            Announce::Publish => "PUBLISH",
-            Announce::ShardedPublish => "SPUBLISH",
-        }
-    }
-}
-
-/// 64-bit FNV-1a: a hash that stays the same across builds and platforms, for hash tags.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// One request of a lock operation as a store sends it: a script call, or (a first try that
-/// needs no script, [`FirstTry`](crate::kind::FirstTry)) a pipeline built for it, whose reply is
-/// an array with error replies kept as values (a refusal can be an answer, not a failure).
-#[derive(Clone, Copy)]
-pub(crate) enum Call<'a> {
-    Script(&'a ::redis::ScriptInvocation<'a>),
-    Pipeline(&'a ::redis::Pipeline),
-}
-
-impl Call<'_> {
-    /// Whether the request is a transaction (`MULTI` … `EXEC`).
-    pub(crate) fn is_transaction(&self) -> bool {
-        matches!(self, Call::Pipeline(pipeline) if pipeline.is_transaction())
-    }
-
-    /// Sends the request (a script by its SHA, loading it on `NOSCRIPT`).
-    pub(crate) async fn query<T: ::redis::FromRedisValue>(
-        self,
-        connection: &mut impl ::redis::aio::ConnectionLike,
-    ) -> ::redis::RedisResult<T> {
-        match self {
-            Call::Script(invocation) => invocation.invoke_async(connection).await,
-            Call::Pipeline(pipeline) => pipeline.query_async(connection).await,
-        }
-    }
-}
-
-/// What a single try to take a lock found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AcquireReply {
-    /// Granted, with this fencing token (`None`: a grant without one, see
-    /// [`LockRequest::fencing`](crate::LockRequest::fencing)).
-    Acquired(Option<FencingToken>),
-    /// Held by another owner, whose lease ends in this much time (`None`: unknown, e.g. the
-    /// key has no expiry).
-    Held(Option<Duration>),
-    /// A fair try refused ([`Kind::Fair`]): `behind` other waiters (its next try is its
-    /// heartbeat, unless the release that makes it the head wakes it first), or the queue's
-    /// head while the lock is held (for at most `remaining`, as [`Held`](Self::Held) says).
-    /// `place` is the waiter's place in the queue (0: not known), which its later tries ask
-    /// for should they have to join again.
-    Queued {
-        place: u64,
-        behind: bool,
-        remaining: Option<Duration>,
-    },
-}
+pub(crate) use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
 /// owner token.
@@ -214,37 +68,6 @@ pub(crate) trait LockBackend: Send + Sync {
         keys: &[&LockKey],
         owner: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
-}
-
-/// What a store learnt of one renewal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewed {
-    /// The lease was reset: the grant is still ours.
-    Yes,
-    /// The grant is no longer ours (expired, taken over, deleted): the lease is lost.
-    No,
-    /// Not known (its shard or too many masters did not answer): try again while the lease
-    /// may still be in force.
-    Unknown,
-}
-
-impl From<bool> for Renewed {
-    fn from(still_ours: bool) -> Self {
-        if still_ours {
-            Renewed::Yes
-        } else {
-            Renewed::No
-        }
-    }
-}
-
-/// One lease to renew: its kind, key, owner token and lease.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Renewal<'a> {
-    pub(crate) kind: Kind,
-    pub(crate) key: &'a LockKey,
-    pub(crate) owner: &'a str,
-    pub(crate) lease: Duration,
 }
 
 /// The backend a client was configured with.
@@ -299,6 +122,17 @@ impl LockBackend for Backend {
             Backend::Cluster(b) => b.release_all(keys, owner).await,
             Backend::Redlock(b) => b.release_all(keys, owner).await,
             Backend::Memory(b) => b.release_all(keys, owner).await,
+        }
+    }
+}
+
+impl Backend {
+    /// The clock this store's leases keep (`clock.rs`): tokio's for the in-process store,
+    /// which users' tests pause, the real one for Redis, which expires keys in real time.
+    pub(crate) fn clock(&self) -> Clock {
+        match self {
+            Backend::Memory(_) => Clock::Tokio,
+            Backend::Redis(_) | Backend::Cluster(_) | Backend::Redlock(_) => Clock::Real,
         }
     }
 }
@@ -440,63 +274,4 @@ pub(crate) fn ambiguous(err: LockError) -> LockError {
 /// connect), so that a grant may exist that nobody knows about.
 pub(crate) fn is_ambiguous(err: &LockError) -> bool {
     matches!(err, LockError::Backend(e) if e.may_have_applied())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_and_fence_keys_share_a_hash_tag() {
-        let key = LockKey::new("app:", "order:42".to_owned()).unwrap();
-        assert_eq!(key.lock, "app:{order:42}");
-        assert_eq!(key.fence, "app:{order:42}:fence");
-        assert_eq!(key.writer_waiting, "app:{order:42}:writer-waiting");
-        assert_eq!(key.channel, "app:{order:42}:released");
-        assert_eq!(key.queue, "app:{order:42}:queue");
-        assert_eq!(key.queue_deadlines, "app:{order:42}:queue-deadlines");
-    }
-
-    #[test]
-    fn empty_and_oversized_keys_are_invalid() {
-        assert!(matches!(
-            LockKey::new("p:", String::new()),
-            Err(LockError::InvalidKey { .. })
-        ));
-        assert!(matches!(
-            LockKey::new("p:", "x".repeat(MAX_KEY_LEN + 1)),
-            Err(LockError::InvalidKey { .. })
-        ));
-        assert!(LockKey::new("p:", "ключ {with} spaces".to_owned()).is_ok());
-    }
-
-    #[test]
-    fn every_key_of_a_lock_shares_its_slot_whatever_the_name_holds() {
-        use ::redis::cluster_routing::Slot;
-        for name in [
-            "plain", "a{b", "a}b", "}", "}x", "}{x}", "{}", "{a}", "{{", "}}{", "x{}y",
-        ] {
-            let key = LockKey::new("distlock:", name.to_owned()).unwrap();
-            let slot = Slot::for_key(&key.lock);
-            for companion in [
-                &key.fence,
-                &key.writer_waiting,
-                &key.channel,
-                &key.queue,
-                &key.queue_deadlines,
-            ] {
-                assert_eq!(Slot::for_key(companion), slot, "{name:?}: {companion}");
-            }
-        }
-        let tagged = LockKey::new("p:", "}x".to_owned()).unwrap();
-        assert!(
-            tagged.lock.starts_with("p:{#") && tagged.lock.ends_with("}}x#"),
-            "{}",
-            tagged.lock
-        );
-        // A crafted name of the plain form cannot make the same key.
-        let hash = &tagged.lock["p:{".len().."p:{#0123456789abcdef".len()];
-        let crafted = LockKey::new("p:", format!("{hash}}}x")).unwrap();
-        assert_ne!(crafted.lock, tagged.lock);
-    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{millis, write, Tokens, Try, TwinEntry, TwinReply};
-use crate::backend::{Announce, LockKey};
+use crate::protocol::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| super::script(&acquire_script()));
 

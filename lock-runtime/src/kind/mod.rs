@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use crate::backend::{AcquireReply, Announce, Call, LockKey, Renewal, Renewed};
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
 use crate::{FencingToken, LockMode};
 
 /// What a grant is: which side of the key's read/write lock it holds, or a semaphore permit.
@@ -182,6 +182,15 @@ impl Kind {
             Kind::Semaphore(_) => semaphore::extend_twin(entry, owner, lease, now),
         }
     }
+}
+
+/// One lease to renew: its kind, key, owner token and lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Renewal<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) key: &'a LockKey,
+    pub(crate) owner: &'a str,
+    pub(crate) lease: Duration,
 }
 
 /// The renewal of many grants of any kinds in one script call (one slot's worth on Cluster).

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{millis, write::fence_ttl, Tokens, TwinEntry};
-use crate::backend::{Announce, LockKey};
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::protocol::{Announce, LockKey};
 use crate::FencingToken;
 
 static ACQUIRE: LazyLock<Script> =

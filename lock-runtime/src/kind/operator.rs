@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{millis, Tokens, TwinEntry};
-use crate::backend::{Announce, LockKey};
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::protocol::{Announce, LockKey};
 use crate::LockMode;
 
 static INSPECT: LazyLock<Script> =

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{acquire_invocation, Tokens, Try, TwinEntry, TwinReply};
-use crate::backend::{Announce, LockKey};
+use crate::protocol::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/read/acquire.lua")));

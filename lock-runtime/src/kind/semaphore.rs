@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{Tokens, Try, TwinEntry, TwinReply};
-use crate::backend::{Announce, LockKey};
 use crate::error::LockError;
+use crate::protocol::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/acquire.lua")));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{acquire_invocation, millis, Tokens, Try, TwinEntry, TwinReply};
-use crate::backend::{Announce, LockKey};
+use crate::protocol::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
