@@ -25,7 +25,7 @@ use super::{
 use crate::clock::tokio_now;
 use crate::error::LockError;
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::kind::{multi, TwinEntry, TwinReply};
+use crate::kind::{multi, TokenRule, TwinEntry, TwinReply};
 use crate::FencingToken;
 
 /// Grants between two sweeps, at least.
@@ -224,26 +224,18 @@ impl LockBackend for MemoryBackend {
                     remaining: (!behind).then_some(remaining),
                 },
                 TwinReply::Mismatch(held) => {
-                    let asked = match attempt.kind {
-                        Kind::Semaphore(asked) => asked,
-                        _ => 0,
-                    };
                     return Err(crate::kind::semaphore::count_mismatch(
                         key,
-                        asked,
+                        attempt.kind.permits(),
                         i64::from(held),
                     ));
                 }
                 TwinReply::Granted => {
                     state.count_grant_and_sweep(now);
-                    let token = match attempt.kind {
+                    let token = match attempt.kind.token_rule() {
                         _ if !attempt.fencing => None,
-                        Kind::Write | Kind::Fair => {
-                            Some(state.next_token(&key.fence, attempt.lease, now))
-                        }
-                        Kind::Read | Kind::Semaphore(_) => {
-                            Some(state.current_token(&key.fence, now))
-                        }
+                        TokenRule::Fresh => Some(state.next_token(&key.fence, attempt.lease, now)),
+                        TokenRule::Latest => Some(state.current_token(&key.fence, now)),
                     };
                     AcquireReply::Acquired(token.map(FencingToken))
                 }
@@ -307,9 +299,7 @@ impl LockBackend for MemoryBackend {
         Ok(self.with_state(|state| {
             let mut all = true;
             for key in keys {
-                all &= state.with_entry(&key.lock, |entry| {
-                    Kind::Write.release_twin(entry, owner, now)
-                });
+                all &= state.with_entry(&key.lock, |entry| multi::release_twin(entry, owner, now));
             }
             all
         }))

@@ -27,7 +27,7 @@
 //! master (by the release script where the grant was, by a plain `PUBLISH` elsewhere); the
 //! backoff covers the rest.
 //!
-//! **Semaphores.** A permit needs more than a majority ([`Kind::quorum`]): each master counts
+//! **Semaphores.** A permit needs more than a majority (the kind's `quorum`): each master counts
 //! at most N holders, and permits taken by bare majorities could admit up to about 2N − 1
 //! holders. A permit is granted (and renewed) by `q > N · masters / (N + 1)` masters, so N + 1
 //! holders cannot each hold `q`; with 3 masters and N ≥ 2 that is every master.
@@ -51,7 +51,7 @@ use super::{
 };
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::kind::{self, write::fence_ttl, Tokens};
+use crate::kind::{self, write::fence_ttl, TokenRule, Tokens};
 use crate::lease::drift;
 use crate::FencingToken;
 
@@ -270,7 +270,7 @@ impl RedlockBackend {
     }
 
     /// [`quorum_unavailable`](Self::quorum_unavailable) for a grant that needs `needed`
-    /// masters ([`Kind::quorum`]).
+    /// masters (the kind's `quorum`).
     fn quorum_unavailable_needing(
         &self,
         key: &LockKey,
@@ -585,8 +585,8 @@ impl LockBackend for RedlockBackend {
         if !refused && granted >= quorum && Instant::now() < valid_until {
             // `None` for every answer without fencing: then there is nothing to raise.
             let token = tokens.iter().copied().max().flatten();
-            let token_stands = match (attempt.kind, token) {
-                (Kind::Write | Kind::Fair, Some(token)) => {
+            let token_stands = match (attempt.kind.token_rule(), token) {
+                (TokenRule::Fresh, Some(token)) => {
                     let at_token: Vec<bool> = answers
                         .iter()
                         .map(|answer| {

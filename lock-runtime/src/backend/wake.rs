@@ -42,7 +42,7 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
 use super::endpoint::Endpoint;
-use crate::kind::Kind;
+use crate::kind::{Kind, WakeRule};
 
 /// One channel's waiters in this client.
 struct Channel {
@@ -278,18 +278,16 @@ impl Waker {
                 waiting_writers: 0,
                 waiting_readers: 0,
             });
-        let side = match kind {
-            // A semaphore waiter is woken as a writer is: one per announced release (one freed
-            // permit) per client, a wake-up with nobody waiting kept for the next.
-            Kind::Write | Kind::Semaphore(_) => {
+        let side = match kind.wake_rule() {
+            WakeRule::OnePerRelease => {
                 entry.waiting_writers += 1;
                 Side::Writer(entry.writers.clone())
             }
-            Kind::Read => {
+            WakeRule::AllReaders => {
                 entry.waiting_readers += 1;
                 Side::Reader(entry.readers.subscribe())
             }
-            Kind::Fair => {
+            WakeRule::ByName => {
                 let notify = Arc::new(Notify::new());
                 entry.fair.insert(waiter.to_owned(), notify.clone());
                 Side::Fair(waiter.to_owned(), notify)

@@ -49,6 +49,29 @@ impl From<Kind> for LockMode {
     }
 }
 
+/// Which fencing token a grant takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenRule {
+    /// A token of its own, above every earlier one (a write grant: exclusive or fair). On
+    /// Redlock it is written back to a majority before the grant stands.
+    Fresh,
+    /// The latest token handed out (or the clock), between the write tokens around it (a read
+    /// grant, a semaphore permit): nothing is written for it.
+    Latest,
+}
+
+/// Whom a release announcement wakes, for a waiter of a kind (`backend/wake.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WakeRule {
+    /// One waiter of each client per announced release (a writer, a permit waiter); a wake-up
+    /// with nobody waiting is kept for the next.
+    OnePerRelease,
+    /// Every reader of each client.
+    AllReaders,
+    /// Only the fair waiter the announcement names (`f:<waiter id>`).
+    ByName,
+}
+
 /// Where a store's fencing tokens come from (the request may want none: [`Try::fencing`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tokens {
@@ -123,6 +146,35 @@ impl Kind {
         match self {
             Kind::Fair => Kind::Write,
             kind => kind,
+        }
+    }
+
+    /// Which fencing token a grant of this kind takes ([`TokenRule`]): the one rule every
+    /// store follows (the scripts follow it too).
+    pub(crate) fn token_rule(self) -> TokenRule {
+        match self {
+            Kind::Write | Kind::Fair => TokenRule::Fresh,
+            Kind::Read | Kind::Semaphore(_) => TokenRule::Latest,
+        }
+    }
+
+    /// How a waiter for a grant of this kind is woken by a release announcement
+    /// ([`WakeRule`]).
+    pub(crate) fn wake_rule(self) -> WakeRule {
+        match self {
+            // A semaphore waiter is woken as a writer is: one per announced release (one freed
+            // permit) per client.
+            Kind::Write | Kind::Semaphore(_) => WakeRule::OnePerRelease,
+            Kind::Read => WakeRule::AllReaders,
+            Kind::Fair => WakeRule::ByName,
+        }
+    }
+
+    /// The permits a try of this kind asks for: a semaphore's count, 0 for the other kinds.
+    pub(crate) fn permits(self) -> u32 {
+        match self {
+            Kind::Semaphore(permits) => permits,
+            _ => 0,
         }
     }
 

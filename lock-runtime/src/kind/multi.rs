@@ -153,3 +153,8 @@ pub(crate) fn grant_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Ins
         entry.writer_waiting = None;
     }
 }
+
+/// The in-process twin of the release of one key of a multi-key grant: its write lock.
+pub(crate) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
+    super::Kind::Write.release_twin(entry, owner, now)
+}
