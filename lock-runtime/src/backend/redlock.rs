@@ -51,7 +51,7 @@ use super::{
 };
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::kind::{self, write::fence_ttl, TokenRule, Tokens};
+use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::lease::drift;
 use crate::FencingToken;
 
@@ -542,36 +542,16 @@ impl LockBackend for RedlockBackend {
         let quorum = attempt.kind.quorum(self.masters.len());
         let mut answered = 0;
         let mut tokens = Vec::new();
-        let mut held_for: Option<Duration> = None;
-        // A fair try refused: the masters where it is the head (the lock held there), and its
-        // place (the same on every master: the caller's ticket, or the place it was given).
-        let (mut fair_refused, mut heads, mut place) = (false, 0, 0);
+        let mut refusals = Refusals::default();
         for answer in &answers {
             match answer {
                 Answer::Said(AcquireReply::Acquired(token)) => {
                     answered += 1;
                     tokens.push(*token);
                 }
-                Answer::Said(AcquireReply::Queued {
-                    place: at,
-                    behind,
-                    remaining,
-                }) => {
+                Answer::Said(refused) => {
                     answered += 1;
-                    fair_refused = true;
-                    place = place.max(*at);
-                    if !behind {
-                        heads += 1;
-                        if let Some(remaining) = remaining {
-                            held_for = Some(held_for.map_or(*remaining, |h| h.min(*remaining)));
-                        }
-                    }
-                }
-                Answer::Said(AcquireReply::Held(remaining)) => {
-                    answered += 1;
-                    if let Some(remaining) = remaining {
-                        held_for = Some(held_for.map_or(*remaining, |h| h.min(*remaining)));
-                    }
+                    refusals.count(refused);
                 }
                 Answer::Failed(_) => {}
             }
@@ -621,16 +601,8 @@ impl LockBackend for RedlockBackend {
         if answered < quorum {
             return Err(self.quorum_unavailable_needing(attempt.key, answered, granted, quorum));
         }
-        // A majority answered but did not grant in time: held, or a split between waiters. A
-        // fair try is behind others unless a quorum of masters has it at the head (or granted).
-        if fair_refused {
-            return Ok(AcquireReply::Queued {
-                place,
-                behind: granted + heads < quorum,
-                remaining: held_for,
-            });
-        }
-        Ok(AcquireReply::Held(held_for))
+        // A majority answered but did not grant in time: held, or a split between waiters.
+        Ok(refusals.reply(granted, quorum))
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {

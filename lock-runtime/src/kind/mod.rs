@@ -433,6 +433,59 @@ pub(crate) fn read_acquire_reply(
     Ok(AcquireReply::Held(remaining))
 }
 
+/// The refusals of one try by several masters (Redlock), tallied into the one reply the
+/// acquire loop gets when too few granted: held for the shortest remaining lease any master
+/// reported; a fair try queued at the highest place any master gave it, and behind others
+/// unless a quorum of masters had it at the head or granted it.
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    /// A fair try was refused (`AcquireReply::Queued`).
+    fair: bool,
+    /// Masters where the fair try is the queue's head (the lock held there).
+    heads: usize,
+    /// Its place: the same on every master (the caller's ticket, or the place it was given).
+    place: u64,
+    held_for: Option<Duration>,
+}
+
+impl Refusals {
+    /// Counts one master's refusal (a grant is not one: the caller counts grants).
+    pub(crate) fn count(&mut self, reply: &AcquireReply) {
+        let remaining = match *reply {
+            AcquireReply::Acquired(_) => return,
+            AcquireReply::Held(remaining) => remaining,
+            AcquireReply::Queued {
+                place,
+                behind,
+                remaining,
+            } => {
+                self.fair = true;
+                self.place = self.place.max(place);
+                if behind {
+                    return;
+                }
+                self.heads += 1;
+                remaining
+            }
+        };
+        if let Some(remaining) = remaining {
+            self.held_for = Some(self.held_for.map_or(remaining, |h| h.min(remaining)));
+        }
+    }
+
+    /// The reply for a try that `granted` masters granted, `quorum` being needed.
+    pub(crate) fn reply(self, granted: usize, quorum: usize) -> AcquireReply {
+        if self.fair {
+            return AcquireReply::Queued {
+                place: self.place,
+                behind: granted + self.heads < quorum,
+                remaining: self.held_for,
+            };
+        }
+        AcquireReply::Held(self.held_for)
+    }
+}
+
 /// Reads the reply of [`extend_many_call`] for `asked` renewals: one 1 (renewed) or 0 (no
 /// longer ours) per renewal.
 pub(crate) fn read_extend_many_reply(
