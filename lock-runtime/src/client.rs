@@ -14,7 +14,7 @@ use crate::backend::endpoint::{Endpoint, Sentinel};
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{NodeOptions, RedisBackend};
 use crate::backend::redlock::RedlockBackend;
-use crate::backend::wake::Waker;
+use crate::backend::wake::ReleaseListener;
 use crate::backend::{is_ambiguous, AcquireReply, Backend, Kind, LockBackend, LockKey, Try};
 use crate::clock::Clock;
 use crate::config::{lease_out_of_bounds, BackendConfig, Config};
@@ -1093,7 +1093,12 @@ impl<'a> FairWait<'a> {
     /// Behind other waiters, the release that makes this one the head wakes it, and the
     /// heartbeat is the fallback; until this client listens for releases (and on the
     /// in-process store, which wakes nobody), backoff polls as for any lock.
-    fn next_delay(&self, backoff: &mut Backoff, waker: Option<&Waker>, channel: &str) -> Duration {
+    fn next_delay(
+        &self,
+        backoff: &mut Backoff,
+        waker: Option<&ReleaseListener>,
+        channel: &str,
+    ) -> Duration {
         let half_beat = self.seat.heartbeat / 2;
         if self.behind && waker.is_some_and(|waker| waker.listening(channel)) {
             return half_beat;

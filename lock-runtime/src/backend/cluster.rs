@@ -23,7 +23,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
 use super::redis::{Failure, NodeOptions};
-use super::wake::{Transport, Waker};
+use super::wake::{ReleaseListener, Transport};
 use super::{
     AcquireReply, Announce, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
@@ -42,7 +42,7 @@ pub(crate) struct ClusterBackend {
     connection: tokio::sync::OnceCell<ClusterConnection>,
     /// The failover guard.
     guard: Option<ReplicaGuard>,
-    waker: Waker,
+    waker: ReleaseListener,
 }
 
 impl ClusterBackend {
@@ -68,7 +68,7 @@ impl ClusterBackend {
             .collect::<Vec<_>>()
             .join(", ");
         Ok(Self {
-            waker: Waker::new(
+            waker: ReleaseListener::new(
                 Transport::Cluster(infos),
                 io.clone(),
                 options.connect_timeout,
@@ -82,7 +82,7 @@ impl ClusterBackend {
         })
     }
 
-    pub(crate) fn waker(&self) -> &Waker {
+    pub(crate) fn waker(&self) -> &ReleaseListener {
         &self.waker
     }
 

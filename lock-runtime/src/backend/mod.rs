@@ -139,7 +139,7 @@ impl Backend {
 
 impl Backend {
     /// Wake-ups on release, where the backend has them (the Redis stores).
-    pub(crate) fn waker(&self) -> Option<&wake::Waker> {
+    pub(crate) fn waker(&self) -> Option<&wake::ReleaseListener> {
         match self {
             Backend::Redis(b) => b.waker(),
             Backend::Cluster(b) => Some(b.waker()),

@@ -28,7 +28,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
-use super::wake::{Transport, Waker};
+use super::wake::{ReleaseListener, Transport};
 use super::{
     AcquireReply, Announce, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal,
     Renewed, Try,
@@ -161,7 +161,7 @@ pub(crate) struct RedisBackend {
     replaced: Mutex<Vec<ServerSideClient>>,
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
     connecting: tokio::sync::Mutex<Connecting>,
-    waker: Option<Waker>,
+    waker: Option<ReleaseListener>,
     /// What the last connection found out about transactions ([`Transactions`] as a `u8`),
     /// read by a first try before it picks its request.
     transactions: AtomicU8,
@@ -230,7 +230,7 @@ impl RedisBackend {
         Self {
             server: endpoint.describe(),
             waker: options.wake_ups.then(|| {
-                Waker::new(
+                ReleaseListener::new(
                     Transport::Node(endpoint.clone()),
                     io.clone(),
                     options.connect_timeout,
@@ -254,7 +254,7 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) fn waker(&self) -> Option<&Waker> {
+    pub(crate) fn waker(&self) -> Option<&ReleaseListener> {
         self.waker.as_ref()
     }
 

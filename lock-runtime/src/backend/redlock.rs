@@ -45,7 +45,7 @@ use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
-use super::wake::{Transport, Waker};
+use super::wake::{ReleaseListener, Transport};
 use super::{
     AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
@@ -68,7 +68,7 @@ pub(crate) struct RedlockBackend {
     /// timeout), so a replica among them is refused from the start.
     first_use: AtomicBool,
     /// Wake-ups from whichever master answers: every master announces a release.
-    waker: Waker,
+    waker: ReleaseListener,
     io: Handle,
 }
 
@@ -145,7 +145,7 @@ impl RedlockBackend {
             node_timeout,
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
-            waker: Waker::new(
+            waker: ReleaseListener::new(
                 Transport::Node(Arc::new(Endpoint::AnyOf {
                     servers: masters.to_vec(),
                     next: AtomicUsize::new(0),
@@ -158,7 +158,7 @@ impl RedlockBackend {
         }
     }
 
-    pub(crate) fn waker(&self) -> &Waker {
+    pub(crate) fn waker(&self) -> &ReleaseListener {
         &self.waker
     }
 

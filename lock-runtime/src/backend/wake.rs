@@ -214,8 +214,9 @@ impl Pause {
     }
 }
 
-/// The client's waiters on released locks.
-pub(crate) struct Waker {
+/// The client's waiters on released locks: it listens for release announcements and wakes the
+/// waiters they concern. (Not `Waker`: that is `std::task`'s.)
+pub(crate) struct ReleaseListener {
     inner: Arc<Inner>,
 }
 
@@ -229,7 +230,8 @@ struct Inner {
 }
 
 /// A waiter's registration on a channel; the channel is unsubscribed when the last one goes.
-pub(crate) struct Interest {
+/// (Not `Interest`: that is `tokio::io`'s.)
+pub(crate) struct WaitRegistration {
     inner: Arc<Inner>,
     name: String,
     side: Side,
@@ -243,7 +245,7 @@ enum Side {
     Reader(watch::Receiver<()>),
 }
 
-impl Waker {
+impl ReleaseListener {
     pub(crate) fn new(
         transport: Transport,
         io: Handle,
@@ -266,7 +268,7 @@ impl Waker {
 
     /// Registers a waiter for a grant of `kind` on `channel`; `waiter` is a fair waiter's id
     /// (the wake-ups naming it are its own), unused for the other kinds.
-    pub(crate) fn interest(&self, channel: &str, kind: Kind, waiter: &str) -> Interest {
+    pub(crate) fn interest(&self, channel: &str, kind: Kind, waiter: &str) -> WaitRegistration {
         let inner = &self.inner;
         let mut channels = inner.state.channels();
         let entry = channels
@@ -293,7 +295,7 @@ impl Waker {
                 Side::Fair(waiter.to_owned(), notify)
             }
         };
-        Interest {
+        WaitRegistration {
             inner: inner.clone(),
             name: channel.to_owned(),
             side,
@@ -303,7 +305,7 @@ impl Waker {
     /// Waits until a release of `interest`'s lock is announced, or `delay` has passed, never
     /// longer; `true` when a release announcement ended it. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
     /// first cannot cut it short and leave a subscription nobody tracks.
-    pub(crate) async fn wait(&self, interest: &mut Interest, delay: Duration) -> bool {
+    pub(crate) async fn wait(&self, interest: &mut WaitRegistration, delay: Duration) -> bool {
         let until = Instant::now() + delay;
         let woken = async {
             match &mut interest.side {
@@ -518,7 +520,7 @@ async fn connection_gone(state: &State, generation: u64) {
     }
 }
 
-impl Drop for Interest {
+impl Drop for WaitRegistration {
     fn drop(&mut self) {
         let mut channels = self.inner.state.channels();
         let Some(entry) = channels.get_mut(&self.name) else {
