@@ -7,8 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::memory::MemoryStore;
 use crate::error::LockError;
+use crate::kind::twins::MemoryStore;
 use crate::url::server_address;
 use crate::url::{self, UrlFor};
 
@@ -30,7 +30,7 @@ pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Largest backoff step between tries of a held lock.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
 /// Default [`Config::fair_heartbeat`]: how often a fair waiter shows it is alive.
-pub const DEFAULT_FAIR_HEARTBEAT: Duration = Duration::from_secs(1);
+pub const DEFAULT_FAIR_HEARTBEAT: Duration = crate::kind::fair::DEFAULT_HEARTBEAT;
 /// Bounds of [`Config::fair_heartbeat`].
 pub const FAIR_HEARTBEAT_BOUNDS: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(10)..=Duration::from_secs(60);

@@ -384,8 +384,9 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::*;
-    use crate::backend::memory::{MemoryBackend, MemoryStore};
+    use crate::backend::memory::MemoryBackend;
     use crate::backend::{AcquireReply, Kind, LockKey, Try};
+    use crate::kind::twins::MemoryStore;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_watchdog_sleeps_until_a_lease_comes_then_renews_it() {

@@ -5,7 +5,7 @@
 //! its last grant; tokens never fall below the clock in microseconds, so they keep increasing
 //! after a counter was forgotten, and a read grant with no counter left carries the clock.
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
-//! (at least [`MIN_SWEEP_AFTER`]): amortised O(1) per grant, and the store's size follows the
+//! (at least `kind::twins::MIN_SWEEP_AFTER`): amortised O(1) per grant, and the store's size follows the
 //! locks in use, not every key ever locked.
 //!
 //! Its time is tokio's clock of the runtime each request runs on ([`tokio_now`]): in a test
@@ -15,9 +15,8 @@
 //! each other's locks as long as their clocks are ahead of real time (any advance puts them
 //! there).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::{
     AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
@@ -25,105 +24,9 @@ use super::{
 use crate::clock::tokio_now;
 use crate::error::LockError;
 use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::kind::{multi, TokenRule, TwinEntry, TwinReply};
+use crate::kind::twins::{clock_micros, MemoryStore, State};
+use crate::kind::{multi, TokenRule, TwinReply};
 use crate::FencingToken;
-
-/// Grants between two sweeps, at least.
-const MIN_SWEEP_AFTER: usize = 1024;
-
-/// Locks held in this process. Shared by every client made from clones of one config.
-#[derive(Default)]
-pub(crate) struct MemoryStore {
-    state: Mutex<State>,
-}
-
-struct State {
-    /// Holders and marks of each key that has any, by lock key.
-    locks: HashMap<String, TwinEntry>,
-    fences: HashMap<String, Fence>,
-    /// Grants left before the next sweep.
-    grants_to_sweep: usize,
-}
-
-impl Default for State {
-    fn default() -> Self {
-        Self {
-            locks: HashMap::new(),
-            fences: HashMap::new(),
-            grants_to_sweep: MIN_SWEEP_AFTER,
-        }
-    }
-}
-
-/// A key's fencing counter: the last token handed out, kept until `expires_at`.
-struct Fence {
-    last: u64,
-    expires_at: Instant,
-}
-
-impl State {
-    /// The token a read grant carries: the latest of `key`'s live counter, else the clock
-    /// (above every earlier write token, below every later one).
-    fn current_token(&self, key: &str, now: Instant) -> u64 {
-        self.fences
-            .get(key)
-            .filter(|fence| fence.expires_at > now)
-            .map_or_else(clock_micros, |fence| fence.last)
-    }
-
-    /// Runs `f` on `key`'s entry, and forgets the entry if it is left empty.
-    fn with_entry<T>(&mut self, key: &str, f: impl FnOnce(&mut TwinEntry) -> T) -> T {
-        let entry = self.locks.entry(key.to_owned()).or_default();
-        let result = f(entry);
-        if entry.is_empty() {
-            self.locks.remove(key);
-        }
-        result
-    }
-
-    /// The next fencing token of `key`: above its live counter, and never below the clock in
-    /// microseconds, so that a counter forgotten after it expired does not restart low.
-    fn next_token(&mut self, key: &str, lease: Duration, now: Instant) -> u64 {
-        let expires_at = counter_expiry(lease, now);
-        let live = self
-            .fences
-            .get(key)
-            .filter(|fence| fence.expires_at > now)
-            .map_or(0, |fence| fence.last);
-        let token = live.saturating_add(1).max(clock_micros());
-        self.fences.insert(
-            key.to_owned(),
-            Fence {
-                last: token,
-                expires_at,
-            },
-        );
-        token
-    }
-
-    fn entries(&self) -> usize {
-        self.locks.len() + self.fences.len()
-    }
-
-    /// Counts a grant, and once enough have passed drops expired locks and counters. A sweep
-    /// costs the store's size and runs after that many grants, so it is O(1) per grant
-    /// amortised, with no background task; the store holds at most its live entries plus the
-    /// grants since the last sweep, twice its live size at most.
-    fn count_grant_and_sweep(&mut self, now: Instant) {
-        self.grants_to_sweep = self.grants_to_sweep.saturating_sub(1);
-        if self.grants_to_sweep > 0 {
-            return;
-        }
-        // The caller's clock may be a test's paused one, hours ahead of another test's.
-        let now = now.min(Instant::now());
-        self.locks.retain(|_, entry| {
-            entry.purge(now);
-            !entry.is_empty()
-        });
-        self.fences.retain(|_, fence| fence.expires_at > now);
-        self.grants_to_sweep = self.entries().max(MIN_SWEEP_AFTER);
-    }
-}
 
 pub(crate) struct MemoryBackend {
     store: Arc<MemoryStore>,
@@ -135,26 +38,8 @@ impl MemoryBackend {
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        f(&mut self
-            .store
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner))
+        f(&mut self.store.lock())
     }
-}
-
-/// When a counter last used at `now` for a lock of `lease` may be forgotten: one lease later,
-/// as on Redis (`scripts/write/acquire.lua`).
-fn counter_expiry(lease: Duration, now: Instant) -> Instant {
-    now.checked_add(lease).unwrap_or(now)
-}
-
-/// Microseconds since the Unix epoch: the floor of every fencing token, as on Redis.
-fn clock_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) in this process.
@@ -308,7 +193,10 @@ impl LockBackend for MemoryBackend {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
+    use crate::kind::twins::{counter_expiry, Fence};
 
     fn backend() -> MemoryBackend {
         MemoryBackend::new(Arc::new(MemoryStore::default()))

@@ -45,6 +45,10 @@ static RELEASE: LazyLock<Script> =
 /// of the token's random part, see `client::new_fair_owner`).
 pub(crate) const WAITER_ID_LEN: usize = 24;
 
+/// How often a fair waiter shows it is alive unless configured
+/// ([`Config::fair_heartbeat`](crate::Config::fair_heartbeat); `DEFAULT_FAIR_HEARTBEAT`).
+pub(crate) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+
 /// The payload prefix of a wake-up meant for one fair waiter: `f:` and its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"f:";
 
@@ -64,7 +68,7 @@ pub(crate) struct Seat {
 impl Default for Seat {
     fn default() -> Self {
         Self {
-            heartbeat: crate::config::DEFAULT_FAIR_HEARTBEAT,
+            heartbeat: DEFAULT_HEARTBEAT,
             requested_at: 0,
             place: 0,
         }

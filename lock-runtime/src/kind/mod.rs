@@ -12,6 +12,7 @@ pub(crate) mod multi;
 pub(crate) mod operator;
 pub(crate) mod read;
 pub(crate) mod semaphore;
+pub(crate) mod twins;
 pub(crate) mod write;
 
 use std::collections::HashMap;

@@ -1,0 +1,132 @@
+//! The in-process state every kind's twin runs on: a [`TwinEntry`] per locked key and the
+//! fencing counters, behind one mutex ([`MemoryStore`], shared by every client made from
+//! clones of one [`Config::in_memory`](crate::Config::in_memory)). Expired entries are swept
+//! after as many grants as the state had entries at the last sweep (at least
+//! [`MIN_SWEEP_AFTER`]): amortised O(1) per grant. Neighbours: the kinds' twins (`kind/*.rs`)
+//! change one entry; the in-process store (`backend/memory.rs`) keeps the store contract over
+//! this state; `config.rs` makes it, so it lives below both.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::TwinEntry;
+
+/// Grants between two sweeps, at least.
+pub(crate) const MIN_SWEEP_AFTER: usize = 1024;
+
+/// Locks held in this process. Shared by every client made from clones of one config.
+#[derive(Default)]
+pub(crate) struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    /// The state, locked (a panic while it was held leaves it usable: every change to it is
+    /// made whole before the lock is let go).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub(crate) struct State {
+    /// Holders and marks of each key that has any, by lock key.
+    pub(crate) locks: HashMap<String, TwinEntry>,
+    pub(crate) fences: HashMap<String, Fence>,
+    /// Grants left before the next sweep.
+    pub(crate) grants_to_sweep: usize,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            locks: HashMap::new(),
+            fences: HashMap::new(),
+            grants_to_sweep: MIN_SWEEP_AFTER,
+        }
+    }
+}
+
+/// A key's fencing counter: the last token handed out, kept until `expires_at`.
+pub(crate) struct Fence {
+    pub(crate) last: u64,
+    pub(crate) expires_at: Instant,
+}
+
+impl State {
+    /// The token a read grant carries: the latest of `key`'s live counter, else the clock
+    /// (above every earlier write token, below every later one).
+    pub(crate) fn current_token(&self, key: &str, now: Instant) -> u64 {
+        self.fences
+            .get(key)
+            .filter(|fence| fence.expires_at > now)
+            .map_or_else(clock_micros, |fence| fence.last)
+    }
+
+    /// Runs `f` on `key`'s entry, and forgets the entry if it is left empty.
+    pub(crate) fn with_entry<T>(&mut self, key: &str, f: impl FnOnce(&mut TwinEntry) -> T) -> T {
+        let entry = self.locks.entry(key.to_owned()).or_default();
+        let result = f(entry);
+        if entry.is_empty() {
+            self.locks.remove(key);
+        }
+        result
+    }
+
+    /// The next fencing token of `key`: above its live counter, and never below the clock in
+    /// microseconds, so that a counter forgotten after it expired does not restart low.
+    pub(crate) fn next_token(&mut self, key: &str, lease: Duration, now: Instant) -> u64 {
+        let expires_at = counter_expiry(lease, now);
+        let live = self
+            .fences
+            .get(key)
+            .filter(|fence| fence.expires_at > now)
+            .map_or(0, |fence| fence.last);
+        let token = live.saturating_add(1).max(clock_micros());
+        self.fences.insert(
+            key.to_owned(),
+            Fence {
+                last: token,
+                expires_at,
+            },
+        );
+        token
+    }
+
+    pub(crate) fn entries(&self) -> usize {
+        self.locks.len() + self.fences.len()
+    }
+
+    /// Counts a grant, and once enough have passed drops expired locks and counters. A sweep
+    /// costs the store's size and runs after that many grants, so it is O(1) per grant
+    /// amortised, with no background task; the store holds at most its live entries plus the
+    /// grants since the last sweep, twice its live size at most.
+    pub(crate) fn count_grant_and_sweep(&mut self, now: Instant) {
+        self.grants_to_sweep = self.grants_to_sweep.saturating_sub(1);
+        if self.grants_to_sweep > 0 {
+            return;
+        }
+        // The caller's clock may be a test's paused one, hours ahead of another test's.
+        let now = now.min(Instant::now());
+        self.locks.retain(|_, entry| {
+            entry.purge(now);
+            !entry.is_empty()
+        });
+        self.fences.retain(|_, fence| fence.expires_at > now);
+        self.grants_to_sweep = self.entries().max(MIN_SWEEP_AFTER);
+    }
+}
+
+/// When a counter last used at `now` for a lock of `lease` may be forgotten: one lease later,
+/// as on Redis (`scripts/write/acquire.lua`).
+pub(crate) fn counter_expiry(lease: Duration, now: Instant) -> Instant {
+    now.checked_add(lease).unwrap_or(now)
+}
+
+/// Microseconds since the Unix epoch: the floor of every fencing token, as on Redis.
+pub(crate) fn clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
