@@ -11,7 +11,7 @@ use syn::{AttrStyle, Block, Expr, ItemFn, Pat, ReturnType, Stmt, Type};
 
 use crate::args::Args;
 use crate::key;
-use crate::validate::{self, Checked, Duration, Mode, Permits};
+use crate::validate::{self, Checked, Duration, Mode, Permits, Target};
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut function: ItemFn = match syn::parse2(item.clone()) {
@@ -136,12 +136,13 @@ fn with_error(mut item: TokenStream, err: syn::Error) -> TokenStream {
     item
 }
 
-/// The statements before the locked call, in the order the user's code runs: the client, the
-/// key, then each duration expression, all before the body can move an argument. `receiver` is
+/// The statements before the locked call, in the order the user's code runs: the client, a
+/// permit count written as an expression, the target's keys, then each duration expression, all before the body can move an argument. `receiver` is
 /// what `self` is called where they run (`__self` in an `#[async_trait]` future).
 //
 //     let __distlock_client = ::distlock::__private::client_of(&(self.locks));  // or global_client()
-//     let __distlock_key = ::distlock::__private::format!("order:{}", &(order_id));
+//     let __distlock_target = ::distlock::__private::LockTarget::Key {
+//         key: ::distlock::__private::format!("order:{}", &(order_id)), mode: … };
 //     let __distlock_lease: ::distlock::__private::Duration = LEASE;  // an expression only
 //     let __distlock_spec = ::distlock::__private::LockSpec { lease: Some(__distlock_lease), … };
 fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
@@ -156,16 +157,44 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             .map(|(placeholder, root)| key::argument(placeholder, root, receiver));
         quote!(#krate::__private::format!(#format #(, #arguments)*))
     };
-    let first = formatted(&checked.template, &checked.key_roots);
-    let key_value = if checked.multi {
-        // `keys = [..]`: a `Vec<String>` of every key, in the order written.
-        let more = checked
-            .more_keys
-            .iter()
-            .map(|(template, roots)| formatted(template, roots));
-        quote!(#krate::__private::Vec::from([#first #(, #more)*]))
-    } else {
-        first
+    let mut locals = TokenStream::new();
+    let target_value = match &checked.target {
+        Target::Key { key, mode } => {
+            let key = formatted(&key.template, &key.roots);
+            let mode = match mode {
+                Mode::Write => quote!(#krate::__private::LockMode::Write),
+                Mode::Read => quote!(#krate::__private::LockMode::Read),
+            };
+            quote!(#krate::__private::LockTarget::Key { key: #key, mode: #mode })
+        }
+        Target::Permits { key, permits } => {
+            let key = formatted(&key.template, &key.roots);
+            let (permits, written) = match permits {
+                Permits::Count(n) => (quote!(#n), quote!(::core::option::Option::None)),
+                Permits::Expr(expr) => {
+                    let local = binding("permits");
+                    let written = source_text(expr.to_token_stream());
+                    let value = with_receiver(expr.to_token_stream(), receiver);
+                    locals.extend(quote! {
+                        let #local: u32 = #value;
+                    });
+                    (
+                        quote!(#local),
+                        quote!(::core::option::Option::Some(#written)),
+                    )
+                }
+            };
+            quote!(#krate::__private::LockTarget::Permits {
+                key: #key,
+                permits: #permits,
+                written: #written,
+            })
+        }
+        // A `Vec<String>` of every key, in the order written.
+        Target::Keys(keys) => {
+            let keys = keys.iter().map(|key| formatted(&key.template, &key.roots));
+            quote!(#krate::__private::LockTarget::Keys(#krate::__private::Vec::from([#(#keys),*])))
+        }
     };
     let client = binding("client");
     let client_value = match &checked.client {
@@ -176,7 +205,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
         }
         None => quote!(#krate::__private::global_client()),
     };
-    let key = binding("key");
+    let target = binding("target");
     let mut durations = TokenStream::new();
     let mut duration = |name: &str, value: &Option<Duration>| match value {
         None => (
@@ -214,40 +243,13 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     } else {
         quote!(#krate::__private::OnLost::Continue)
     };
-    let mode = match (&checked.permits, checked.mode) {
-        (Some(_), _) => quote!(#krate::__private::LockMode::Semaphore),
-        (None, Mode::Write) => quote!(#krate::__private::LockMode::Write),
-        (None, Mode::Read) => quote!(#krate::__private::LockMode::Read),
-    };
-    let (permits, permits_expr) = match &checked.permits {
-        None => (
-            quote!(::core::option::Option::None),
-            quote!(::core::option::Option::None),
-        ),
-        Some(Permits::Count(n)) => (
-            quote!(::core::option::Option::Some(#n)),
-            quote!(::core::option::Option::None),
-        ),
-        Some(Permits::Expr(expr)) => {
-            let local = binding("permits");
-            let written = source_text(expr.to_token_stream());
-            let value = with_receiver(expr.to_token_stream(), receiver);
-            durations.extend(quote! {
-                let #local: u32 = #value;
-            });
-            (
-                quote!(::core::option::Option::Some(#local)),
-                quote!(::core::option::Option::Some(#written)),
-            )
-        }
-    };
     let spec = binding("spec");
     quote! {
         let #client = #client_value;
-        let #key = #key_value;
+        #locals
+        let #target = #target_value;
         #durations
         let #spec = #krate::__private::LockSpec {
-            mode: #mode,
             lease: #lease,
             wait: #wait,
             max_hold: #max_hold,
@@ -256,29 +258,22 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             fencing: #fencing,
             lease_expr: #lease_expr,
             max_hold_expr: #max_hold_expr,
-            permits: #permits,
-            permits_expr: #permits_expr,
             fair: #fair,
         };
     }
 }
 
-/// `run_locked(client, key, spec, into, async move { BODY })`, naming the bindings of [`locals`].
+/// `run_locked(client, target, spec, into, async move { BODY })`, naming the bindings of [`locals`].
 fn locked_call(checked: &Checked, body: TokenStream) -> TokenStream {
     let krate = &checked.krate;
-    let (client, key, spec, into) = (
+    let (client, target, spec, into) = (
         binding("client"),
-        binding("key"),
+        binding("target"),
         binding("spec"),
         binding("into"),
     );
-    let run = if checked.multi {
-        quote!(run_locked_all)
-    } else {
-        quote!(run_locked)
-    };
     quote! {
-        #krate::__private::#run(#client, #key, #spec, #into, async move { #body })
+        #krate::__private::run_locked(#client, #target, #spec, #into, async move { #body })
     }
 }
 
@@ -379,9 +374,9 @@ fn with_receiver(tokens: TokenStream, receiver: &TokenStream) -> TokenStream {
 //     async fn reduce_stock(&self, order_id: u64) -> Result<(), AppError> {
 //         let __distlock_into = ::distlock::__private::lock_error_into::<Result<(), AppError>>();
 //         let __distlock_client = ::distlock::__private::client_of(&(self.locks));
-//         let __distlock_key = ::distlock::__private::format!("order:{}", &(order_id));
+//         let __distlock_target = ::distlock::__private::format!("order:{}", &(order_id));
 //         let __distlock_spec = ::distlock::__private::LockSpec { … };
-//         ::distlock::__private::run_locked(__distlock_client, __distlock_key, __distlock_spec,
+//         ::distlock::__private::run_locked(__distlock_client, __distlock_target, __distlock_spec,
 //             __distlock_into, async move {
 //                 #[allow(unreachable_code)]
 //                 if false { let __distlock_fake: Result<(), AppError> = loop {}; return __distlock_fake; }
@@ -509,8 +504,8 @@ fn boxed_async_block(block: &mut Block) -> Option<&mut Block> {
 // Output: the same, with the `let __ret` statement replaced by
 //
 //     let __distlock_into = ::distlock::__private::lock_error_into::<R>();
-//     let __distlock_client = …; let __distlock_key = …; let __distlock_spec = …;  // `self` as `__self`
-//     let __ret: R = ::distlock::__private::run_locked(__distlock_client, __distlock_key,
+//     let __distlock_client = …; let __distlock_target = …; let __distlock_spec = …;  // `self` as `__self`
+//     let __ret: R = ::distlock::__private::run_locked(__distlock_client, __distlock_target,
 //         __distlock_spec, __distlock_into, async move { let __ret: R = { BODY }; __ret }).await;
 fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Checked, output: Type) {
     let renamed_self = future.stmts[..ret.index].iter().any(|stmt| {

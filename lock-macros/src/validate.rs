@@ -17,17 +17,7 @@ const MAX_LEASE_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// Everything `expand` needs, checked.
 pub(crate) struct Checked {
-    pub(crate) template: Template,
-    /// The parameter each placeholder's root names, in order.
-    pub(crate) key_roots: Vec<syn::Ident>,
-    /// `keys = [..]`: a multi-key lock; `template` is its first key, these the others (each
-    /// with its placeholders' roots).
-    pub(crate) multi: bool,
-    pub(crate) more_keys: Vec<(Template, Vec<syn::Ident>)>,
-    pub(crate) mode: Mode,
-    /// `permits = …`: the fn takes one of a semaphore's permits (`mode` is then `Write`,
-    /// unused).
-    pub(crate) permits: Option<Permits>,
+    pub(crate) target: Target,
     pub(crate) lease: Option<Duration>,
     pub(crate) wait: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
@@ -40,6 +30,23 @@ pub(crate) struct Checked {
     pub(crate) fair: bool,
     pub(crate) abort_on_lost: bool,
     pub(crate) krate: syn::Path,
+}
+
+/// What the fn locks: the same three cases as the runtime's `LockTarget`
+/// (`lock-runtime/src/attribute.rs`), which `expand` builds from this.
+pub(crate) enum Target {
+    /// `key = "…"`, with its `mode`.
+    Key { key: Key, mode: Mode },
+    /// `key = "…", permits = …`: one of a semaphore's permits.
+    Permits { key: Key, permits: Permits },
+    /// `keys = [..]`: the exclusive locks of every key at once, in the order written.
+    Keys(Vec<Key>),
+}
+
+/// A key template and the parameter each of its placeholders' roots names, in order.
+pub(crate) struct Key {
+    pub(crate) template: Template,
+    pub(crate) roots: Vec<syn::Ident>,
 }
 
 /// `permits`, checked as far as the macro can.
@@ -108,18 +115,61 @@ impl Errors {
     }
 }
 
-/// Checks `args` against the fn. `names` are the names its parameters bind (for an
-/// `#[async_trait]` body, the names it rebinds inside the future).
+/// Checks `args` against the fn, one rule at a time; every problem found is reported. `names`
+/// are the names its parameters bind (for an `#[async_trait]` body, the names it rebinds
+/// inside the future).
 pub(crate) fn check(
-    args: Args,
+    mut args: Args,
     sig: &Signature,
     is_async: bool,
     names: &[syn::Ident],
 ) -> syn::Result<Checked> {
     let mut errors = Errors::default();
-    for err in args.errors {
+    for err in std::mem::take(&mut args.errors) {
         errors.push(err);
     }
+    signature_rule(sig, is_async, &mut errors);
+    let keys = keys(&args, names, &mut errors);
+    one_target_rule(&args, &mut errors);
+    fair_rule(&args, &mut errors);
+    let lease_ms = lease_rule(&args, &mut errors);
+    let wait_ms = literal(&args.wait).and_then(|lit| errors.check(parse_duration(lit)));
+    let max_hold_ms = max_hold_rule(&args, lease_ms, &mut errors);
+    let mode = match &args.mode {
+        None => Mode::Write,
+        Some(lit) => errors.check(mode(lit)).unwrap_or(Mode::Write),
+    };
+    let permits = permits_rule(&args, &mut errors);
+    if let (Some(_), Some(lit)) = (&permits, &args.mode) {
+        errors.push(syn::Error::new(
+            lit.span(),
+            "`mode` does not apply to a semaphore: with `permits = N` the fn takes one of N \
+             permits; remove `mode`, or `permits` for a read/write lock",
+        ));
+    }
+    let target = keys.and_then(|keys| keys.target(mode, permits));
+    let abort_on_lost = on_lost_rule(&args, &mut errors);
+    let krate = krate_rule(&args, &mut errors);
+    match (errors.0, target) {
+        (Some(err), _) => Err(err),
+        (None, Some(target)) => Ok(Checked {
+            target,
+            lease: checked_duration(args.lease, lease_ms),
+            wait: checked_duration(args.wait, wait_ms),
+            max_hold: checked_duration(args.max_hold, max_hold_ms),
+            client: args.client,
+            watchdog: args.watchdog.is_none_or(|lit| lit.value),
+            fencing: args.fencing.map(|lit| lit.value),
+            fair: args.fair.is_some_and(|(_, lit)| lit.value),
+            abort_on_lost,
+            krate,
+        }),
+        (None, None) => Err(syn::Error::new(attribute_span(), "missing `key`")),
+    }
+}
+
+/// The fn is async and returns something that can carry a lock error.
+fn signature_rule(sig: &Signature, is_async: bool, errors: &mut Errors) {
     if !is_async {
         errors.push(syn::Error::new(
             sig.fn_token.span,
@@ -132,55 +182,10 @@ pub(crate) fn check(
             "`#[distributed_lock]` needs the fn to return `Result<T, E>` where `E: From<distlock::LockError>`",
         ));
     }
+}
 
-    // A template and the parameter each of its placeholders' roots names.
-    let mut scan = |lit: &LitStr| {
-        let template = errors.check(key::scan(lit))?;
-        let mut roots = Vec::new();
-        for placeholder in &template.placeholders {
-            match names.iter().find(|n| n.unraw() == placeholder.root) {
-                Some(root) => roots.push(root.clone()),
-                None => errors.push(unknown_placeholder(lit, &placeholder.root, names)),
-            }
-        }
-        Some((template, roots))
-    };
-    let mut more_keys = Vec::new();
-    let mut repeated = Vec::new();
-    let (template, key_roots) = match (&args.key, &args.keys) {
-        (Some(lit), _) => scan(lit).unzip(),
-        (None, Some((_, lits))) => {
-            let mut scanned = Vec::new();
-            for (i, lit) in lits.iter().enumerate() {
-                if lits[..i]
-                    .iter()
-                    .any(|earlier| earlier.value() == lit.value())
-                {
-                    repeated.push(syn::Error::new(
-                        lit.span(),
-                        "this key template is listed twice in `keys`: give each key once",
-                    ));
-                }
-                scanned.extend(scan(lit));
-            }
-            let first = (!scanned.is_empty()).then(|| scanned.remove(0));
-            more_keys = scanned;
-            first.unzip()
-        }
-        (None, None) if args.key_given => (None, None),
-        (None, None) => {
-            errors.push(syn::Error::new(
-                attribute_span(),
-                "missing `key`: add e.g. `key = \"order:{order_id}\"`",
-            ));
-            (None, None)
-        }
-    };
-    for err in repeated {
-        errors.push(err);
-    }
-    let key_roots = key_roots.unwrap_or_default();
-    let multi = args.key.is_none() && args.keys.is_some();
+/// One target: `key` or `keys`, not both; `keys` is neither a semaphore nor a read lock.
+fn one_target_rule(args: &Args, errors: &mut Errors) {
     if let (Some(_), Some((span, _))) = (&args.key, &args.keys) {
         errors.push(syn::Error::new(
             *span,
@@ -203,64 +208,72 @@ pub(crate) fn check(
             ));
         }
     }
+}
 
-    // A fair queue orders the waiters of one key's exclusive lock (`LockRequest::fair`); asking
-    // it of another kind is a mistake the attribute can see, so it is caught here, not when
-    // the fn is called. `fair = false` asks nothing and goes with every kind.
-    if let Some((span, _)) = args.fair.as_ref().filter(|(_, lit)| lit.value) {
-        if args
-            .mode
-            .as_ref()
-            .is_some_and(|mode| mode.value() == "read")
-        {
-            errors.push(syn::Error::new(
-                *span,
-                "`fair` queues the waiters of the exclusive lock; readers share the lock \
-                 and are not queued: remove `fair`, or use `mode = \"exclusive\"` (the same \
-                 lock as `\"write\"`)",
-            ));
-        }
-        if args.permits.is_some() {
-            errors.push(syn::Error::new(
-                *span,
-                "`fair` queues the waiters of the exclusive lock; a semaphore (`permits`) \
-                 is not fair-queued: remove one of them",
-            ));
-        }
-        if args.keys.is_some() {
-            errors.push(syn::Error::new(
-                *span,
-                "`fair` queues the waiters of one key's exclusive lock; a multi-key lock \
-                 (`keys`) is taken in a fixed key order, not queued: remove one of them",
-            ));
-        }
+/// A fair queue orders the waiters of one key's exclusive lock (`LockRequest::fair`); asking
+/// it of another kind is a mistake the attribute can see, so it is caught here, not when the
+/// fn is called. `fair = false` asks nothing and goes with every kind.
+fn fair_rule(args: &Args, errors: &mut Errors) {
+    let Some((span, _)) = args.fair.as_ref().filter(|(_, lit)| lit.value) else {
+        return;
+    };
+    if args
+        .mode
+        .as_ref()
+        .is_some_and(|mode| mode.value() == "read")
+    {
+        errors.push(syn::Error::new(
+            *span,
+            "`fair` queues the waiters of the exclusive lock; readers share the lock \
+             and are not queued: remove `fair`, or use `mode = \"exclusive\"` (the same \
+             lock as `\"write\"`)",
+        ));
     }
-
-    let lease_ms = literal(&args.lease).and_then(|lit| errors.check(parse_duration(lit)));
-    if let (Some(ms), Some(lit)) = (lease_ms, literal(&args.lease)) {
-        let problem = match ms {
-            0 => Some("a lease of zero would expire at once; give a positive duration like `15s`"),
-            1..MIN_LEASE_MS => {
-                Some("a lease must be at least `10ms` (the watchdog renews at a third of it)")
-            }
-            ms if ms > MAX_LEASE_MS => Some("a lease may be at most a year (`8760h`)"),
-            _ => None,
-        };
-        if let Some(problem) = problem {
-            errors.push(syn::Error::new(lit.span(), problem));
-        }
+    if args.permits.is_some() {
+        errors.push(syn::Error::new(
+            *span,
+            "`fair` queues the waiters of the exclusive lock; a semaphore (`permits`) \
+             is not fair-queued: remove one of them",
+        ));
     }
-    let wait_ms = literal(&args.wait).and_then(|lit| errors.check(parse_duration(lit)));
+    if args.keys.is_some() {
+        errors.push(syn::Error::new(
+            *span,
+            "`fair` queues the waiters of one key's exclusive lock; a multi-key lock \
+             (`keys`) is taken in a fixed key order, not queued: remove one of them",
+        ));
+    }
+}
 
-    let max_hold_ms = literal(&args.max_hold).and_then(|lit| errors.check(parse_duration(lit)));
-    // Against an expression or the config's default lease, which the macro cannot see, the
-    // runtime checks.
-    if let (Some(ms), Some(lit), Some(lease), Some(lease_lit)) = (
-        max_hold_ms,
-        literal(&args.max_hold),
-        lease_ms,
-        literal(&args.lease),
-    ) {
+/// A literal lease parses and lies within the runtime's bounds; its milliseconds.
+fn lease_rule(args: &Args, errors: &mut Errors) -> Option<u64> {
+    let lit = literal(&args.lease)?;
+    let ms = errors.check(parse_duration(lit))?;
+    if let Some(problem) = lease_problem(ms) {
+        errors.push(syn::Error::new(lit.span(), problem));
+    }
+    Some(ms)
+}
+
+/// Why a lease of `ms` milliseconds is refused, if it is: the runtime's `lease_out_of_bounds`
+/// at compile time.
+fn lease_problem(ms: u64) -> Option<&'static str> {
+    match ms {
+        0 => Some("a lease of zero would expire at once; give a positive duration like `15s`"),
+        1..MIN_LEASE_MS => {
+            Some("a lease must be at least `10ms` (the watchdog renews at a third of it)")
+        }
+        ms if ms > MAX_LEASE_MS => Some("a lease may be at most a year (`8760h`)"),
+        _ => None,
+    }
+}
+
+/// A literal max_hold parses and is at least a literal lease (against an expression or the
+/// config's default lease, which the macro cannot see, the runtime checks); its milliseconds.
+fn max_hold_rule(args: &Args, lease_ms: Option<u64>, errors: &mut Errors) -> Option<u64> {
+    let lit = literal(&args.max_hold)?;
+    let ms = errors.check(parse_duration(lit))?;
+    if let (Some(lease), Some(lease_lit)) = (lease_ms, literal(&args.lease)) {
         if ms < lease {
             errors.push(syn::Error::new(
                 lit.span(),
@@ -272,13 +285,77 @@ pub(crate) fn check(
             ));
         }
     }
+    Some(ms)
+}
 
-    let mode = match &args.mode {
-        None => Mode::Write,
-        Some(lit) => errors.check(mode(lit)).unwrap_or(Mode::Write),
+/// The key templates as written: `key` or `keys`.
+enum Keys {
+    One(Key),
+    Many(Vec<Key>),
+}
+
+impl Keys {
+    /// The target these keys make with `mode` and `permits` (`None`: `keys` named none).
+    fn target(self, mode: Mode, permits: Option<Permits>) -> Option<Target> {
+        match (self, permits) {
+            (Keys::One(key), Some(permits)) => Some(Target::Permits { key, permits }),
+            (Keys::One(key), None) => Some(Target::Key { key, mode }),
+            (Keys::Many(keys), _) => (!keys.is_empty()).then_some(Target::Keys(keys)),
+        }
+    }
+}
+
+/// Every placeholder of `key` or of each of `keys` names a parameter, and `keys` lists each
+/// template once; `None` when no key could be read (already reported).
+fn keys(args: &Args, names: &[syn::Ident], errors: &mut Errors) -> Option<Keys> {
+    // A template and the parameter each of its placeholders' roots names.
+    let scan = |lit: &LitStr, errors: &mut Errors| {
+        let template = errors.check(key::scan(lit))?;
+        let mut roots = Vec::new();
+        for placeholder in &template.placeholders {
+            match names.iter().find(|n| n.unraw() == placeholder.root) {
+                Some(root) => roots.push(root.clone()),
+                None => errors.push(unknown_placeholder(lit, &placeholder.root, names)),
+            }
+        }
+        Some(Key { template, roots })
     };
+    match (&args.key, &args.keys) {
+        (Some(lit), _) => scan(lit, errors).map(Keys::One),
+        (None, Some((_, lits))) => {
+            let mut keys = Vec::new();
+            let mut repeated = Vec::new();
+            for (i, lit) in lits.iter().enumerate() {
+                if lits[..i]
+                    .iter()
+                    .any(|earlier| earlier.value() == lit.value())
+                {
+                    repeated.push(syn::Error::new(
+                        lit.span(),
+                        "this key template is listed twice in `keys`: give each key once",
+                    ));
+                }
+                keys.extend(scan(lit, errors));
+            }
+            for err in repeated {
+                errors.push(err);
+            }
+            Some(Keys::Many(keys))
+        }
+        (None, None) if args.key_given => None,
+        (None, None) => {
+            errors.push(syn::Error::new(
+                attribute_span(),
+                "missing `key`: add e.g. `key = \"order:{order_id}\"`",
+            ));
+            None
+        }
+    }
+}
 
-    let permits = match args.permits {
+/// A literal permit count is a whole number from 1 to `u32::MAX`.
+fn permits_rule(args: &Args, errors: &mut Errors) -> Option<Permits> {
+    match &args.permits {
         None => None,
         Some(PermitsArg::Literal(lit)) => match lit.base10_parse::<u32>() {
             Ok(0) => {
@@ -297,34 +374,33 @@ pub(crate) fn check(
                 None
             }
         },
-        Some(PermitsArg::Expr(expr)) => Some(Permits::Expr(expr)),
-    };
-    if let (Some(_), Some(lit)) = (&permits, &args.mode) {
-        errors.push(syn::Error::new(
-            lit.span(),
-            "`mode` does not apply to a semaphore: with `permits = N` the fn takes one of N \
-             permits; remove `mode`, or `permits` for a read/write lock",
-        ));
+        Some(PermitsArg::Expr(expr)) => Some(Permits::Expr(expr.clone())),
     }
+}
 
-    let abort_on_lost = match &args.on_lost {
-        None => true,
-        Some(lit) => {
-            match lit.value().as_str() {
-                "abort" => true,
-                "continue" => false,
-                other => {
-                    errors.push(syn::Error::new(
-                    lit.span(),
-                    format!("unknown `on_lost` value `{other}`; expected `\"abort\"` or `\"continue\"`"),
-                ));
-                    true
-                }
-            }
-        }
+/// `on_lost` is `"abort"` (the default) or `"continue"`; whether to abort.
+fn on_lost_rule(args: &Args, errors: &mut Errors) -> bool {
+    let Some(lit) = &args.on_lost else {
+        return true;
     };
+    match lit.value().as_str() {
+        "abort" => true,
+        "continue" => false,
+        other => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown `on_lost` value `{other}`; expected `\"abort\"` or `\"continue\"`"
+                ),
+            ));
+            true
+        }
+    }
+}
 
-    let krate = match &args.krate {
+/// `crate = "…"` is a path; `::distlock` unless given.
+fn krate_rule(args: &Args, errors: &mut Errors) -> syn::Path {
+    match &args.krate {
         None => syn::parse_quote!(::distlock),
         Some(lit) => errors
             .check(lit.parse::<syn::Path>().map_err(|_| {
@@ -334,28 +410,6 @@ pub(crate) fn check(
                 )
             }))
             .unwrap_or_else(|| syn::parse_quote!(::distlock)),
-    };
-
-    match (errors.0, template) {
-        (Some(err), _) => Err(err),
-        (None, Some(template)) => Ok(Checked {
-            template,
-            key_roots,
-            multi,
-            more_keys,
-            mode,
-            permits,
-            lease: checked_duration(args.lease, lease_ms),
-            wait: checked_duration(args.wait, wait_ms),
-            max_hold: checked_duration(args.max_hold, max_hold_ms),
-            client: args.client,
-            watchdog: args.watchdog.is_none_or(|lit| lit.value),
-            fencing: args.fencing.map(|lit| lit.value),
-            fair: args.fair.is_some_and(|(_, lit)| lit.value),
-            abort_on_lost,
-            krate,
-        }),
-        (None, None) => Err(syn::Error::new(attribute_span(), "missing `key`")),
     }
 }
 
@@ -396,4 +450,28 @@ fn unknown_placeholder(lit: &LitStr, root: &str, names: &[syn::Ident]) -> syn::E
         lit.span(),
         format!("unknown placeholder `{{{root}}}` in the key template: no parameter is named `{root}`; {candidates}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The macro refuses at compile time exactly the leases the runtime refuses at run time
+    /// (`distlock::MIN_LEASE` and `MAX_LEASE`, `lease_out_of_bounds` in its `config.rs`): a
+    /// literal the macro lets through must not fail when the fn is called, nor the reverse.
+    #[test]
+    fn the_macros_lease_bounds_are_the_runtimes() {
+        let min = u64::try_from(distlock::MIN_LEASE.as_millis()).unwrap();
+        let max = u64::try_from(distlock::MAX_LEASE.as_millis()).unwrap();
+        assert_eq!((MIN_LEASE_MS, MAX_LEASE_MS), (min, max));
+        for ms in [0, 1, min - 1, min, min + 1, 15_000, max - 1, max, max + 1] {
+            let runtime_accepts = (distlock::MIN_LEASE..=distlock::MAX_LEASE)
+                .contains(&std::time::Duration::from_millis(ms));
+            assert_eq!(
+                lease_problem(ms).is_none(),
+                runtime_accepts,
+                "a lease of {ms} ms: the macro and the runtime disagree"
+            );
+        }
+    }
 }

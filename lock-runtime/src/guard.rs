@@ -49,21 +49,9 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(lease: Arc<Lease>, releaser: Arc<Releaser>) -> Self {
-        Self {
-            lease,
-            more: Vec::new(),
-            releaser,
-            released: false,
-        }
-    }
-
-    /// The guard of a multi-key grant: one lease per key, in the order taken (at least one).
-    pub(crate) fn of_all(mut leases: Vec<Arc<Lease>>, releaser: Arc<Releaser>) -> Self {
-        let more = leases.split_off(1.min(leases.len()));
-        let lease = leases
-            .pop()
-            .expect("a multi-key grant holds at least one key");
+    /// The guard of a grant: its (first) lease, and the leases of the other keys of a
+    /// multi-key grant in the order taken (none for one key).
+    pub(crate) fn new(lease: Arc<Lease>, more: Vec<Arc<Lease>>, releaser: Arc<Releaser>) -> Self {
         Self {
             lease,
             more,
@@ -100,11 +88,6 @@ impl LockGuard {
         self.leases()
             .find(|lease| lease.key.name == key)
             .and_then(|lease| lease.token)
-    }
-
-    /// The shared state of the grant (for the attribute's re-entrant calls).
-    pub(crate) fn lease(&self) -> &Arc<Lease> {
-        &self.lease
     }
 
     /// The key as it was requested (without the configured prefix); for a multi-key grant, its

@@ -3,7 +3,7 @@
 //! [`ForcedUnlock`] ([`Client::force_unlock`](crate::Client::force_unlock)) and the key names
 //! [`Client::list`](crate::Client::list) finds. Neighbours: `kind/operator.rs` has the scripts
 //! and reads their replies into raw views, the stores in `backend/` run them (and merge the
-//! views of Redlock's masters), `client.rs` makes the owner tokens with [`HolderTag`].
+//! views of Redlock's masters), `acquire/pending.rs` makes the owner tokens with [`HolderTag`].
 //!
 //! An owner token is `<uuid>:<since>:<pid>:<host>:<app>`: 32 hex digits of a v4 UUID (which
 //! keeps every try's token unique), the holder's wall clock at the try in ms since the Unix

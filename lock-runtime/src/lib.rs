@@ -9,21 +9,23 @@
 //! attribute macro expands to calls into this crate through the facade.
 #![deny(missing_docs)]
 
+mod acquire;
+mod attribute;
 mod backend;
 mod client;
 mod clock;
 mod config;
 mod error;
 pub mod fenced;
+mod global;
 mod guard;
 mod inspect;
 mod io;
 mod kind;
 mod lease;
-mod multi;
 mod protocol;
 mod release;
-mod scope;
+mod request;
 mod telemetry;
 mod tls;
 mod url;
@@ -34,10 +36,8 @@ use std::fmt;
 /// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
 pub const LOG_TARGET: &str = "distlock";
 
-pub use client::{
-    init, inspect, is_locked, lock, lock_all, read_lock, semaphore, shutdown, try_init, write_lock,
-    Client, LockRequest,
-};
+pub use attribute::{current, LockInfo};
+pub use client::Client;
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAIR_HEARTBEAT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT,
@@ -46,18 +46,21 @@ pub use config::{
     MAX_LEASE, MIN_LEASE,
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
+pub use global::{
+    init, inspect, is_locked, lock, lock_all, read_lock, semaphore, shutdown, try_init, write_lock,
+};
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LockState};
 pub use protocol::MAX_KEY_LEN;
-pub use scope::{current, LockInfo};
+pub use request::LockRequest;
 pub use telemetry::METRICS;
 
 /// What the attribute macro expands to. Not a public API: no stability promise.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::scope::{
-        client_of, global_client, lock_error_into, run_locked, run_locked_all, LockErrorInto,
-        LockResult, LockSpec, OnLost,
+    pub use crate::attribute::{
+        client_of, global_client, lock_error_into, run_locked, LockErrorInto, LockResult, LockSpec,
+        LockTarget, OnLost,
     };
     pub use crate::LockMode;
     pub use core::time::Duration;

@@ -3,7 +3,7 @@
 //! background), and an acquire whose outcome is unknown (timed out, cancelled mid-request, or
 //! granted too late to use). Each stops the lease's renewals first, then runs the backend's
 //! compare-and-delete, so a late release never deletes someone else's lock. Neighbours:
-//! `guard.rs` and `client.rs` hold a [`Releaser`]; `watchdog.rs` is told to forget the lease;
+//! `guard.rs` and the client (`client/`) hold a [`Releaser`]; `watchdog.rs` is told to forget the lease;
 //! the backend (`backend/`) runs the script; background work runs on the client's I/O runtime
 //! (`io.rs`), which a `Releaser` keeps alive.
 

@@ -1,7 +1,7 @@
 //! What distlock tells the outside about its work: `tracing` spans and events (target
 //! [`LOG_TARGET`]), and — with the cargo feature `metrics` — counters, gauges and histograms
 //! through the [`metrics`](https://docs.rs/metrics) facade. Everything an operator can observe
-//! is named here, in one place; the acquire loop (`client.rs`), the lease (`lease.rs`), the
+//! is named here, in one place; the acquire loop (`acquire/`), the lease (`lease.rs`), the
 //! watchdog and the stores call in at the moments they describe.
 //!
 //! - **`acquire` span** (DEBUG), one per [`LockRequest::acquire`](crate::LockRequest::acquire):

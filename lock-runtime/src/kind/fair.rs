@@ -10,7 +10,7 @@
 //! (`scripts/fair/{acquire,release}.lua`). A waiter's id is the first [`WAITER_ID_LEN`]
 //! characters of its owner tokens, which a request's tries share. The in-process twin is
 //! [`FairQueue`] on the key's [`TwinEntry`]. Neighbours: `kind/mod.rs` dispatches here;
-//! `client.rs` runs the heartbeat (a fair waiter tries at least every half heartbeat) and
+//! `acquire/fair_wait.rs` runs the heartbeat (a fair waiter tries at least every half heartbeat) and
 //! leaves the queue when the request ends without a grant; `backend/wake.rs` wakes a waiter by
 //! its id.
 

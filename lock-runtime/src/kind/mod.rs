@@ -4,7 +4,7 @@
 //! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
 //! and [`read`]; [`semaphore`] (one of N permits); [`fair`] (the write side, granted in request
 //! order among queued waiters); [`multi`] takes the write side of several keys at once. Neighbours: the stores in `backend/` run what this module describes; the
-//! acquire loop (`client.rs`), the watchdog and the guard pass a [`Kind`] along and never look
+//! acquire loop (`acquire/`), the watchdog and the guard pass a [`Kind`] along and never look
 //! inside it (Redlock asks it for its quorum).
 
 pub(crate) mod fair;

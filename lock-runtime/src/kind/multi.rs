@@ -17,6 +17,7 @@ use super::{millis, write::fence_ttl, Tokens, TwinEntry};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::protocol::{Announce, LockKey};
 use crate::FencingToken;
+use redis::cluster_routing::Slot;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/multi/acquire.lua")));
@@ -157,4 +158,45 @@ pub(crate) fn grant_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Ins
 /// The in-process twin of the release of one key of a multi-key grant: its write lock.
 pub(crate) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
     super::Kind::Write.release_twin(entry, owner, now)
+}
+
+/// The keys of a multi-key request in the order every request takes them: sorted by lock
+/// key, duplicates once, then the keys of one Cluster slot moved next to the first of them (so
+/// each slot's keys go in one script; the slots' order follows from the sorted keys, the same
+/// for every request).
+pub(crate) fn ordered_keys(prefix: &str, names: Vec<String>) -> Result<Vec<LockKey>, LockError> {
+    let mut keys = names
+        .into_iter()
+        .map(|name| LockKey::new(prefix, name))
+        .collect::<Result<Vec<_>, _>>()?;
+    keys.sort_by(|a, b| a.lock.cmp(&b.lock));
+    keys.dedup_by(|a, b| a.lock == b.lock);
+    let mut slots: Vec<(Slot, Vec<LockKey>)> = Vec::new();
+    for key in keys {
+        let slot = Slot::for_key(&key.lock);
+        match slots.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(key),
+            None => slots.push((slot, vec![key])),
+        }
+    }
+    Ok(slots.into_iter().flat_map(|(_, group)| group).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_taken_in_one_order_whatever_order_they_are_given_in() {
+        let names = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let a = ordered_keys("p:", names(&["b", "a", "c", "a"])).unwrap();
+        let b = ordered_keys("p:", names(&["c", "a", "b"])).unwrap();
+        let locks = |keys: &[LockKey]| keys.iter().map(|k| k.lock.clone()).collect::<Vec<_>>();
+        assert_eq!(locks(&a), locks(&b));
+        assert_eq!(a.len(), 3, "duplicates are taken once");
+        assert!(matches!(
+            ordered_keys("p:", names(&["a", ""])),
+            Err(LockError::InvalidKey { .. })
+        ));
+    }
 }

@@ -1,8 +1,11 @@
-//! What `#[distributed_lock]` expands to: [`run_locked`] takes the lock through the global
-//! client or the one named by `client = …` (or joins a grant the task already holds on the same
-//! lock), runs the body inside a task-local scope that [`current`] reads, cancels the body when
-//! the lease is lost (unless told to continue), and releases the lock before returning. Its
-//! neighbours: `client` takes and `guard` gives back the grants; `lease` says when one is over.
+//! The attribute's runtime — what `#[distributed_lock]` expands to: [`run_locked`] takes the
+//! lock of a [`LockTarget`] (one key, a permit of a key, or several keys at once) through the
+//! global client or the one named by `client = …` (or joins a grant the task already holds on
+//! the same lock), runs the body inside a task-local scope that [`current`] reads, cancels the
+//! body when a lease is lost (unless told to continue), and releases the lock before
+//! returning. Its neighbours: the macro (`lock-macros`) builds the target and the spec; the
+//! request (`request.rs`) and the acquire loop (`acquire/`) take the grant, the guard
+//! (`guard.rs`) gives it back; the lease (`lease.rs`) says when one is over.
 //!
 //! A call that finds the same lock held by its own task joins that grant when the grant covers
 //! it: read in read, write in write, read in write (a downgrade: the write grant covers it).
@@ -121,27 +124,6 @@ fn held_by_this_task(client: &Client, key: &str) -> Option<Held> {
     .flatten()
 }
 
-/// Runs `body` with `held` pushed on the task's stack; `None` if it was cancelled because the
-/// lease was lost or the grant ended (with `OnLost::Abort`).
-async fn run_scoped<F: Future>(held: Held, on_lost: OnLost, body: F) -> Option<F::Output> {
-    let lease = held.lease.clone();
-    let mut stack = HELD.try_with(Clone::clone).unwrap_or_default();
-    stack.push(held);
-    HELD.scope(stack, async {
-        match on_lost {
-            OnLost::Abort => {
-                tokio::select! {
-                    biased;
-                    () = lease.over() => None,
-                    result = body => Some(result),
-                }
-            }
-            OnLost::Continue => Some(body.await),
-        }
-    })
-    .await
-}
-
 /// What to do with the body when the lease is lost.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,11 +134,64 @@ pub enum OnLost {
     Continue,
 }
 
+/// What an annotated fn locks: the macro's checked target (`Target` in
+/// `lock-macros/src/validate.rs`, the same three cases), with its keys built from the fn's
+/// arguments.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub enum LockTarget {
+    /// `key = "…"` (with `mode`): the write (exclusive) or read side of one key's lock.
+    Key { key: String, mode: crate::LockMode },
+    /// `key = "…", permits = N`: one of `permits` permits of the semaphore `key`; `written` is
+    /// `permits = <expr>` as written, for errors (`None` for a literal, checked at compile
+    /// time).
+    Permits {
+        key: String,
+        permits: u32,
+        written: Option<&'static str>,
+    },
+    /// `keys = [..]`: the write locks of every key at once, in the order written.
+    Keys(Vec<String>),
+}
+
+impl LockTarget {
+    /// How errors and logs name the target: its key, or its keys joined by `, `.
+    fn label(&self) -> String {
+        match self {
+            LockTarget::Key { key, .. } | LockTarget::Permits { key, .. } => key.clone(),
+            LockTarget::Keys(keys) => keys.join(", "),
+        }
+    }
+
+    /// The mode a grant of this target holds each key in.
+    fn mode(&self) -> LockMode {
+        match self {
+            LockTarget::Key { mode, .. } => *mode,
+            LockTarget::Permits { .. } => LockMode::Semaphore,
+            LockTarget::Keys(_) => LockMode::Write,
+        }
+    }
+
+    /// The request for this target through `client`, before the attribute's settings.
+    fn request(&self, client: &Client) -> crate::LockRequest {
+        match self {
+            LockTarget::Key {
+                key,
+                mode: LockMode::Read,
+            } => client.read_lock(key.clone()),
+            LockTarget::Key { key, .. } => client.write_lock(key.clone()),
+            // `permits = 0` written as an expression was refused by `LockSpec::check`; a
+            // literal 0 does not compile.
+            LockTarget::Permits { key, permits, .. } => client.semaphore(key.clone(), *permits),
+            LockTarget::Keys(keys) => client.lock_all(keys.iter().cloned()),
+        }
+    }
+}
+
 /// The attribute's settings, as the macro parsed them.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
 pub struct LockSpec {
-    pub mode: crate::LockMode,
     pub lease: Option<Duration>,
     pub wait: Option<Duration>,
     pub max_hold: Option<Duration>,
@@ -168,10 +203,6 @@ pub struct LockSpec {
     pub lease_expr: Option<&'static str>,
     /// `max_hold = <expr>` as written, for errors; `None` for a literal.
     pub max_hold_expr: Option<&'static str>,
-    /// `permits = N`: the semaphore's count (`mode` is then `Semaphore`).
-    pub permits: Option<u32>,
-    /// `permits = <expr>` as written, for errors; `None` for a literal (checked at compile time).
-    pub permits_expr: Option<&'static str>,
     /// `fair = true`: granted in request order among the key's fair waiters.
     pub fair: bool,
 }
@@ -199,15 +230,20 @@ impl LockSpec {
         request
     }
 
-    /// What the compiler could not check: a lease or max_hold given as an expression. The error
-    /// names the argument as written; a request would only name the lock.
-    fn check(&self, key: &str) -> Result<(), LockError> {
+    /// What the compiler could not check: a lease, max_hold or permit count given as an
+    /// expression. The error names the argument as written; a request would only name the lock.
+    fn check(&self, target: &LockTarget, key: &str) -> Result<(), LockError> {
         let invalid = |what: String| {
             Err(LockError::Config(format!(
                 "`#[distributed_lock]` on lock `{key}`: {what}"
             )))
         };
-        if let (Some(written), Some(0)) = (self.permits_expr, self.permits) {
+        if let LockTarget::Permits {
+            permits: 0,
+            written: Some(written),
+            ..
+        } = target
+        {
             return invalid(format!(
                 "`permits = {written}` is 0: a semaphore of zero permits could never be taken"
             ));
@@ -298,7 +334,7 @@ pub fn client_of(client: &Client) -> Option<Client> {
 /// No `client = …`: the global client, `None` before [`init`](crate::init).
 #[doc(hidden)]
 pub fn global_client() -> Option<Client> {
-    crate::client::global()
+    crate::global::global()
 }
 
 /// How a call holds its lock while its body runs.
@@ -309,7 +345,7 @@ enum Grant {
     Joined { _turn: OwnedMutexGuard<()> },
 }
 
-/// Runs `body` under the lock `key` of `client` (the global client if `None`: not
+/// Runs `body` under the lock of `target` through `client` (the global client if `None`: not
 /// initialized), as `spec` says; a failure to lock becomes `R` through `into`.
 ///
 /// The body is boxed at once: a future that moves it through the acquire, the scope and the
@@ -318,7 +354,7 @@ enum Grant {
 #[doc(hidden)]
 pub fn run_locked<R, F>(
     client: Option<Client>,
-    key: String,
+    target: LockTarget,
     spec: LockSpec,
     into: fn(LockError) -> R,
     body: F,
@@ -326,12 +362,12 @@ pub fn run_locked<R, F>(
 where
     F: Future<Output = R>,
 {
-    locked(client, key, spec, into, Box::pin(body))
+    locked(client, target, spec, into, Box::pin(body))
 }
 
 async fn locked<R, F>(
     client: Option<Client>,
-    key: String,
+    target: LockTarget,
     spec: LockSpec,
     into: fn(LockError) -> R,
     body: Pin<Box<F>>,
@@ -339,155 +375,33 @@ async fn locked<R, F>(
 where
     F: Future<Output = R>,
 {
-    if let Err(err) = spec.check(&key) {
+    let label = target.label();
+    if let Err(err) = spec.check(&target, &label) {
         return into(err);
     }
     let Some(client) = client else {
         return into(LockError::NotInitialized);
     };
-    let taken = match held_by_this_task(&client, &key) {
-        // A read cannot become a write: refused at once, never a deadlock.
-        Some(outer) if outer.info.mode == LockMode::Read && spec.mode == LockMode::Write => {
-            Err(NotTaken::Failed(LockError::UpgradeRefused {
-                key: key.clone(),
-            }))
-        }
-        // A permit is not a lock, nor a lock a permit: neither can join the other, and
-        // waiting for the other would wait on this task itself.
-        Some(outer)
-            if (outer.info.mode == LockMode::Semaphore) != (spec.mode == LockMode::Semaphore) =>
-        {
-            Err(NotTaken::Failed(LockError::Config(format!(
-                "`#[distributed_lock]` on `{key}`: this task already holds `{key}` as a {}, and \
-                 a nested call takes it as a {}; a key is a semaphore or a lock, not both: use \
-                 distinct keys",
-                kind_name(outer.info.mode),
-                kind_name(spec.mode)
-            ))))
-        }
-        // Read in read, write in write, read in write (downgrade), and a permit in a permit of
-        // the same semaphore (one permit for both) join the grant.
-        Some(outer) => join(outer).await,
-        None => acquire(client, &key, spec).await,
-    };
-    let (held, grant) = match taken {
+    let (held, grant) = match take(&client, &target, spec).await {
         Ok(taken) => taken,
-        Err(err) => return into(err.for_key(&key)),
+        Err(err) => return into(err.for_key(&label)),
     };
-    let lease = held.lease.clone();
+    let leases: Vec<Arc<Lease>> = held.iter().map(|held| held.lease.clone()).collect();
     // The body runs in the grant's `hold` span: its own events name the lock they ran under.
-    let outcome = run_scoped(held, spec.on_lost, body)
-        .instrument(lease.hold.span().clone())
-        .await;
+    let span = leases[0].hold.span().clone();
+    let outcome = run_scoped(held, spec.on_lost, body).instrument(span).await;
     if let Grant::Own(guard) = grant {
         if outcome.is_some() && !guard.is_held() {
-            tracing::warn!(target: crate::LOG_TARGET, %key, "the lease was lost while the body ran (on_lost = \"continue\")");
+            tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lease was lost while the body ran (on_lost = \"continue\")");
         }
         match guard.release().await {
             Ok(true) => {}
             Ok(false) => {
-                tracing::warn!(target: crate::LOG_TARGET, %key, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
+                tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
             }
             Err(err) => {
-                tracing::warn!(target: crate::LOG_TARGET, %key, "release failed; the lease will expire: {err}")
+                tracing::warn!(target: crate::LOG_TARGET, key = %label, "release failed; the lease will expire: {err}")
             }
-        }
-    }
-    match outcome {
-        Some(result) => result,
-        None => into(match lease.max_hold_passed() {
-            Some(max_hold) => LockError::HeldTooLong { key, max_hold },
-            None => LockError::LeaseLost { key },
-        }),
-    }
-}
-
-/// How a nested call's error names what a task holds.
-fn kind_name(mode: LockMode) -> &'static str {
-    match mode {
-        LockMode::Semaphore => "semaphore permit",
-        LockMode::Write | LockMode::Read => "lock",
-    }
-}
-
-/// Runs `body` under the locks of every key of `keys` at once (`keys = [..]`: one
-/// [`lock_all`](crate::lock_all) grant), through `client` as [`run_locked`] does.
-///
-/// Each key's grant goes on the task's stack, so a nested single-key call on one of them joins
-/// it (and [`current`] names the last key). A multi-key call in a task that already holds one
-/// of its keys cannot join (it would wait on itself): it fails at once with
-/// [`LockError::Config`]; take every key in the outer call.
-#[doc(hidden)]
-pub fn run_locked_all<R, F>(
-    client: Option<Client>,
-    keys: Vec<String>,
-    spec: LockSpec,
-    into: fn(LockError) -> R,
-    body: F,
-) -> impl Future<Output = R>
-where
-    F: Future<Output = R>,
-{
-    locked_all(client, keys, spec, into, Box::pin(body))
-}
-
-async fn locked_all<R, F>(
-    client: Option<Client>,
-    keys: Vec<String>,
-    spec: LockSpec,
-    into: fn(LockError) -> R,
-    body: Pin<Box<F>>,
-) -> R
-where
-    F: Future<Output = R>,
-{
-    let label = keys.join(", ");
-    if let Err(err) = spec.check(&label) {
-        return into(err);
-    }
-    let Some(client) = client else {
-        return into(LockError::NotInitialized);
-    };
-    if let Some(held) = keys
-        .iter()
-        .find(|key| held_by_this_task(&client, key).is_some())
-    {
-        return into(LockError::Config(format!(
-            "`#[distributed_lock]` on `{label}`: this task already holds `{held}`, and a \
-             multi-key call cannot join a grant the task holds (it would wait on itself): take \
-             every key in the outer call"
-        )));
-    }
-    let guard = match spec.settings_of(client.lock_all(keys)).acquire().await {
-        Ok(guard) => guard,
-        Err(err) => return into(err),
-    };
-    let held: Vec<Held> = guard
-        .leases()
-        .map(|lease| {
-            let info = LockInfo {
-                key: lease.key.name.clone(),
-                mode: LockMode::Write,
-                fencing_token: lease.token,
-            };
-            Held::new(info, client.clone(), lease.clone())
-        })
-        .collect();
-    let leases: Vec<Arc<Lease>> = guard.leases().cloned().collect();
-    let span = leases[0].hold.span().clone();
-    let outcome = run_scoped_all(held, spec.on_lost, body)
-        .instrument(span)
-        .await;
-    if outcome.is_some() && !guard.is_held() {
-        tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lease was lost while the body ran (on_lost = \"continue\")");
-    }
-    match guard.release().await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!(target: crate::LOG_TARGET, key = %label, "a key was no longer held by this owner when released: its lease expired or it was force-unlocked")
-        }
-        Err(err) => {
-            tracing::warn!(target: crate::LOG_TARGET, key = %label, "release failed; the leases will expire: {err}")
         }
     }
     match outcome {
@@ -504,21 +418,103 @@ where
     }
 }
 
-/// [`run_scoped`] for a multi-key grant: every key's grant on the stack; cancelled (with
-/// `OnLost::Abort`) when any of them is over.
-async fn run_scoped_all<F: Future>(held: Vec<Held>, on_lost: OnLost, body: F) -> Option<F::Output> {
+/// Takes the lock of `target` for a call: joins the grant of the same lock its task holds
+/// where that grant covers the call, refuses where it cannot (an upgrade, a permit inside a
+/// lock, a multi-key call over a key held), and acquires otherwise.
+///
+/// A multi-key call puts each key's grant on the task's stack, so a nested single-key call on
+/// one of them joins it (and [`current`] names the last key). A multi-key call in a task that
+/// already holds one of its keys cannot join (it would wait on itself): it fails at once with
+/// [`LockError::Config`]; take every key in the outer call.
+async fn take(
+    client: &Client,
+    target: &LockTarget,
+    spec: LockSpec,
+) -> Result<(Vec<Held>, Grant), NotTaken> {
+    let mode = target.mode();
+    match target {
+        LockTarget::Keys(keys) => {
+            if let Some(held) = keys
+                .iter()
+                .find(|key| held_by_this_task(client, key).is_some())
+            {
+                return Err(NotTaken::Failed(LockError::Config(format!(
+                    "`#[distributed_lock]` on `{label}`: this task already holds `{held}`, and \
+                     a multi-key call cannot join a grant the task holds (it would wait on \
+                     itself): take every key in the outer call",
+                    label = target.label()
+                ))));
+            }
+        }
+        LockTarget::Key { key, .. } | LockTarget::Permits { key, .. } => {
+            match held_by_this_task(client, key) {
+                // A read cannot become a write: refused at once, never a deadlock.
+                Some(outer) if outer.info.mode == LockMode::Read && mode == LockMode::Write => {
+                    return Err(NotTaken::Failed(LockError::UpgradeRefused {
+                        key: key.clone(),
+                    }));
+                }
+                // A permit is not a lock, nor a lock a permit: neither can join the other, and
+                // waiting for the other would wait on this task itself.
+                Some(outer)
+                    if (outer.info.mode == LockMode::Semaphore)
+                        != (mode == LockMode::Semaphore) =>
+                {
+                    return Err(NotTaken::Failed(LockError::Config(format!(
+                        "`#[distributed_lock]` on `{key}`: this task already holds `{key}` as a \
+                         {}, and a nested call takes it as a {}; a key is a semaphore or a \
+                         lock, not both: use distinct keys",
+                        kind_name(outer.info.mode),
+                        kind_name(mode)
+                    ))));
+                }
+                // Read in read, write in write, read in write (downgrade), and a permit in a
+                // permit of the same semaphore (one permit for both) join the grant.
+                Some(outer) => return join(outer).await,
+                None => {}
+            }
+        }
+    }
+    let guard = spec
+        .settings_of(target.request(client))
+        .acquire()
+        .await
+        .map_err(NotTaken::Failed)?;
+    let held = guard
+        .leases()
+        .map(|lease| {
+            let info = LockInfo {
+                key: lease.key.name.clone(),
+                mode,
+                fencing_token: lease.token,
+            };
+            Held::new(info, client.clone(), lease.clone())
+        })
+        .collect();
+    Ok((held, Grant::Own(guard)))
+}
+
+/// How a nested call's error names what a task holds.
+fn kind_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Semaphore => "semaphore permit",
+        LockMode::Write | LockMode::Read => "lock",
+    }
+}
+
+/// Runs `body` with `held` (one grant, or every key's grant of a multi-key grant) pushed on
+/// the task's stack; `None` if it was cancelled (with `OnLost::Abort`) because a lease was
+/// lost or the grant it joined ended.
+async fn run_scoped<F: Future>(held: Vec<Held>, on_lost: OnLost, body: F) -> Option<F::Output> {
     let leases: Vec<Arc<Lease>> = held.iter().map(|h| h.lease.clone()).collect();
     let mut stack = HELD.try_with(Clone::clone).unwrap_or_default();
     stack.extend(held);
     HELD.scope(stack, async {
         match on_lost {
             OnLost::Abort => {
-                let over = futures_util::future::select_all(
-                    leases.iter().map(|lease| Box::pin(lease.over())),
-                );
                 tokio::select! {
                     biased;
-                    _ = over => None,
+                    () = any_over(&leases) => None,
                     result = body => Some(result),
                 }
             }
@@ -526,6 +522,17 @@ async fn run_scoped_all<F: Future>(held: Vec<Held>, on_lost: OnLost, body: F) ->
         }
     })
     .await
+}
+
+/// Completes when any of `leases` is over (one lease needs no boxing).
+async fn any_over(leases: &[Arc<Lease>]) {
+    match leases {
+        [lease] => lease.over().await,
+        leases => {
+            futures_util::future::select_all(leases.iter().map(|lease| Box::pin(lease.over())))
+                .await;
+        }
+    }
 }
 
 /// Why a call could not start its body.
@@ -546,37 +553,10 @@ impl NotTaken {
     }
 }
 
-/// Takes the lock `key` through `client`.
-async fn acquire(client: Client, key: &str, spec: LockSpec) -> Result<(Held, Grant), NotTaken> {
-    let request = match spec.mode {
-        LockMode::Write => client.write_lock(key.to_owned()),
-        LockMode::Read => client.read_lock(key.to_owned()),
-        // The attribute names a semaphore's count with `permits = N`, which this spec does not
-        // carry yet.
-        // `permits = 0` written as an expression was refused by `LockSpec::check`; the
-        // request refuses a count it does not have.
-        LockMode::Semaphore => client.semaphore(key.to_owned(), spec.permits.unwrap_or(0)),
-    };
-    let guard = spec
-        .settings_of(request)
-        .acquire()
-        .await
-        .map_err(NotTaken::Failed)?;
-    let info = LockInfo {
-        key: key.to_owned(),
-        mode: spec.mode,
-        fencing_token: guard.fencing_token(),
-    };
-    Ok((
-        Held::new(info, client, guard.lease().clone()),
-        Grant::Own(guard),
-    ))
-}
-
 /// A re-entrant call in the same task: joins the grant `outer` (its lease and watchdog apply;
 /// this call's own `lease`, `wait`, `max_hold` and `watchdog` do not) once the calls that
 /// joined it before are done, unless the grant ends first.
-async fn join(outer: Held) -> Result<(Held, Grant), NotTaken> {
+async fn join(outer: Held) -> Result<(Vec<Held>, Grant), NotTaken> {
     let turn = tokio::select! {
         biased;
         () = outer.lease.over() => return Err(NotTaken::GrantEnded),
@@ -586,7 +566,7 @@ async fn join(outer: Held) -> Result<(Held, Grant), NotTaken> {
         return Err(NotTaken::GrantEnded);
     }
     Ok((
-        Held::new(outer.info, outer.client, outer.lease),
+        vec![Held::new(outer.info, outer.client, outer.lease)],
         Grant::Joined { _turn: turn },
     ))
 }

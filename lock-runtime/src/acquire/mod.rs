@@ -1,0 +1,487 @@
+//! The acquire loop, one for every request: one key of any kind, or several keys at once.
+//! Its steps, in order: [`Plan::of`] checks the request and fixes its keys, lease and wait
+//! deadline; each round sends one try ([`Plan::send`]) and [`Plan::answer`] reads the reply
+//! the same way for one key and many; a grant becomes one lease per key under one guard
+//! ([`Plan::grant`]); a refusal pauses — until the holder's release wakes the request, the
+//! backoff step passes, or the deadline comes ([`Plan::pause`]) — and the request tries again.
+//!
+//! Neighbours: the request (`request.rs`) says what is asked; the store (`backend/`) runs
+//! each try; the kind (`kind/`) says what a grant means; a try in flight is a
+//! [`PendingGrant`] (`pending.rs`), a fair request's seat a [`FairWait`] (`fair_wait.rs`),
+//! the pauses are `backoff.rs`'s; the watchdog renews what is granted.
+
+mod backoff;
+mod fair_wait;
+mod pending;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::wake::WaitRegistration;
+use crate::backend::{
+    is_ambiguous, AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Try,
+};
+use crate::client::{Client, ClientInner};
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::lease::{drift, Lease};
+use crate::request::{LockRequest, Target};
+use crate::telemetry::Acquire;
+use crate::FencingToken;
+
+use backoff::writer_waiting_mark;
+pub(crate) use backoff::Backoff;
+use fair_wait::FairWait;
+pub(crate) use pending::new_owner;
+use pending::PendingGrant;
+
+impl LockRequest {
+    /// Takes the lock, waiting as configured.
+    ///
+    /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait (or no grant
+    /// counted: see [`Config::replicas`]), [`LockError::Backend`] when the backend failed,
+    /// [`LockError::QuorumUnavailable`] when fewer than a majority of Redlock masters answered,
+    /// [`LockError::InvalidKey`] for an empty or oversized key, [`LockError::Config`] for a
+    /// zero lease or a Redlock master that is a replica, and [`LockError::NotInitialized`]
+    /// for the global client before [`init`](crate::init).
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        acquire(self).await
+    }
+}
+
+/// Takes what `request` asks for, waiting as it says (see [`LockRequest::acquire`]).
+async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
+    let client = request.client.clone().ok_or(LockError::NotInitialized)?;
+    if let Some(err) = request.refusal() {
+        return Err(err);
+    }
+    let store = client.inner.store;
+    let mut observed = match &request.target {
+        Target::Key { name, kind } => Acquire::start(name, (*kind).into(), store),
+        Target::Keys(names) => Acquire::start(&names.join(","), Kind::Write.into(), store),
+    };
+    let outcome = if observed.span.is_disabled() {
+        // No subscriber takes the span: no wrapper around the acquire loop (hot path).
+        run(request, &client, &mut observed).await
+    } else {
+        let span = observed.span.clone();
+        run(request, &client, &mut observed).instrument(span).await
+    };
+    if let Err(err) = &outcome {
+        match err {
+            LockError::Timeout { .. } => observed.timed_out(),
+            err => observed.failed(err),
+        }
+    }
+    outcome
+}
+
+/// The loop: try, and while the lock is held, pause and try again until the deadline.
+async fn run(
+    request: LockRequest,
+    client: &Client,
+    observed: &mut Acquire,
+) -> Result<LockGuard, LockError> {
+    let inner = &*client.inner;
+    if inner.shut_down.load(Ordering::Relaxed) {
+        return Err(Client::shut_down_error());
+    }
+    let mut plan = Plan::of(request, inner)?;
+    observed.try_once = plan.deadline == plan.started;
+    // A fair request's place in the key's queue, until the request ends.
+    let mut fair = match (&plan.keys, plan.fair) {
+        (Keys::One(key), true) => Some(FairWait::new(
+            &inner.releaser,
+            key,
+            inner.config.fair_heartbeat,
+        )),
+        _ => None,
+    };
+    let mut refused_before = false;
+    loop {
+        // A shutdown also ends a request that is waiting: it takes no grant after it.
+        if inner.shut_down.load(Ordering::Relaxed) {
+            return Err(Client::shut_down_error());
+        }
+        // Every try has an owner token of its own, so a try can never be mistaken for an
+        // earlier one whose grant is being given back: a late grant's clean-up and the next
+        // try may reach Redis in either order.
+        let sent = inner.clock.now();
+        let pending = PendingGrant {
+            releaser: &inner.releaser,
+            kind: plan.kind,
+            keys: plan.keys.as_slice(),
+            owner: match &fair {
+                Some(fair) => fair.new_owner(&inner.holder),
+                None => new_owner(&inner.holder),
+            },
+            expires: sent + plan.lease,
+            settled: false,
+        };
+        observed.tried();
+        if let Some(fair) = &mut fair {
+            fair.trying(&pending.owner, pending.expires);
+        }
+        let reply = plan
+            .send(inner, &pending.owner, refused_before, fair.as_ref())
+            .await;
+        let refusal = match reply {
+            Ok(Answer::Granted(_))
+                if inner.clock.now() >= sent + plan.lease - drift(plan.lease) =>
+            {
+                // The reply came too late to leave any of the lease: dropping the unsettled
+                // try gives the grant back; try again like a held lock.
+                drop(pending);
+                Refusal::default()
+            }
+            Ok(Answer::Granted(tokens)) => {
+                let owner = pending.settle();
+                if let Some(fair) = fair.take() {
+                    fair.granted();
+                }
+                return plan.grant(inner, observed, owner, tokens, sent).await;
+            }
+            Ok(Answer::Refused(refusal)) => {
+                pending.settle();
+                observed.refused();
+                refused_before = true;
+                if let (Some(fair), Some((place, behind))) = (&mut fair, refusal.queued) {
+                    fair.refused(place, behind);
+                }
+                refusal
+            }
+            Err(err) => {
+                if !is_ambiguous(&err) {
+                    pending.settle();
+                }
+                return Err(err);
+            }
+        };
+        plan.pause(inner, observed, &refusal, fair.as_ref()).await?;
+    }
+}
+
+/// A request's keys, with the configured prefix.
+enum Keys {
+    One(LockKey),
+    /// A multi-key request's, in the order every request takes them, and how errors name
+    /// them together.
+    Many {
+        keys: Vec<LockKey>,
+        label: String,
+    },
+}
+
+impl Keys {
+    fn as_slice(&self) -> &[LockKey] {
+        match self {
+            Keys::One(key) => std::slice::from_ref(key),
+            Keys::Many { keys, .. } => keys,
+        }
+    }
+
+    fn label(&self) -> &str {
+        match self {
+            Keys::One(key) => &key.name,
+            Keys::Many { label, .. } => label,
+        }
+    }
+
+    /// Each key, by value: one, or every key of a multi-key request (no allocation for one).
+    fn into_iter(self) -> impl Iterator<Item = LockKey> {
+        let (one, many) = match self {
+            Keys::One(key) => (Some(key), Vec::new()),
+            Keys::Many { keys, .. } => (None, keys),
+        };
+        one.into_iter().chain(many)
+    }
+}
+
+/// What a try's reply says, for one key or many.
+enum Answer {
+    /// Granted, with the fencing token of each key in the order taken.
+    Granted(Tokens),
+    Refused(Refusal),
+}
+
+/// The fencing tokens of a grant: one key's, or one per key of a multi-key grant.
+enum Tokens {
+    One(Option<FencingToken>),
+    Many(Vec<Option<FencingToken>>),
+}
+
+impl Tokens {
+    fn of(&self, at: usize) -> Option<FencingToken> {
+        match self {
+            Tokens::One(token) => *token,
+            Tokens::Many(tokens) => tokens.get(at).copied().flatten(),
+        }
+    }
+}
+
+/// What a refused try learnt.
+#[derive(Default)]
+struct Refusal {
+    /// The longest the holder keeps the lock (`None`: unknown).
+    remaining: Option<Duration>,
+    /// The position of the key found held, whose release the request waits for.
+    at: usize,
+    /// A fair try's place in the queue and whether others are ahead of it.
+    queued: Option<(u64, bool)>,
+}
+
+impl From<AcquireReply> for Answer {
+    fn from(reply: AcquireReply) -> Self {
+        match reply {
+            AcquireReply::Acquired(token) => Answer::Granted(Tokens::One(token)),
+            AcquireReply::Held(remaining) => Answer::Refused(Refusal {
+                remaining,
+                ..Refusal::default()
+            }),
+            AcquireReply::Queued {
+                place,
+                behind,
+                remaining,
+            } => Answer::Refused(Refusal {
+                remaining,
+                at: 0,
+                queued: Some((place, behind)),
+            }),
+        }
+    }
+}
+
+impl From<MultiReply> for Answer {
+    fn from(reply: MultiReply) -> Self {
+        match reply {
+            MultiReply::Acquired(tokens) => Answer::Granted(Tokens::Many(tokens)),
+            MultiReply::Held(remaining, at) => Answer::Refused(Refusal {
+                remaining,
+                at,
+                queued: None,
+            }),
+        }
+    }
+}
+
+/// A request checked and fixed: what every try of it sends, and until when it tries.
+struct Plan {
+    keys: Keys,
+    /// The kind of each try: [`Kind::Fair`] for a fair request.
+    kind: Kind,
+    fair: bool,
+    lease: Duration,
+    fencing: bool,
+    watchdog: bool,
+    max_hold: Option<Duration>,
+    /// The wait runs on the caller's clock; leases on the backend's (see `clock`).
+    started: Instant,
+    deadline: Instant,
+    backoff: Backoff,
+    /// The registration for the release of the key found held last, and that key's position;
+    /// made on the first pause, kept while the same key is the one waited for.
+    registration: Option<(usize, WaitRegistration)>,
+}
+
+impl Plan {
+    /// Checks `request` against the client's settings and fixes its keys and deadline.
+    fn of(request: LockRequest, inner: &ClientInner) -> Result<Self, LockError> {
+        let config = &inner.config;
+        let (keys, kind) = match request.target {
+            Target::Key { name, kind } => {
+                let key = LockKey::new(&config.key_prefix, name)?;
+                if kind == Kind::Semaphore(0) {
+                    return Err(crate::kind::semaphore::no_permits(&key));
+                }
+                (Keys::One(key), kind)
+            }
+            Target::Keys(names) => {
+                let keys = crate::kind::multi::ordered_keys(&config.key_prefix, names)?;
+                let label = keys
+                    .iter()
+                    .map(|key| key.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (Keys::Many { keys, label }, Kind::Write)
+            }
+        };
+        let lease =
+            LockRequest::checked_lease(request.lease, request.max_hold, config, keys.label())?;
+        let wait = request.wait.unwrap_or(config.default_wait);
+        let started = Instant::now();
+        let deadline = started
+            .checked_add(wait)
+            .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+        Ok(Self {
+            keys,
+            kind: if request.fair { Kind::Fair } else { kind },
+            fair: request.fair,
+            lease,
+            fencing: request.fencing.unwrap_or(config.fencing),
+            watchdog: request.watchdog,
+            max_hold: request.max_hold,
+            started,
+            deadline,
+            backoff: Backoff::new(config.backoff_min, config.backoff_max),
+            registration: None,
+        })
+    }
+
+    /// Sends one try with `owner`, through the store's one-key or multi-key call.
+    async fn send(
+        &self,
+        inner: &ClientInner,
+        owner: &str,
+        refused_before: bool,
+        fair: Option<&FairWait<'_>>,
+    ) -> Result<Answer, LockError> {
+        let writer_waiting = writer_waiting_mark(
+            inner.config.backoff_max,
+            self.deadline - Instant::now().min(self.deadline),
+        );
+        match &self.keys {
+            Keys::One(key) => {
+                let attempt = Try {
+                    kind: self.kind,
+                    key,
+                    owner,
+                    lease: self.lease,
+                    writer_waiting,
+                    refused_before,
+                    fencing: self.fencing,
+                    seat: fair.map(|fair| fair.seat),
+                };
+                let reply = inner.backend.acquire(&attempt);
+                inner.clock.send(&inner.io, reply).await.map(Answer::from)
+            }
+            Keys::Many { keys, .. } => {
+                let attempt = MultiTry {
+                    keys,
+                    owner,
+                    lease: self.lease,
+                    writer_waiting,
+                    refused_before,
+                    fencing: self.fencing,
+                };
+                let reply = inner.backend.acquire_all(&attempt);
+                inner.clock.send(&inner.io, reply).await.map(Answer::from)
+            }
+        }
+    }
+
+    /// The grant: one lease per key, all under `owner` and the send time, watched by the
+    /// watchdog and held by one guard — so renewals, releases, `inspect` and `force_unlock`
+    /// see each key of a multi-key grant as an ordinary write lock.
+    async fn grant(
+        self,
+        inner: &ClientInner,
+        observed: &Acquire,
+        owner: String,
+        tokens: Tokens,
+        sent: std::time::Instant,
+    ) -> Result<LockGuard, LockError> {
+        // The grant's span names the request: its one key, or every key of a multi-key grant
+        // (the other keys' leases get spans of their own).
+        let mut hold = Some(observed.granted(self.keys.label(), tokens.of(0), self.lease));
+        let count = self.keys.as_slice().len();
+        let mut owner = Some(owner);
+        let mut first = None;
+        let mut more = Vec::with_capacity(count.saturating_sub(1));
+        for (at, key) in self.keys.into_iter().enumerate() {
+            let token = tokens.of(at);
+            let hold = hold
+                .take()
+                .unwrap_or_else(|| observed.granted(&key.name, token, self.lease));
+            let lease = Arc::new(Lease::new(
+                self.kind,
+                key,
+                // Moved into the last lease, cloned for the others.
+                if at + 1 == count {
+                    owner.take().unwrap_or_default()
+                } else {
+                    owner.clone().unwrap_or_default()
+                },
+                token,
+                self.lease,
+                self.watchdog,
+                self.max_hold,
+                sent,
+                inner.clock,
+                hold,
+            ));
+            inner.watchdog.watch(lease.clone());
+            match first {
+                None => first = Some(lease),
+                Some(_) => more.push(lease),
+            }
+        }
+        let Some(first) = first else {
+            // `Plan::of` refuses a request of no key; no store grants one.
+            return Err(LockError::Config(
+                "`lock_all` was given no key: name at least one".to_owned(),
+            ));
+        };
+        let guard = LockGuard::new(first, more, inner.releaser.clone());
+        if inner.shut_down.load(Ordering::SeqCst) {
+            // Granted while the client shut down: given back at once.
+            let _ = guard.release().await;
+            return Err(Client::shut_down_error());
+        }
+        Ok(guard)
+    }
+
+    /// Pauses after a refusal: until the release of the key found held wakes the request,
+    /// the backoff step passes (at most the holder's remaining lease), or the deadline comes;
+    /// at the deadline, the request has timed out.
+    async fn pause(
+        &mut self,
+        inner: &ClientInner,
+        observed: &Acquire,
+        refusal: &Refusal,
+        fair: Option<&FairWait<'_>>,
+    ) -> Result<(), LockError> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(LockError::Timeout {
+                key: self.keys.label().to_owned(),
+                waited: now - self.started,
+            });
+        }
+        let waker = inner.backend.waker();
+        let channel = |at: usize| {
+            let keys = self.keys.as_slice();
+            &keys[at.min(keys.len() - 1)].channel
+        };
+        let mut delay = match fair {
+            Some(fair) => fair.next_delay(&mut self.backoff, waker, channel(0)),
+            None => self.backoff.next_delay(),
+        }
+        .min(self.deadline - now);
+        if let Some(remaining) = refusal.remaining {
+            delay = delay.min(remaining);
+        }
+        match waker {
+            // Woken by the holder's release, or after the backoff step at the latest.
+            Some(waker) => {
+                let at = refusal.at.min(self.keys.as_slice().len() - 1);
+                let registration = match &mut self.registration {
+                    Some((held, registration)) if *held == at => registration,
+                    registration => {
+                        let waiter = fair.map_or("", |fair| fair.waiter.as_str());
+                        let channel = &self.keys.as_slice()[at].channel;
+                        &mut registration
+                            .insert((at, waker.interest(channel, self.kind, waiter)))
+                            .1
+                    }
+                };
+                observed.waited(waker.wait(registration, delay).await);
+            }
+            None => tokio::time::sleep(delay).await,
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,205 @@
+//! [`Client`]: a handle to one lock service — its store, opened from a [`Config`], its
+//! watchdog, its releaser and the defaults of its requests — and its graceful shutdown.
+//! Requests it starts are [`LockRequest`](crate::LockRequest)s (`request.rs`), taken by the
+//! acquire loop (`acquire/`); the global client is `global.rs`, the operator's tools
+//! `client/operator.rs`.
+
+mod operator;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::backend::cluster::ClusterBackend;
+use crate::backend::endpoint::{Endpoint, Sentinel};
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::{NodeOptions, RedisBackend};
+use crate::backend::redlock::RedlockBackend;
+use crate::backend::Backend;
+use crate::clock::Clock;
+use crate::config::{BackendConfig, Config};
+use crate::error::LockError;
+use crate::inspect::HolderTag;
+use crate::io::IoRuntime;
+use crate::kind::Tokens;
+use crate::release::Releaser;
+use crate::telemetry;
+use crate::watchdog::Watchdog;
+
+/// A handle to one lock service: its backend, its watchdog and the defaults of its requests.
+/// Cheap to clone; clones share everything. Use one beside the global client when a program
+/// needs a second configuration.
+///
+/// ## Behavior
+///
+/// - Connects on the first request, and again after the connection breaks; a request made
+///   while Redis is unreachable fails with [`LockError::Backend`].
+/// - Owns one background thread with a small runtime for its connection, its watchdog and
+///   the releases of dropped guards, so it keeps working when used from several tokio
+///   runtimes one after another. The thread ends when the last clone (and guard) is dropped.
+/// - A command the server's ACL refuses fails the request with a [`BackendError`](crate::BackendError) of kind
+///   [`BackendErrorKind::Server`](crate::BackendErrorKind::Server) that names the command
+///   and how to grant it (the README's section "Keys in Redis" lists what distlock needs).
+///   A user without `MULTI` or `EXEC` still locks: each new connection asks first, and a write
+///   lock's first try then runs the script instead of a transaction (one warning says so).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::new(distlock::Config::in_memory())?;
+/// let guard = client.lock("cart:1").acquire().await?;
+/// assert_eq!(guard.key(), "cart:1");
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) config: Config,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) watchdog: Watchdog,
+    /// The one way grants are given back; it keeps the I/O runtime alive while guards live.
+    pub(crate) releaser: Arc<Releaser>,
+    /// This process's holder record, in every owner token.
+    pub(crate) holder: HolderTag,
+    /// The store's name in spans and metrics ([`crate::telemetry`]).
+    pub(crate) store: &'static str,
+    /// Set by [`Client::shutdown`]: no new grants.
+    pub(crate) shut_down: AtomicBool,
+    /// The clock of the backend's leases.
+    pub(crate) clock: Clock,
+    /// The client's own runtime, whose (never paused) timers requests to Redis use.
+    pub(crate) io: Arc<IoRuntime>,
+}
+
+impl Client {
+    /// Makes a client from `config`. Does not connect.
+    pub fn new(config: Config) -> Result<Self, LockError> {
+        config.validate()?;
+        let io = Arc::new(IoRuntime::start()?);
+        let options = NodeOptions {
+            response_timeout: config.response_timeout,
+            connect_timeout: config.connect_timeout,
+            require_primary: false,
+            guard: config.replicas,
+            wake_ups: true,
+            tokens: Tokens::Clock,
+        };
+        let backend = Arc::new(match &config.backend {
+            BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(
+                Endpoint::Fixed((**client).clone()),
+                options,
+                io.handle(),
+            ))),
+            BackendConfig::Sentinel { sentinels, master } => {
+                Backend::Redis(Box::new(RedisBackend::new(
+                    Endpoint::Sentinel(Sentinel::new(
+                        sentinels.clone(),
+                        master.clone(),
+                        config.connect_timeout,
+                        config.response_timeout,
+                    )),
+                    options,
+                    io.handle(),
+                )))
+            }
+            BackendConfig::Cluster(nodes) => {
+                Backend::Cluster(Box::new(ClusterBackend::new(nodes, options, io.handle())?))
+            }
+            BackendConfig::Redlock(masters) => Backend::Redlock(Box::new(RedlockBackend::new(
+                masters,
+                options,
+                config.node_timeout,
+                io.handle(),
+            ))),
+            BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
+        });
+        let watchdog = Watchdog::start(&io, backend.clone());
+        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
+        telemetry::describe();
+        Ok(Self {
+            inner: Arc::new(ClientInner {
+                store: store_name(&config.backend),
+                shut_down: AtomicBool::new(false),
+                holder: HolderTag::of_this_process(config.app_name.as_deref()),
+                config,
+                clock: backend.clock(),
+                backend,
+                watchdog,
+                releaser,
+                io,
+            }),
+        })
+    }
+
+    /// Whether `other` is this client or a clone of it: the same grants, watchdog and store.
+    pub(crate) fn is_same(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Graceful shutdown: gives back every lock this client (and its clones) holds, and
+    /// refuses new requests. Call it when the process is about to exit, after it has stopped
+    /// taking work, so the next holders need not wait for leases to run out.
+    ///
+    /// Each held grant is first reported lost to its holder ([`LockGuard::lost`] completes, an
+    /// annotated fn with `on_lost = "abort"` returns [`LockError::LeaseLost`] at its next
+    /// await), then released. Requests made afterwards fail with [`LockError::Config`]; guards
+    /// dropped afterwards cost one request that finds nothing to delete.
+    ///
+    /// Returns how many grants were held and given back; an error is the first release that
+    /// failed (every release is tried; a failed one's lease runs out).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let guard = client.lock("job:1").acquire().await?;
+    /// assert_eq!(client.shutdown().await?, 1);
+    /// assert!(!guard.is_held());
+    /// assert!(client.lock("job:1").acquire().await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self) -> Result<usize, LockError> {
+        let inner = &self.inner;
+        inner.shut_down.store(true, Ordering::SeqCst);
+        let mut leases = inner.watchdog.drain();
+        leases.retain(|lease| lease.shut_down());
+        let released = leases.len();
+        // A holder told of the shutdown may drop its guard meanwhile: its release and this
+        // one are the same compare-and-delete, and whichever comes second finds nothing.
+        let releases = leases.iter().map(|lease| inner.releaser.release(lease));
+        let first_error = futures_util::future::join_all(releases)
+            .await
+            .into_iter()
+            .find_map(Result::err);
+        tracing::info!(target: crate::LOG_TARGET, store = inner.store, released, "client shut down");
+        first_error.map_or(Ok(released), Err)
+    }
+
+    pub(crate) fn shut_down_error() -> LockError {
+        LockError::Config(
+            "this distlock client was shut down (`Client::shutdown`); make a new client to \
+             take locks again"
+                .to_owned(),
+        )
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name of the store a config chooses, as spans and metrics label it.
+fn store_name(backend: &BackendConfig) -> &'static str {
+    match backend {
+        BackendConfig::Redis(_) => "redis",
+        BackendConfig::Sentinel { .. } => "sentinel",
+        BackendConfig::Cluster(_) => "cluster",
+        BackendConfig::Redlock(_) => "redlock",
+        BackendConfig::InMemory(_) => "memory",
+    }
+}

@@ -1,0 +1,282 @@
+//! [`LockRequest`]: what a request asks for — its [`Target`] (one key of a kind, or several
+//! keys at once) and its settings — built with consuming setters. The builder is also where a
+//! request that can never be granted is refused, once, before any try: a fair read, semaphore
+//! or multi-key request, a lease out of bounds. [`Client`]'s request methods are here; the
+//! global client's are in `global.rs`; the acquire loop (`acquire/`) takes a request
+//! ([`LockRequest::acquire`]).
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::config::{lease_out_of_bounds, Config};
+use crate::error::LockError;
+use crate::kind::Kind;
+
+/// Requests started through a client; the global client's are the free functions
+/// (`global.rs`).
+impl Client {
+    /// Starts a request for the lock `key` through this client (exclusive: the write side of
+    /// the key's read/write lock).
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into(), Kind::Write)
+    }
+
+    /// Starts a request for the write side of the read/write lock `key`: the same lock as
+    /// [`Client::lock`]. See [`write_lock`].
+    pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {
+        self.lock(key)
+    }
+
+    /// Starts a request for the locks of every key of `keys` at once: all or nothing, one
+    /// guard, a fencing token per key. See [`lock_all`].
+    pub fn lock_all<I, K>(&self, keys: I) -> LockRequest
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        LockRequest::all(Some(self.clone()), keys)
+    }
+
+    /// Starts a request for the read side of the read/write lock `key`. See [`read_lock`].
+    pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into(), Kind::Read)
+    }
+
+    /// Starts a request for one of `permits` permits of the semaphore `key`. See
+    /// [`semaphore`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let a = client.semaphore("api", 2).acquire().await?;
+    /// let b = client.semaphore("api", 2).acquire().await?;
+    /// assert_eq!(a.permits(), Some(2));
+    /// // Both permits are taken: a third request waits, here not at all.
+    /// let third = client.semaphore("api", 2).wait(Duration::ZERO).acquire().await;
+    /// assert!(matches!(third, Err(distlock::LockError::Timeout { .. })));
+    /// b.release().await?;
+    /// let c = client.semaphore("api", 2).acquire().await?;
+    /// # drop((a, c)); Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest::new(Some(self.clone()), key.into(), Kind::Semaphore(permits))
+    }
+}
+
+/// What a request takes.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// One key (as given, without the configured prefix) and the kind of grant asked for.
+    Key { name: String, kind: Kind },
+    /// The write locks of every key, at once ([`lock_all`](crate::lock_all)); as given.
+    Keys(Vec<String>),
+}
+
+impl Target {
+    /// The keys as given, for errors: one name, or every name joined with `sep`.
+    pub(crate) fn label(&self, sep: &str) -> String {
+        match self {
+            Target::Key { name, .. } => name.clone(),
+            Target::Keys(names) => names.join(sep),
+        }
+    }
+}
+
+/// A request for one lock, built with consuming setters and sent by
+/// [`acquire`](LockRequest::acquire).
+///
+/// ## Behavior
+///
+/// - One try is one round trip. While the lock is held, the request sleeps a random time
+///   between zero and an exponentially growing ceiling (full jitter), never longer than the
+///   holder's remaining lease and never past the wait deadline, and tries again; the last try
+///   happens at the deadline. A wait of zero tries once.
+/// - A backend error ends the request at once with [`LockError::Backend`] (on Redlock,
+///   [`LockError::QuorumUnavailable`] when too few masters answered). If the failed try
+///   may still have taken the lock (a timeout, a broken connection), or the acquire future is
+///   dropped while a try is under way, the possible grant is deleted in the background with a
+///   compare-and-delete.
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+#[derive(Debug)]
+pub struct LockRequest {
+    pub(crate) client: Option<Client>,
+    pub(crate) target: Target,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) watchdog: bool,
+    pub(crate) fencing: Option<bool>,
+    /// Queued in request order among fair waiters ([`LockRequest::fair`]).
+    pub(crate) fair: bool,
+}
+
+impl LockRequest {
+    /// A request for the grant of `kind` on the key `name`.
+    pub(crate) fn new(client: Option<Client>, name: String, kind: Kind) -> Self {
+        Self::of(client, Target::Key { name, kind })
+    }
+
+    /// A request for the write locks of every key of `keys` at once ([`lock_all`](crate::lock_all)).
+    pub(crate) fn all<I, K>(client: Option<Client>, keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        Self::of(
+            client,
+            Target::Keys(keys.into_iter().map(Into::into).collect()),
+        )
+    }
+
+    fn of(client: Option<Client>, target: Target) -> Self {
+        Self {
+            client,
+            target,
+            lease: None,
+            wait: None,
+            max_hold: None,
+            watchdog: true,
+            fencing: None,
+            fair: false,
+        }
+    }
+
+    /// Lease (time to live) of the grant; the watchdog renews it while the guard lives.
+    /// Defaults to the client's [`Config::default_lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long to wait while someone else holds the lock; zero tries once.
+    /// Defaults to the client's [`Config::default_wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The longest the lock is held, renewals included: past it the watchdog stops renewing
+    /// and the guard reports the lease lost ([`LockGuard::lost`] completes; an annotated fn
+    /// with `on_lost = "abort"` returns [`LockError::HeldTooLong`]). A cap on hung work, like
+    /// a maximum number of renewals. At least the lease; none by default.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Whether the watchdog renews the lease while the guard lives; with `false` the lease is a
+    /// hard time limit and the guard reports it lost when it runs out. Defaults to `true`.
+    pub fn watchdog(mut self, renew: bool) -> Self {
+        self.watchdog = renew;
+        self
+    }
+
+    /// Whether the grant carries a fencing token. Defaults to the client's
+    /// [`Config::fencing`] (`true`).
+    ///
+    /// `false` is the efficiency mode, for a lock that only keeps work from being done twice:
+    /// the first try of a write grant is a bare `SET NX PX` (no script), no fencing counter is
+    /// written, and [`LockGuard::fencing_token`] is `None` — there is no token to hand to a
+    /// store, so a holder paused past its lease can still write after the next holder.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let guard = distlock::lock("report:daily").fencing(false).acquire().await?;
+    /// assert_eq!(guard.fencing_token(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = Some(fencing);
+        self
+    }
+
+    /// Makes the request fair: it waits in the key's queue and is granted in request order
+    /// among the key's fair waiters (FIFO), instead of to whoever tries first after a release.
+    /// Only for the exclusive (write) lock; a read, semaphore or multi-key request made fair
+    /// fails with [`LockError::Config`]. Defaults to not fair.
+    ///
+    /// ## Behavior
+    ///
+    /// - The first try joins the queue; its place is the server's clock when it got there
+    ///   (on Redlock, this client's clock when the request started, the same on every master,
+    ///   so that the masters agree on the order). Only the queue's head is granted the lock.
+    /// - A release wakes the head alone; every waiter also tries again at least every half
+    ///   [`Config::fair_heartbeat`], which keeps its place (the fallback when a wake-up is lost).
+    /// - A waiter that stops trying — crashed, frozen, cut off — is dropped from the queue one
+    ///   and a half heartbeats after its last try, on the server's clock, by the next try of
+    ///   any waiter; so a dead waiter holds the queue up for at most two heartbeats. A waiter
+    ///   whose request times out, fails or is cancelled (its future dropped) leaves the queue at
+    ///   once, in the background. A waiter dropped while alive (its process stalled past its
+    ///   heartbeat) comes back at the place it had: each refusal tells it its place.
+    /// - Unfair requests for the same key ([`lock`], [`write_lock`]) do not queue: they take the
+    ///   lock whenever they find it free, and exclude fair holders as any writer does.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let guard = distlock::lock("invoice:7").fair().acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// Refuses, before any try, a request that no store could grant: a fair request whose
+    /// kind has no queue, and a multi-key request naming no key.
+    pub(crate) fn refusal(&self) -> Option<LockError> {
+        if let Target::Keys(names) = &self.target {
+            if names.is_empty() {
+                return Some(LockError::Config(
+                    "`lock_all` was given no key: name at least one".to_owned(),
+                ));
+            }
+        }
+        if !self.fair {
+            return None;
+        }
+        let what = match &self.target {
+            Target::Keys(_) => "multi-key lock (taken in a fixed key order, not queued)",
+            Target::Key {
+                kind: Kind::Read, ..
+            } => "read lock (readers share the lock and need no queue)",
+            Target::Key {
+                kind: Kind::Semaphore(_),
+                ..
+            } => "semaphore",
+            Target::Key {
+                kind: Kind::Write | Kind::Fair,
+                ..
+            } => return None,
+        };
+        Some(LockError::Config(format!(
+            "lock `{}` was requested fair as a {what}; only the exclusive lock (`lock`, \
+             `write_lock`) queues its waiters: drop `.fair()`",
+            self.target.label(", ")
+        )))
+    }
+
+    /// A request's `lease`, or the client's default, checked against its bounds and against
+    /// `max_hold`; `name` names the lock in the error.
+    pub(crate) fn checked_lease(
+        lease: Option<Duration>,
+        max_hold: Option<Duration>,
+        config: &Config,
+        name: &str,
+    ) -> Result<Duration, LockError> {
+        let lease = lease.unwrap_or(config.default_lease);
+        if let Some(why) = lease_out_of_bounds(lease) {
+            return Err(LockError::Config(format!(
+                "the lease of lock `{name}` is {why}"
+            )));
+        }
+        if let Some(max_hold) = max_hold.filter(|&max_hold| max_hold < lease) {
+            return Err(LockError::Config(format!(
+                "the max_hold of lock `{name}` ({max_hold:?}) is shorter than its lease ({lease:?}): \
+                 it would be given up before its first renewal; make max_hold at least the lease"
+            )));
+        }
+        Ok(lease)
+    }
+}
