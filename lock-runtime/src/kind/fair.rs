@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{millis, write, Tokens, Try, TwinEntry, TwinReply};
-use crate::protocol::{Announce, LockKey};
+use crate::protocol::Announce;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| super::script(&acquire_script()));
 
@@ -38,7 +38,7 @@ fn acquire_script() -> String {
         1,
     )
 }
-static RELEASE: LazyLock<Script> =
+pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/fair/release.lua")));
 
 /// How many leading characters of a fair request's owner tokens name its waiter (hex digits
@@ -109,21 +109,6 @@ pub(super) fn acquire_call(
         .arg(&key.queue)
         .arg(&key.queue_deadlines)
         .arg(&key.channel);
-    call
-}
-
-pub(super) fn release_call(
-    key: &LockKey,
-    owner: &str,
-    announce: Announce,
-) -> ScriptInvocation<'static> {
-    let mut call = RELEASE.prepare_invoke();
-    call.key(&key.lock)
-        .arg(owner)
-        .arg(announce.command())
-        .arg(&key.channel)
-        .arg(&key.queue)
-        .arg(&key.queue_deadlines);
     call
 }
 

@@ -132,12 +132,25 @@ impl Kind {
         owner: &str,
         announce: Announce,
     ) -> ScriptInvocation<'static> {
+        let script: &Script = match self {
+            Kind::Write => &write::RELEASE,
+            Kind::Read => &read::RELEASE,
+            Kind::Semaphore(_) => &semaphore::RELEASE,
+            Kind::Fair => &fair::RELEASE,
+        };
+        // Every release script takes the lock key, the owner token and how the store
+        // announces, then the keys it reaches beside the lock (arguments: `lock_key.lua`).
+        let mut call = script.prepare_invoke();
+        call.key(&key.lock).arg(owner).arg(announce.command());
         match self {
-            Kind::Write => write::release_call(key, owner, announce),
-            Kind::Read => read::release_call(key, owner, announce),
-            Kind::Semaphore(_) => semaphore::release_call(key, owner, announce),
-            Kind::Fair => fair::release_call(key, owner, announce),
-        }
+            Kind::Write | Kind::Semaphore(_) => call.arg(&key.channel),
+            Kind::Read => call.arg(&key.writer_waiting).arg(&key.channel),
+            Kind::Fair => call
+                .arg(&key.channel)
+                .arg(&key.queue)
+                .arg(&key.queue_deadlines),
+        };
+        call
     }
 
     /// The kind whose release gives back the grant a try of this kind may have made, and

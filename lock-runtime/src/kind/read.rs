@@ -12,30 +12,15 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{acquire_invocation, Tokens, Try, TwinEntry, TwinReply};
-use crate::protocol::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/read/acquire.lua")));
-static RELEASE: LazyLock<Script> =
+pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/read/release.lua")));
 
 pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
     let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
     call.arg(&attempt.key.writer_waiting);
-    call
-}
-
-pub(super) fn release_call(
-    key: &LockKey,
-    owner: &str,
-    announce: Announce,
-) -> ScriptInvocation<'static> {
-    let mut call = RELEASE.prepare_invoke();
-    call.key(&key.lock)
-        .arg(owner)
-        .arg(announce.command())
-        .arg(&key.writer_waiting)
-        .arg(&key.channel);
     call
 }
 

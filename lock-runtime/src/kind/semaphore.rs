@@ -18,11 +18,11 @@ use redis::{Script, ScriptInvocation};
 
 use super::{Tokens, Try, TwinEntry, TwinReply};
 use crate::error::LockError;
-use crate::protocol::{Announce, LockKey};
+use crate::protocol::LockKey;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/acquire.lua")));
-static RELEASE: LazyLock<Script> =
+pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/semaphore/release.lua")));
 
 /// How many of `masters` Redlock masters must grant a permit of a semaphore of `permits`: a
@@ -49,19 +49,6 @@ pub(super) fn acquire_call(
 ) -> ScriptInvocation<'static> {
     let mut call = super::acquire_invocation(&ACQUIRE, attempt, tokens);
     call.arg(permits);
-    call
-}
-
-pub(super) fn release_call(
-    key: &LockKey,
-    owner: &str,
-    announce: Announce,
-) -> ScriptInvocation<'static> {
-    let mut call = RELEASE.prepare_invoke();
-    call.key(&key.lock)
-        .arg(owner)
-        .arg(announce.command())
-        .arg(&key.channel);
     call
 }
 

@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use redis::{Script, ScriptInvocation};
 
 use super::{acquire_invocation, millis, Tokens, Try, TwinEntry, TwinReply};
-use crate::protocol::{Announce, LockKey};
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
-static RELEASE: LazyLock<Script> =
+pub(super) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
 
 /// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
@@ -37,19 +36,6 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocatio
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
         .arg(&attempt.key.writer_waiting);
-    call
-}
-
-pub(super) fn release_call(
-    key: &LockKey,
-    owner: &str,
-    announce: Announce,
-) -> ScriptInvocation<'static> {
-    let mut call = RELEASE.prepare_invoke();
-    call.key(&key.lock)
-        .arg(owner)
-        .arg(announce.command())
-        .arg(&key.channel);
     call
 }
 
