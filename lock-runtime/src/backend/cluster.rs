@@ -22,7 +22,8 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
-use super::redis::{Failure, NodeOptions};
+use super::connection::Failure;
+use super::redis::NodeOptions;
 use super::wake::{ReleaseListener, Transport};
 use super::{
     AcquireReply, Announce, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
@@ -105,7 +106,7 @@ impl ClusterBackend {
                             .spawn(super::eviction::check_cluster(connection.clone()));
                         Ok(connection)
                     }
-                    Ok(Err(err)) => Err(super::redis::connect_error(err)),
+                    Ok(Err(err)) => Err(super::connection::connect_error(err)),
                     Err(err) => Err(crate::io::connect_task_failed(err)),
                 }
             })

@@ -5,11 +5,12 @@
 //! key layout ([`LockKey`]), its wake-ups and how it batches renewals; what a grant means is
 //! the kind's. The acquire loop, the watchdog and the release path only talk to this module.
 //!
-//! The stores: [`redis`] (one server, also the primary found through Sentinel, and each
-//! master of Redlock), [`cluster`] (Redis Cluster), [`redlock`] (a quorum of independent
-//! masters, each a [`redis`] node) and [`memory`] (in-process).
+//! The stores: [`redis`] (one server through its [`connection`], also the primary found
+//! through Sentinel, and each master of Redlock), [`cluster`] (Redis Cluster), [`redlock`] (a
+//! quorum of independent masters, each a [`redis`] node) and [`memory`] (in-process).
 
 pub(crate) mod cluster;
+pub(crate) mod connection;
 pub(crate) mod endpoint;
 pub(crate) mod eviction;
 pub(crate) mod memory;

@@ -1,5 +1,6 @@
 //! Redlock store: a lock over N independent Redis masters (N odd, at least 3), each a node
-//! store (`redis.rs`, which refuses a master that reports itself a replica). Every operation
+//! store (`redis.rs` over `connection.rs`, which refuses a master that reports itself a
+//! replica). Every operation
 //! goes to all masters at once with a per-master timeout far below the lease
 //! ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only when a
 //! majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try that
@@ -199,7 +200,7 @@ impl RedlockBackend {
     /// connect nobody waits for finishes in the background, for the next try.
     async fn warm_up(&self) {
         let missing: Vec<usize> = (0..self.masters.len())
-            .filter(|&i| !self.masters[i].is_connected())
+            .filter(|&i| !self.masters[i].node().is_connected())
             .collect();
         if missing.is_empty() {
             return;
@@ -228,7 +229,11 @@ impl RedlockBackend {
         }
         let _ = tokio::time::timeout(self.connect_timeout, async {
             while ended.next().await.is_some() {
-                let connected = self.masters.iter().filter(|m| m.is_connected()).count();
+                let connected = self
+                    .masters
+                    .iter()
+                    .filter(|m| m.node().is_connected())
+                    .count();
                 if connected >= enough {
                     break;
                 }
@@ -240,7 +245,7 @@ impl RedlockBackend {
     /// Connects master `i` in the background unless a connect of it is under way already;
     /// its end is announced on the master's [`Connecting::ended`]. The connect runs on the
     /// caller's runtime when that is a multi-thread runtime, so that the master's connection
-    /// is driven there (no thread hop per request, see `redis.rs`), else on the I/O runtime.
+    /// is driven there (no thread hop per request, see `connection.rs`), else on the I/O runtime.
     fn connect_in_background(&self, i: usize) {
         let connecting = &self.connecting[i];
         if connecting.running.swap(true, Ordering::AcqRel) {
@@ -250,7 +255,7 @@ impl RedlockBackend {
         let runtime = crate::io::multi_thread_caller().unwrap_or_else(|| self.io.clone());
         runtime.spawn(async move {
             let _ends = ends;
-            let _ = master.warm_up().await;
+            let _ = master.node().warm_up().await;
         });
     }
 
@@ -259,7 +264,7 @@ impl RedlockBackend {
     /// reach them again.
     fn reconnect_missing(&self) {
         for i in 0..self.masters.len() {
-            if !self.masters[i].is_connected() {
+            if !self.masters[i].node().is_connected() {
                 self.connect_in_background(i);
             }
         }
@@ -527,7 +532,11 @@ impl LockBackend for RedlockBackend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let timeout = self.timeout_for(attempt.lease);
         self.warm_up().await;
-        if let Some(refusal) = self.masters.iter().find_map(|master| master.refusal()) {
+        if let Some(refusal) = self
+            .masters
+            .iter()
+            .find_map(|master| master.node().refusal())
+        {
             // Replication defeats Redlock: refuse the deployment, not just the node.
             return Err(LockError::Config(format!(
                 "a Redlock master is not a master: {refusal}"
@@ -632,7 +641,7 @@ impl LockBackend for RedlockBackend {
             for i in silent {
                 let (master, channel) = (self.masters[i].clone(), key.channel.clone());
                 self.io
-                    .spawn(async move { master.announce(&channel).await });
+                    .spawn(async move { master.node().announce(&channel).await });
             }
         }
         if answered < self.quorum() {
@@ -705,7 +714,11 @@ impl LockBackend for RedlockBackend {
         };
         let timeout = self.timeout_for(attempt.lease);
         self.warm_up().await;
-        if let Some(refusal) = self.masters.iter().find_map(|master| master.refusal()) {
+        if let Some(refusal) = self
+            .masters
+            .iter()
+            .find_map(|master| master.node().refusal())
+        {
             return Err(LockError::Config(format!(
                 "a Redlock master is not a master: {refusal}"
             )));
@@ -825,7 +838,7 @@ impl LockBackend for RedlockBackend {
             for key in keys {
                 let (master, channel) = (master.clone(), key.channel.clone());
                 self.io
-                    .spawn(async move { master.announce(&channel).await });
+                    .spawn(async move { master.node().announce(&channel).await });
             }
         }
         if answered < self.quorum() {
