@@ -1,6 +1,6 @@
 //! One Redis server as the Redis store (`redis.rs`) reaches it: a [`Node`] keeps one
 //! multiplexed connection, made on the client's I/O runtime (or the caller's multi-thread
-//! runtime) and remade after it breaks, and sends the store's requests on it. The
+//! runtime) and remade after it breaks, and implements the store's [`Transport`] for it. The
 //! server is a fixed one, or the primary Sentinel names (`endpoint.rs`): a new connection then
 //! asks the sentinels and checks that what it reached is a primary (`ROLE`) before using it,
 //! so the store follows a failover. Redlock (`redlock.rs`) runs one per master, with the same
@@ -30,7 +30,8 @@ use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, Server
 use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
-use super::{replicated, Call};
+use super::transport::{replicated, ScanStep, Transport};
+use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
@@ -524,11 +525,17 @@ impl Node {
     }
 }
 
-/// Requests on the connection.
-impl Node {
+impl Transport for Node {
+    const ANNOUNCE: Announce = Announce::Publish;
+    const ROUTES_BY_SLOT: bool = false;
+    const RETRIES_UNSEEN: bool = false;
+    const WAITS_AFTER_ANY_REQUEST: bool = true;
+
+    type Shard = ();
+
     /// Whether a first try may be a transaction, as the connection in use found out; a store
     /// that has not connected yet connects first, to ask.
-    pub(crate) async fn transactions(&self) -> Result<bool, LockError> {
+    async fn transactions(&self) -> Result<bool, LockError> {
         match Transactions::from_u8(self.transactions.load(Ordering::Relaxed)) {
             Transactions::Allowed => Ok(true),
             Transactions::Refused => Ok(false),
@@ -543,12 +550,12 @@ impl Node {
     /// With a failover guard and a reply that `needs_wait` (a grant, not a refusal), `WAIT`
     /// follows on the same connection: a `WAIT` on any other connection would say nothing
     /// about this write.
-    pub(crate) async fn call<R: FromRedisValue>(
+    async fn call<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
         call: Call<'_>,
         guard: Option<ReplicaGuard>,
-        needs_wait: impl Fn(&R) -> bool,
+        needs_wait: impl Fn(&R) -> bool + Send,
     ) -> Result<(R, bool), LockError> {
         let mut retried = false;
         let mut maybe_applied = false;
@@ -614,6 +621,19 @@ impl Node {
                 .maybe_applied(maybe_applied)
                 .into());
         }
+    }
+
+    async fn shards(&self) -> Result<Vec<()>, LockError> {
+        Ok(vec![()])
+    }
+
+    async fn scan_step(&self, _: &(), step: &redis::Cmd) -> Result<ScanStep, LockError> {
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(step.clone());
+        let ((step,), _): ((ScanStep,), bool) = self
+            .call("list", Call::Pipeline(&pipeline), None, |_| false)
+            .await?;
+        Ok(step)
     }
 }
 

@@ -1,28 +1,36 @@
-//! Redis node store: runs the kinds' Lua scripts (`kind/`) on one server, through its
-//! connection (`connection.rs`: made on the client's I/O runtime and remade after it breaks,
-//! a fixed server or the primary Sentinel names). Redlock (`redlock.rs`) runs one of these per
-//! master. With the failover guard ([`ReplicaGuard`]) a grant or renewal counts only once
-//! `WAIT` on the same connection reports enough replicas have it.
+//! The Redis store: the one implementation of the store contract ([`LockBackend`]) and the
+//! operator's calls for Redis, over a [`Transport`] that carries its requests — one server
+//! ([`Node`], `connection.rs`: a fixed server, Sentinel's primary, each Redlock master) or a
+//! Redis Cluster (`cluster.rs`). It sends what the kinds build (`kind/`): a write lock's first
+//! try without a script ([`FirstTry`]) where the transport allows it, the kind's script
+//! otherwise; it splits batches per hash slot where the transport routes by slot, undoing the
+//! slots already taken when a later one is held; and with the failover guard
+//! ([`ReplicaGuard`]) a grant or renewal counts only once `WAIT` reports enough replicas have
+//! it (a grant that too few acknowledged is given back and reported as held, so the acquire
+//! loop tries again within its wait; such a renewal is an error). Redlock (`redlock.rs`) runs
+//! one of these per master.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::RedisError;
+use redis::cluster_routing::Slot;
+use redis::{FromRedisValue, RedisError, ScriptInvocation};
 use tokio::runtime::Handle;
 
 use super::connection::Node;
 use super::endpoint::Endpoint;
-use super::wake::{ReleaseListener, Transport};
+use super::transport::Transport;
+use super::wake::{Announcers, ReleaseListener};
 use super::{
-    AcquireReply, Announce, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal,
-    Renewed, Try,
+    AcquireReply, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{self, RawHolder, RawView};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 
-/// How a node store connects and what it checks.
+/// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NodeOptions {
     pub(crate) response_timeout: Duration,
@@ -39,35 +47,61 @@ pub(crate) struct NodeOptions {
     pub(crate) tokens: Tokens,
 }
 
-pub(crate) struct RedisBackend {
-    node: Node,
+/// The Redis store over the transport `T`.
+pub(crate) struct RedisStore<T> {
+    transport: T,
+    /// The failover guard.
     guard: Option<ReplicaGuard>,
+    /// Where fencing tokens come from: the clock, or (Redlock's masters) the counter.
     tokens: Tokens,
+    /// Wake-ups on release (none on a Redlock master: Redlock listens on any one master).
     waker: Option<ReleaseListener>,
 }
+
+/// The store on one server.
+pub(crate) type RedisBackend = RedisStore<Node>;
 
 impl RedisBackend {
     pub(crate) fn new(endpoint: Endpoint, options: NodeOptions, io: Handle) -> Self {
         let endpoint = Arc::new(endpoint);
-        Self {
-            waker: options.wake_ups.then(|| {
-                ReleaseListener::new(
-                    Transport::Node(endpoint.clone()),
-                    io.clone(),
-                    options.connect_timeout,
-                    options.response_timeout,
-                )
-            }),
-            guard: options.guard,
-            tokens: options.tokens,
-            node: Node::new(
-                endpoint,
+        let waker = options.wake_ups.then(|| {
+            ReleaseListener::new(
+                Announcers::Node(endpoint.clone()),
+                io.clone(),
                 options.connect_timeout,
                 options.response_timeout,
-                options.require_primary,
-                options.tokens == Tokens::Clock,
-                io,
-            ),
+            )
+        });
+        let node = Node::new(
+            endpoint,
+            options.connect_timeout,
+            options.response_timeout,
+            options.require_primary,
+            options.tokens == Tokens::Clock,
+            io,
+        );
+        Self::over(node, options.guard, options.tokens, waker)
+    }
+
+    /// The server's connection (Redlock connects its masters before a try, and asks whether
+    /// each is a primary).
+    pub(crate) fn node(&self) -> &Node {
+        &self.transport
+    }
+}
+
+impl<T: Transport> RedisStore<T> {
+    pub(crate) fn over(
+        transport: T,
+        guard: Option<ReplicaGuard>,
+        tokens: Tokens,
+        waker: Option<ReleaseListener>,
+    ) -> Self {
+        Self {
+            transport,
+            guard,
+            tokens,
+            waker,
         }
     }
 
@@ -75,48 +109,58 @@ impl RedisBackend {
         self.waker.as_ref()
     }
 
-    /// The server's connection (Redlock connects its masters before a try, and asks whether
-    /// each is a primary).
-    pub(crate) fn node(&self) -> &Node {
-        &self.node
-    }
-
     /// Runs a script, without the failover guard.
-    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
-        invocation: redis::ScriptInvocation<'_>,
-    ) -> Result<T, LockError> {
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<R, LockError> {
         Ok(self
-            .node
+            .transport
             .call(operation, Call::Script(&invocation), None, |_| false)
             .await?
             .0)
     }
-}
 
-/// The first refusal among a pipeline's replies (sent with `ignore_errors`, so that a refused
-/// command is a reply, not the pipeline's error): it means the command did not run.
-pub(crate) fn refusal_in(reply: &redis::Value) -> Option<RedisError> {
-    let redis::Value::Array(items) = reply else {
-        return None;
-    };
-    items.iter().find_map(|item| match item {
-        redis::Value::ServerError(err) if err.code() == "NOPERM" => {
-            Some(RedisError::from(err.clone()))
+    /// Sends a try's request under the failover guard. A transport that hides its own retries
+    /// may have run a try that failed: its failure says so, and the acquire loop cleans up.
+    async fn send_try<R: FromRedisValue + Send>(
+        &self,
+        call: Call<'_>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> Result<(R, bool), LockError> {
+        self.transport
+            .call("acquire", call, self.guard, needs_wait)
+            .await
+            .map_err(Self::unseen_retries)
+    }
+
+    /// A try's failure as the acquire loop must take it: one that may have run, where the
+    /// transport retries unseen.
+    fn unseen_retries(err: LockError) -> LockError {
+        if T::RETRIES_UNSEEN {
+            super::ambiguous(err)
+        } else {
+            err
         }
-        _ => None,
-    })
+    }
+
+    /// The end of the run of `keys` from `start` that one call may name: all of them, unless
+    /// the transport routes by slot (then those in the slot of `keys[start]`).
+    fn one_call_until(keys: &[LockKey], start: usize) -> usize {
+        if !T::ROUTES_BY_SLOT {
+            return keys.len();
+        }
+        let slot = Slot::for_key(&keys[start].lock);
+        keys[start..]
+            .iter()
+            .position(|key| Slot::for_key(&key.lock) != slot)
+            .map_or(keys.len(), |n| start + n)
+    }
 }
-
-/// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
-pub(crate) const SCAN_COUNT: u64 = 1000;
-
-/// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
-type ScanStep = (u64, Vec<Vec<u8>>);
 
 /// The two forms of a try (`acquire` picks one).
-impl RedisBackend {
+impl<T: Transport> RedisStore<T> {
     /// A try as its [`FirstTry`] request; `None` when it was not sent because the connection
     /// made for it may not run a transaction (its user lost the right since the last one): the
     /// script takes over.
@@ -131,11 +175,7 @@ impl RedisBackend {
                 .read(attempt.owner, reply)
                 .is_ok_and(|(granted, _)| granted == 1)
         };
-        let (reply, replicated) = match self
-            .node
-            .call("acquire", first.call(), self.guard, granted)
-            .await
-        {
+        let (reply, replicated) = match self.send_try(first.call(), granted).await {
             Ok(replied) => replied,
             Err(LockError::Backend(err)) if err.refused_command() == Some("multi") => {
                 return Ok(None)
@@ -151,25 +191,184 @@ impl RedisBackend {
 
     /// A try as its kind's acquire script.
     async fn script_try(&self, attempt: &Try<'_>) -> Result<(ScriptReply, bool), LockError> {
-        let call = attempt
-            .kind
-            .acquire_call(attempt, self.tokens, Announce::Publish);
-        self.node
-            .call(
-                "acquire",
-                Call::Script(&call),
-                self.guard,
-                |reply: &ScriptReply| reply.granted == 1,
-            )
-            .await
+        let call = attempt.kind.acquire_call(attempt, self.tokens, T::ANNOUNCE);
+        self.send_try(Call::Script(&call), |reply: &ScriptReply| {
+            reply.granted == 1
+        })
+        .await
     }
 }
 
-/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on this server.
-impl RedisBackend {
+/// The first refusal among a pipeline's replies (sent with `ignore_errors`, so that a refused
+/// command is a reply, not the pipeline's error): it means the command did not run.
+fn refusal_in(reply: &redis::Value) -> Option<RedisError> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    items.iter().find_map(|item| match item {
+        redis::Value::ServerError(err) if err.code() == "NOPERM" => {
+            Some(RedisError::from(err.clone()))
+        }
+        _ => None,
+    })
+}
+
+/// The failover guard's rule: a write counts only once enough replicas have it.
+impl<T: Transport> RedisStore<T> {
+    /// A try's reply under the failover guard: a grant that too few replicas acknowledged is
+    /// given back (a failover now could hand the lock out again) and reported as held, so the
+    /// acquire loop tries again within its wait.
+    async fn count_only_replicated(
+        &self,
+        attempt: &Try<'_>,
+        reply: AcquireReply,
+        replicated: bool,
+    ) -> Result<AcquireReply, LockError> {
+        if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
+            return Ok(reply);
+        }
+        // The grant exists: if giving it back fails, the acquire loop must clean it up.
+        self.release(attempt.kind.of_grant(), attempt.key, attempt.owner)
+            .await
+            .map_err(super::ambiguous)?;
+        Ok(AcquireReply::Held(None))
+    }
+}
+
+/// A renewal's answers under the failover guard: none counts unless enough replicas
+/// acknowledged it.
+fn count_only_replicated_renewals(
+    renewed: Vec<Renewed>,
+    replicated: bool,
+) -> Result<Vec<Renewed>, LockError> {
+    if replicated {
+        return Ok(renewed);
+    }
+    Err(BackendError::new(
+        "renew",
+        BackendErrorKind::Unreplicated,
+        "too few replicas acknowledged the renewal within the failover guard's timeout, so it \
+         does not count",
+    )
+    .into())
+}
+
+/// The parts of a batch: one call each.
+impl<T: Transport> RedisStore<T> {
+    /// Renews leases that one call may name (on a Cluster: of one slot).
+    async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let (extended, replicated) = self
+            .transport
+            .call(
+                "renew",
+                Call::Script(&kind::extend_many_call(batch)),
+                self.guard,
+                |_| true,
+            )
+            .await?;
+        let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
+        count_only_replicated_renewals(renewed, replicated)
+    }
+
+    /// One call per slot, all slots at once. A slot whose call fails (its shard is failing
+    /// over, say) leaves its leases unknown, not the leases of the other slots.
+    async fn renew_per_slot(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+        for (i, renewal) in leases.iter().enumerate() {
+            by_slot
+                .entry(Slot::for_key(&renewal.key.lock))
+                .or_default()
+                .push(i);
+        }
+        let batches = by_slot.into_values().map(|indices| async move {
+            let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
+            match self.renew(&batch).await {
+                Ok(renewed) => Ok((indices, renewed)),
+                // A slot half-moved by a migration refuses a call naming keys on both of its
+                // nodes (`TRYAGAIN`, until the response timeout); each lock's own key is on
+                // one of them, so one call per lock goes through.
+                Err(err) if batch.len() > 1 => {
+                    let singles = batch
+                        .iter()
+                        .map(|renewal| self.renew(std::slice::from_ref(renewal)));
+                    let renewed: Vec<Renewed> = futures_util::future::join_all(singles)
+                        .await
+                        .into_iter()
+                        .map(|single| match single.as_deref() {
+                            Ok([renewed]) => *renewed,
+                            _ => Renewed::Unknown,
+                        })
+                        .collect();
+                    if renewed.iter().all(|&r| r == Renewed::Unknown) {
+                        return Err(err);
+                    }
+                    Ok((indices, renewed))
+                }
+                Err(err) => Err(err),
+            }
+        });
+        let mut answers = vec![Renewed::Unknown; leases.len()];
+        let mut failures = Vec::new();
+        for outcome in futures_util::future::join_all(batches).await {
+            match outcome {
+                Ok((indices, renewed)) => {
+                    for (i, renewed) in indices.into_iter().zip(renewed) {
+                        answers[i] = renewed;
+                    }
+                }
+                Err(err) => failures.push(err),
+            }
+        }
+        // Nothing learnt at all: say why.
+        if answers.iter().all(|&a| a == Renewed::Unknown) {
+            if let Some(err) = failures.into_iter().next() {
+                return Err(err);
+            }
+        }
+        Ok(answers)
+    }
+
+    /// Gives back `owner`'s write lock of each of `keys` (which one call may name); `true`
+    /// when every one was still ours.
+    async fn release_keys(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let released: usize = self
+            .invoke(
+                "release",
+                multi::release_call(keys.iter().copied(), owner, T::ANNOUNCE),
+            )
+            .await?;
+        Ok(released == keys.len())
+    }
+
+    /// One call per slot, all slots at once.
+    async fn release_per_slot(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let mut by_slot: HashMap<Slot, Vec<&LockKey>> = HashMap::new();
+        for &key in keys {
+            by_slot
+                .entry(Slot::for_key(&key.lock))
+                .or_default()
+                .push(key);
+        }
+        let calls = by_slot
+            .into_values()
+            .map(|slot_keys| async move { self.release_keys(&slot_keys, owner).await });
+        let mut all = true;
+        for outcome in futures_util::future::join_all(calls).await {
+            all &= outcome?;
+        }
+        Ok(all)
+    }
+}
+
+/// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
+pub(crate) const SCAN_COUNT: u64 = 1000;
+
+/// The operator's operations (`Client::inspect`, `force_unlock`, `list`). A lock's keys share
+/// one slot, so inspecting or freeing it is one script, on its shard in a Cluster.
+impl<T: Transport> RedisStore<T> {
     /// What the server says of `key`'s lock (read-only).
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
-        let call = operator::inspect_call(key, Announce::Publish, self.tokens);
+        let call = operator::inspect_call(key, T::ANNOUNCE, self.tokens);
         operator::read_inspect_reply(key, self.invoke("inspect", call).await?)
     }
 
@@ -178,47 +377,52 @@ impl RedisBackend {
         &self,
         key: &LockKey,
     ) -> Result<(Vec<RawHolder>, u64), LockError> {
-        let call = operator::force_unlock_call(key, Announce::Publish, self.tokens);
+        let call = operator::force_unlock_call(key, T::ANNOUNCE, self.tokens);
         Ok(operator::read_force_unlock_reply(
             self.invoke("force unlock", call).await?,
         ))
     }
 
-    /// Adds the keys matching `pattern` to `found` (`SCAN`, never `KEYS`), stopping once it
-    /// holds `limit` keys or more. Keys that are not UTF-8 are no lock keys and are skipped.
+    /// Adds the keys matching `pattern` to `found` (`SCAN` on the server, or on every primary
+    /// of a Cluster; never `KEYS`), stopping once it holds `limit` keys or more. Keys that are
+    /// not UTF-8 are no lock keys and are skipped.
     pub(crate) async fn scan(
         &self,
         pattern: &str,
         limit: usize,
         found: &mut Vec<String>,
     ) -> Result<(), LockError> {
-        let mut cursor = 0u64;
-        loop {
-            let mut pipeline = redis::pipe();
-            pipeline
-                .cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT);
-            let ((step,), _): ((ScanStep,), bool) = self
-                .node
-                .call("list", Call::Pipeline(&pipeline), None, |_| false)
-                .await?;
-            let (next, keys) = step;
-            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-            if next == 0 || found.len() >= limit {
-                return Ok(());
+        for shard in self.transport.shards().await? {
+            let mut cursor = 0u64;
+            loop {
+                let mut step = redis::cmd("SCAN");
+                step.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, keys) = self.transport.scan_step(&shard, &step).await?;
+                found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+                if found.len() >= limit {
+                    return Ok(());
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
+        Ok(())
     }
 }
 
-impl LockBackend for RedisBackend {
+impl<T: Transport> LockBackend for RedisStore<T> {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let first = FirstTry::of(attempt, self.tokens, self.node.transactions().await?);
+        let transactions = self.transport.transactions().await?;
+        // Under the failover guard, a transport whose `WAIT` rides only behind a script sends
+        // the script, whatever the try.
+        let first = FirstTry::of(attempt, self.tokens, transactions)
+            .filter(|_| T::WAITS_AFTER_ANY_REQUEST || self.guard.is_none());
         let tried = match &first {
             Some(first) => self.first_try(attempt, first).await?,
             None => None,
@@ -228,60 +432,92 @@ impl LockBackend for RedisBackend {
             None => self.script_try(attempt).await?,
         };
         let reply = kind::read_acquire_reply(attempt, reply)?;
-        super::count_only_replicated(self, attempt, reply, replicated).await
+        self.count_only_replicated(attempt, reply, replicated).await
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let released: i64 = self
-            .invoke("release", kind.release_call(key, owner, Announce::Publish))
+            .invoke("release", kind.release_call(key, owner, T::ANNOUNCE))
             .await?;
         Ok(released == 1)
     }
 
+    /// One call for every lease, or one per slot where the transport routes by slot.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let (extended, replicated) = self
-            .node
-            .call(
-                "renew",
-                Call::Script(&kind::extend_many_call(leases)),
-                self.guard,
-                |_| true,
-            )
-            .await?;
-        let renewed = kind::read_extend_many_reply(leases.len(), extended)?;
-        super::count_only_replicated_renewals(renewed, replicated)
-    }
-    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
-        let call = multi::acquire_call(attempt, self.tokens);
-        let (reply, replicated) = self
-            .node
-            .call(
-                "acquire",
-                Call::Script(&call),
-                self.guard,
-                |reply: &Vec<i64>| reply.first() == Some(&1),
-            )
-            .await?;
-        let reply = multi::read_acquire_reply(attempt, &reply)?;
-        if replicated || !matches!(reply, MultiReply::Acquired(_)) {
-            return Ok(reply);
+        if T::ROUTES_BY_SLOT {
+            self.renew_per_slot(leases).await
+        } else {
+            self.renew(leases).await
         }
-        // Too few replicas acknowledged: given back, and reported as held (as
-        // `count_only_replicated` does for one key).
-        let keys: Vec<&LockKey> = attempt.keys.iter().collect();
-        self.release_all(&keys, attempt.owner)
-            .await
-            .map_err(super::ambiguous)?;
-        Ok(MultiReply::Held(None, 0))
+    }
+
+    /// The keys one call may name in one script (every key on a server; a slot's on a
+    /// Cluster), the calls one after another in the order of the try's keys (which keeps a
+    /// slot's keys together: `crate::multi`). When a later call's keys are held, the keys
+    /// already taken are given back before the answer, so a waiting request holds nothing; so
+    /// are they when too few replicas acknowledged a call. A failed call that may have run is
+    /// reported as such: the acquire loop then gives back every key in the background.
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let keys = attempt.keys;
+        let mut tokens = Vec::new();
+        let mut start = 0;
+        while start < keys.len() {
+            let end = Self::one_call_until(keys, start);
+            let part = attempt.part(&keys[start..end]);
+            let call = multi::acquire_call(&part, self.tokens);
+            let (reply, replicated): (Vec<i64>, bool) = match self
+                .send_try(Call::Script(&call), |reply: &Vec<i64>| {
+                    reply.first() == Some(&1)
+                })
+                .await
+            {
+                Ok(reply) => reply,
+                // The earlier calls' grants are given back here; an ambiguous try's clean-up
+                // (the acquire loop's) gives back every key.
+                Err(err) => {
+                    if start > 0 && !super::is_ambiguous(&err) {
+                        let taken: Vec<&LockKey> = keys[..start].iter().collect();
+                        if let Err(undo) = self.release_all(&taken, attempt.owner).await {
+                            // The request's own error is the answer; the grants given back
+                            // here expire with their lease at the latest.
+                            tracing::warn!(target: crate::LOG_TARGET, "could not give back the keys of a refused multi-key try: {undo}");
+                        }
+                    }
+                    return Err(err);
+                }
+            };
+            let (undo, held) = match multi::read_acquire_reply(&part, &reply)
+                .map_err(Self::unseen_retries)?
+            {
+                MultiReply::Acquired(part_tokens) if replicated => {
+                    if tokens.is_empty() {
+                        tokens = part_tokens;
+                    } else {
+                        tokens.extend(part_tokens);
+                    }
+                    start = end;
+                    continue;
+                }
+                // Too few replicas acknowledged: this call's grant is given back too.
+                MultiReply::Acquired(_) => (end, MultiReply::Held(None, start)),
+                MultiReply::Held(remaining, at) => (start, MultiReply::Held(remaining, start + at)),
+            };
+            if undo > 0 {
+                let taken: Vec<&LockKey> = keys[..undo].iter().collect();
+                self.release_all(&taken, attempt.owner)
+                    .await
+                    .map_err(super::ambiguous)?;
+            }
+            return Ok(held);
+        }
+        Ok(MultiReply::Acquired(tokens))
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
-        let released: usize = self
-            .invoke(
-                "release",
-                multi::release_call(keys.iter().copied(), owner, Announce::Publish),
-            )
-            .await?;
-        Ok(released == keys.len())
+        if T::ROUTES_BY_SLOT {
+            self.release_per_slot(keys, owner).await
+        } else {
+            self.release_keys(keys, owner).await
+        }
     }
 }

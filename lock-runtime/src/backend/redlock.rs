@@ -1,6 +1,6 @@
-//! Redlock store: a lock over N independent Redis masters (N odd, at least 3), each a node
-//! store (`redis.rs` over `connection.rs`, which refuses a master that reports itself a
-//! replica). Every operation
+//! Redlock store: a lock over N independent Redis masters (N odd, at least 3), each a Redis
+//! store on one server (`redis.rs` over `connection.rs`, which refuses a master that reports
+//! itself a replica). Every operation
 //! goes to all masters at once with a per-master timeout far below the lease
 //! ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only when a
 //! majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try that
@@ -46,7 +46,7 @@ use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
-use super::wake::{ReleaseListener, Transport};
+use super::wake::{Announcers, ReleaseListener};
 use super::{
     AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
@@ -147,7 +147,7 @@ impl RedlockBackend {
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
             waker: ReleaseListener::new(
-                Transport::Node(Arc::new(Endpoint::AnyOf {
+                Announcers::Node(Arc::new(Endpoint::AnyOf {
                     servers: masters.to_vec(),
                     next: AtomicUsize::new(0),
                 })),
