@@ -1,11 +1,11 @@
-//! Where a Redis node store (`redis.rs`) and its wake-ups (`wake.rs`) connect: a fixed server,
-//! or the primary that Redis Sentinel names, asked for again on every new connection — so
-//! after a connection error or a `READONLY` reply (which drop the connection) the next request
-//! goes to whichever primary the sentinels name by then. The store checks the role of what it
-//! reached before it sends anything else (`redis-rs`' own sentinel connection does not follow
-//! a failover). Redlock's wake-ups use a third kind, any one of its masters
-//! ([`Endpoint::AnyOf`]): every master announces a release, so one subscription on whichever
-//! answers is enough.
+//! Where one Redis server's connection (`connection.rs`) and its wake-ups (`wake.rs`) connect:
+//! a fixed server, or the primary that Redis Sentinel names, asked for again on every new
+//! connection — so after a connection error or a `READONLY` reply (which drop the connection)
+//! the next request goes to whichever primary the sentinels name by then. The connection
+//! checks the role of what it reached before it sends anything else (`redis-rs`' own sentinel
+//! connection does not follow a failover). Redlock's wake-ups use a third kind, any one of its
+//! masters ([`Endpoint::AnyOf`]): every master announces a release, so one subscription on
+//! whichever answers is enough.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};

@@ -1,9 +1,9 @@
 //! The eviction check: a Redis whose `maxmemory-policy` may evict keys with a TTL
 //! (`volatile-*`, `allkeys-*`) can drop a held lock's key under memory pressure and hand the
 //! lock to a second owner. On the first connection to each server (per process) the policy is
-//! read with `CONFIG GET` and a bad one is warned about once. Neighbours: the node store
-//! (`redis.rs`, which Sentinel and each Redlock master use) and `cluster.rs` fire it after they
-//! connect, without waiting for it: it is never on a request's path.
+//! read with `CONFIG GET` and a bad one is warned about once. Neighbours: the two transports
+//! of the Redis store — one server (`connection.rs`, which Sentinel and each Redlock master
+//! use) and `cluster.rs` — fire it after they connect, without waiting for it: it is never on a request's path.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};

@@ -5,23 +5,25 @@
 //! key layout ([`LockKey`]), its wake-ups and how it batches renewals; what a grant means is
 //! the kind's. The acquire loop, the watchdog and the release path only talk to this module.
 //!
-//! The stores: [`redis`] (one server, also the primary found through Sentinel, and each
-//! master of Redlock), [`cluster`] (Redis Cluster), [`redlock`] (a quorum of independent
-//! masters, each a [`redis`] node) and [`memory`] (in-process).
+//! The stores: [`redis`] (the Redis store, over a [`transport`]: one server through
+//! [`connection`] — also the primary found through Sentinel, and each master of Redlock — or a
+//! Redis Cluster through [`cluster`]), [`redlock`] (a quorum of independent masters, each a
+//! [`redis`] store on one server) and [`memory`] (in-process).
 
 pub(crate) mod cluster;
+pub(crate) mod connection;
 pub(crate) mod endpoint;
 pub(crate) mod eviction;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod transport;
 pub(crate) mod wake;
 
 use std::future::Future;
 
 use crate::clock::Clock;
-use crate::config::ReplicaGuard;
-use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::error::LockError;
 pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::operator::{RawHolder, RawView};
 pub(crate) use crate::kind::Renewal;
@@ -142,7 +144,7 @@ impl Backend {
     pub(crate) fn waker(&self) -> Option<&wake::ReleaseListener> {
         match self {
             Backend::Redis(b) => b.waker(),
-            Backend::Cluster(b) => Some(b.waker()),
+            Backend::Cluster(b) => b.waker(),
             Backend::Redlock(b) => Some(b.waker()),
             Backend::Memory(_) => None,
         }
@@ -202,63 +204,6 @@ impl Backend {
         found.truncate(limit);
         Ok(found)
     }
-}
-
-/// The failover guard's verdict on one `WAIT`: whether `acknowledged` replicas are enough
-/// for the write to count; a shortfall is logged.
-pub(crate) fn replicated(
-    guard: ReplicaGuard,
-    acknowledged: u32,
-    operation: &str,
-    server: &str,
-) -> bool {
-    if acknowledged < guard.replicas {
-        tracing::warn!(target: crate::LOG_TARGET, server,
-            "{operation}: {acknowledged} of {} replicas acknowledged within {:?}; it does not \
-             count (failover guard)",
-            guard.replicas,
-            guard.timeout
-        );
-    }
-    acknowledged >= guard.replicas
-}
-
-/// A try's reply under the failover guard: a grant that too few replicas acknowledged is
-/// given back (a failover now could hand the lock out again) and reported as held, so the
-/// acquire loop tries again within its wait.
-pub(crate) async fn count_only_replicated<B: LockBackend>(
-    store: &B,
-    attempt: &Try<'_>,
-    reply: AcquireReply,
-    replicated: bool,
-) -> Result<AcquireReply, LockError> {
-    if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
-        return Ok(reply);
-    }
-    // The grant exists: if giving it back fails, the acquire loop must clean it up.
-    store
-        .release(attempt.kind.of_grant(), attempt.key, attempt.owner)
-        .await
-        .map_err(ambiguous)?;
-    Ok(AcquireReply::Held(None))
-}
-
-/// A renewal's answers under the failover guard: none counts unless enough replicas
-/// acknowledged it.
-pub(crate) fn count_only_replicated_renewals(
-    renewed: Vec<Renewed>,
-    replicated: bool,
-) -> Result<Vec<Renewed>, LockError> {
-    if replicated {
-        return Ok(renewed);
-    }
-    Err(BackendError::new(
-        "renew",
-        BackendErrorKind::Unreplicated,
-        "too few replicas acknowledged the renewal within the failover guard's timeout, so it \
-         does not count",
-    )
-    .into())
 }
 
 /// Marks a failed request as one that may have taken effect, so the acquire loop cleans up.

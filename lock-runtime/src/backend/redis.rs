@@ -1,133 +1,36 @@
-//! Redis node store: runs the kinds' Lua scripts (`kind/`) on one server over one multiplexed
-//! connection, made on the client's I/O runtime and remade after it breaks. The server is a
-//! fixed one, or the primary Sentinel names (`endpoint.rs`): a new connection then asks the
-//! sentinels and checks that what it reached is a primary (`ROLE`) before using it, so the
-//! store follows a failover. Redlock (`redlock.rs`) runs one of these per master, with the
-//! same role check. With the failover guard ([`ReplicaGuard`]) a grant or renewal counts only
-//! once `WAIT` on the same connection reports enough replicas have it.
-//!
-//! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
-//! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
-//!
-//! A connection that failed is replaced, and the replacement first has the server close the
-//! old one (`CLIENT KILL`) before anything is sent on it: a request still under way on the old
-//! connection (held up in the network, say) can then no longer run after the requests that
-//! follow, such as the compare-and-delete that gives back a grant whose reply never came.
-//!
-//! A new connection also asks, before it is shared, whether the server's ACL lets its user run
-//! a transaction ([`Transactions`]): a write lock's first try is a `MULTI`/`EXEC` where it may
-//! be, and the script otherwise. A refused `MULTI` would let the `SET` behind it run outside
-//! the transaction, and breaks the `redis` crate's reading of the replies.
+//! The Redis store: the one implementation of the store contract ([`LockBackend`]) and the
+//! operator's calls for Redis, over a [`Transport`] that carries its requests — one server
+//! ([`Node`], `connection.rs`: a fixed server, Sentinel's primary, each Redlock master) or a
+//! Redis Cluster (`cluster.rs`). It sends what the kinds build (`kind/`): a write lock's first
+//! try without a script ([`FirstTry`]) where the transport allows it, the kind's script
+//! otherwise; it splits batches per hash slot where the transport routes by slot, undoing the
+//! slots already taken when a later one is held; and with the failover guard
+//! ([`ReplicaGuard`]) a grant or renewal counts only once `WAIT` reports enough replicas have
+//! it (a grant that too few acknowledged is given back and reported as held, so the acquire
+//! loop tries again within its wait; such a renewal is an error). Redlock (`redlock.rs`) runs
+//! one of these per master.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, ServerErrorKind};
+use redis::cluster_routing::Slot;
+use redis::{FromRedisValue, RedisError, ScriptInvocation};
 use tokio::runtime::Handle;
 
+use super::connection::Node;
 use super::endpoint::Endpoint;
-use super::wake::{ReleaseListener, Transport};
+use super::transport::Transport;
+use super::wake::{Announcers, ReleaseListener};
 use super::{
-    AcquireReply, Announce, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal,
-    Renewed, Try,
+    AcquireReply, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::operator::{self, RawHolder, RawView};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 
-/// A connection in use, tagged so that only the failing generation is thrown away.
-struct Current {
-    generation: u64,
-    connection: MultiplexedConnection,
-    /// How the server knows it (`None` when it would not say).
-    server_side: Option<ServerSideClient>,
-    /// Whether the runtime its driver runs on still runs (`None`: the client's own).
-    driver: Option<DriverRuntime>,
-    /// Whether a transaction may be sent on it.
-    transactions: bool,
-}
-
-/// A caller's runtime that holds a connection's driver, watched by a task of its own there:
-/// the task (and the `Arc` it holds) is dropped when that runtime shuts down, or ends when the
-/// connection is forgotten (the sender is dropped).
-struct DriverRuntime {
-    alive: Weak<()>,
-    _forgotten: tokio::sync::oneshot::Sender<()>,
-}
-
-impl DriverRuntime {
-    fn watch(runtime: &Handle) -> Self {
-        let token = Arc::new(());
-        let alive = Arc::downgrade(&token);
-        let (forgotten, until_forgotten) = tokio::sync::oneshot::channel::<()>();
-        runtime.spawn(async move {
-            let _token = token;
-            let _ = until_forgotten.await;
-        });
-        Self {
-            alive,
-            _forgotten: forgotten,
-        }
-    }
-}
-
-/// A connection handed to a request: its generation, the connection, whether it is new
-/// (`false`: it was in use before and may have broken since), and the liveness of the runtime
-/// its driver runs on (`None`: the client's own, which lives as long as the client).
-struct InUse {
-    generation: u64,
-    connection: MultiplexedConnection,
-    fresh: bool,
-    driver: Option<Weak<()>>,
-    /// Whether a transaction may be sent on it ([`Transactions`]).
-    transactions: bool,
-}
-
-impl InUse {
-    /// The runtime that ran the connection's driver has shut down: the connection broke with
-    /// it, not with the server.
-    fn driver_gone(&self) -> bool {
-        self.driver
-            .as_ref()
-            .is_some_and(|alive| alive.upgrade().is_none())
-    }
-}
-
-/// One of our connections as the server knows it: enough to close it from another one. The
-/// address guards the id, which a restarted server hands out again.
-#[derive(Debug, Clone)]
-struct ServerSideClient {
-    id: u64,
-    addr: String,
-}
-
-impl ServerSideClient {
-    /// Reads `id=… addr=…` from a `CLIENT INFO` reply.
-    fn parse(info: &str) -> Option<Self> {
-        let field = |name: &str| {
-            info.split_whitespace()
-                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
-        };
-        Some(Self {
-            id: field("id")?.parse().ok()?,
-            addr: field("addr")?.to_owned(),
-        })
-    }
-}
-
-/// Reconnect bookkeeping, behind the `connecting` lock.
-#[derive(Default)]
-struct Connecting {
-    last_generation: u64,
-    /// The last failed connect: callers that queued behind it share its error instead of each
-    /// waiting out another connect timeout.
-    last_failure: Option<(Instant, RedisError)>,
-}
-
-/// How a node store connects and what it checks.
+/// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NodeOptions {
     pub(crate) response_timeout: Duration,
@@ -144,113 +47,61 @@ pub(crate) struct NodeOptions {
     pub(crate) tokens: Tokens,
 }
 
-pub(crate) struct RedisBackend {
-    endpoint: Arc<Endpoint>,
-    /// Address and db for logs (never the credentials).
-    server: String,
-    require_primary: bool,
-    /// Why the server was refused as a primary, when the last connection found it a replica.
-    refusal: Mutex<Option<String>>,
+/// The Redis store over the transport `T`.
+pub(crate) struct RedisStore<T> {
+    transport: T,
+    /// The failover guard.
     guard: Option<ReplicaGuard>,
+    /// Where fencing tokens come from: the clock, or (Redlock's masters) the counter.
     tokens: Tokens,
-    connection_config: AsyncConnectionConfig,
-    io: Handle,
-    current: Mutex<Option<Current>>,
-    /// Connections given up on that the server may still run requests from: the next
-    /// connection closes them on the server before it is used.
-    replaced: Mutex<Vec<ServerSideClient>>,
-    /// Serialises reconnects so a broken connection is replaced once, not by every caller.
-    connecting: tokio::sync::Mutex<Connecting>,
+    /// Wake-ups on release (none on a Redlock master: Redlock listens on any one master).
     waker: Option<ReleaseListener>,
-    /// What the last connection found out about transactions ([`Transactions`] as a `u8`),
-    /// read by a first try before it picks its request.
-    transactions: AtomicU8,
-    /// Whether the missing permission for transactions has been warned about.
-    warned_transactions: AtomicBool,
 }
 
-/// Whether a connection's user may run a transaction (`MULTI` … `EXEC`).
-///
-/// Asked once per new connection, before it is shared, so that no transaction is sent that
-/// the server refuses: a refused `MULTI` lets the commands queued behind it run at once,
-/// outside any transaction (a `SET` then takes a lock nobody knows about), and the `redis`
-/// crate's connection cannot read the replies that follow. The question never leaves the
-/// connection inside a transaction: a bare `EXEC` first (allowed: "EXEC without MULTI";
-/// refused: `NOPERM`), and only when that is allowed, `MULTI` then `EXEC`, each reply read on
-/// its own. Any other answer (a proxy that knows no transactions, say) counts as refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Transactions {
-    /// No connection has asked yet.
-    Unknown = 0,
-    /// `MULTI` and `EXEC` both run.
-    Allowed = 1,
-    /// One of them is refused (or the store sends no transactions and did not ask).
-    Refused = 2,
-}
-
-impl Transactions {
-    fn from_u8(value: u8) -> Self {
-        match value {
-            1 => Self::Allowed,
-            2 => Self::Refused,
-            _ => Self::Unknown,
-        }
-    }
-
-    /// Asks the server over `connection`: `Ok(None)` when transactions may be sent, else the
-    /// command refused (or the answer that was not the expected one). An error means the
-    /// connection failed.
-    async fn ask(connection: &mut MultiplexedConnection) -> Result<Option<String>, RedisError> {
-        match redis::cmd("EXEC")
-            .query_async::<redis::Value>(connection)
-            .await
-        {
-            Err(err) if err.code() == Some("ERR") && err.to_string().contains("without MULTI") => {}
-            Err(err) if matches!(err.kind(), ErrorKind::Server(_)) => {
-                return Ok(Some(format!("EXEC ({err})")))
-            }
-            Err(err) => return Err(err),
-            Ok(other) => return Ok(Some(format!("EXEC (answered {other:?})"))),
-        }
-        let mut transaction = redis::pipe();
-        transaction.cmd("MULTI").cmd("EXEC").ignore_errors();
-        let replies: Vec<redis::Value> = transaction.query_async(connection).await?;
-        match replies.as_slice() {
-            [redis::Value::Okay, redis::Value::Array(done)] if done.is_empty() => Ok(None),
-            [redis::Value::ServerError(err), _] => Ok(Some(format!("MULTI ({err:?})"))),
-            _ => Ok(Some(format!("MULTI/EXEC (answered {replies:?})"))),
-        }
-    }
-}
+/// The store on one server.
+pub(crate) type RedisBackend = RedisStore<Node>;
 
 impl RedisBackend {
     pub(crate) fn new(endpoint: Endpoint, options: NodeOptions, io: Handle) -> Self {
         let endpoint = Arc::new(endpoint);
-        Self {
-            server: endpoint.describe(),
-            waker: options.wake_ups.then(|| {
-                ReleaseListener::new(
-                    Transport::Node(endpoint.clone()),
-                    io.clone(),
-                    options.connect_timeout,
-                    options.response_timeout,
-                )
-            }),
-            require_primary: options.require_primary || endpoint.is_sentinel(),
-            refusal: Mutex::new(None),
-            guard: options.guard,
-            tokens: options.tokens,
+        let waker = options.wake_ups.then(|| {
+            ReleaseListener::new(
+                Announcers::Node(endpoint.clone()),
+                io.clone(),
+                options.connect_timeout,
+                options.response_timeout,
+            )
+        });
+        let node = Node::new(
             endpoint,
-            connection_config: AsyncConnectionConfig::new()
-                .set_response_timeout(Some(options.response_timeout))
-                .set_connection_timeout(Some(options.connect_timeout)),
+            options.connect_timeout,
+            options.response_timeout,
+            options.require_primary,
+            options.tokens == Tokens::Clock,
             io,
-            current: Mutex::new(None),
-            replaced: Mutex::new(Vec::new()),
-            connecting: tokio::sync::Mutex::new(Connecting::default()),
-            transactions: AtomicU8::new(Transactions::Unknown as u8),
-            warned_transactions: AtomicBool::new(false),
+        );
+        Self::over(node, options.guard, options.tokens, waker)
+    }
+
+    /// The server's connection (Redlock connects its masters before a try, and asks whether
+    /// each is a primary).
+    pub(crate) fn node(&self) -> &Node {
+        &self.transport
+    }
+}
+
+impl<T: Transport> RedisStore<T> {
+    pub(crate) fn over(
+        transport: T,
+        guard: Option<ReplicaGuard>,
+        tokens: Tokens,
+        waker: Option<ReleaseListener>,
+    ) -> Self {
+        Self {
+            transport,
+            guard,
+            tokens,
+            waker,
         }
     }
 
@@ -258,509 +109,58 @@ impl RedisBackend {
         self.waker.as_ref()
     }
 
-    fn cached(&self, fresh: bool) -> Option<InUse> {
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        current.as_ref().map(|c| InUse {
-            generation: c.generation,
-            connection: c.connection.clone(),
-            fresh,
-            driver: c.driver.as_ref().map(|driver| driver.alive.clone()),
-            transactions: c.transactions,
-        })
-    }
-
-    /// The connection in use, connecting when there is none.
-    ///
-    /// Where the connection's driver runs: on the caller's runtime when that is a multi-thread
-    /// runtime — requests and replies then need no hop to another thread, which costs a wake-up
-    /// of the I/O thread per request and of the caller per reply (most of the client's CPU per
-    /// lock cycle otherwise) — and on the client's own I/O runtime when called from a
-    /// current-thread runtime (whose tasks do not run between its `block_on`s: a driver there
-    /// would stall the watchdog) or from the I/O runtime itself. When the runtime that holds the
-    /// driver shuts down, the requests on the connection fail, and are sent again on a new one
-    /// made where they run (also when the connection was new: [`InUse::driver_gone`]).
-    async fn connection(&self) -> Result<InUse, BackendError> {
-        if let Some(in_use) = self.cached(false) {
-            return Ok(in_use);
-        }
-        let asked_at = Instant::now();
-        let mut state = self.connecting.lock().await;
-        if let Some(in_use) = self.cached(true) {
-            return Ok(in_use);
-        }
-        if let Some((failed_at, err)) = &state.last_failure {
-            if *failed_at >= asked_at {
-                return Err(connect_error(err.clone()));
-            }
-        }
-        let endpoint = self.endpoint.clone();
-        let config = self.connection_config.clone();
-        // The connection's driver task is spawned on the runtime that connects.
-        let caller = crate::io::multi_thread_caller();
-        let driver = caller.as_ref().map(DriverRuntime::watch);
-        let runtime = caller.unwrap_or_else(|| self.io.clone());
-        let connected = runtime
-            .spawn(async move {
-                let server = endpoint.resolve().await?;
-                let connection = server
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                Ok::<_, RedisError>((connection, server.get_connection_info().addr().to_string()))
-            })
-            .await;
-        let (mut connection, address) = match connected {
-            Ok(Ok(connected)) => connected,
-            Ok(Err(err)) => {
-                state.last_failure = Some((Instant::now(), err.clone()));
-                return Err(connect_error(err));
-            }
-            Err(err) => return Err(crate::io::connect_task_failed(err)),
-        };
-        if self.require_primary {
-            if let Err(err) = self.check_role(&mut connection).await {
-                state.last_failure = None;
-                return Err(err);
-            }
-        }
-        let server_side = match self.close_replaced(&mut connection).await {
-            Ok(server_side) => server_side,
-            Err(err) => {
-                state.last_failure = Some((Instant::now(), err.clone()));
-                return Err(connect_error(err));
-            }
-        };
-        let transactions = match self.check_transactions(&mut connection).await {
-            Ok(transactions) => transactions,
-            Err(err) => {
-                state.last_failure = Some((Instant::now(), err.clone()));
-                return Err(connect_error(err));
-            }
-        };
-        if super::eviction::first_time(&address) {
-            // Beside the first request, not before it: the check only ever logs.
-            self.io
-                .spawn(super::eviction::check_node(connection.clone(), address));
-        }
-        state.last_failure = None;
-        state.last_generation += 1;
-        let generation = state.last_generation;
-        tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "connected to Redis");
-        let in_use = InUse {
-            generation,
-            connection: connection.clone(),
-            fresh: true,
-            driver: driver.as_ref().map(|driver| driver.alive.clone()),
-            transactions,
-        };
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
-            generation,
-            connection,
-            server_side,
-            driver,
-            transactions,
-        });
-        Ok(in_use)
-    }
-
-    /// On a new connection, before it is used: has the server close the connections it
-    /// replaces, then asks how the server knows this one. An error means the new connection
-    /// failed too (the replaced ones stay listed); a refusal (an ACL without `CLIENT`, a server
-    /// before 6.2) is logged, and a request held up on a replaced connection may then still run
-    /// later — its grant then lasts until its lease runs out.
-    async fn close_replaced(
-        &self,
-        connection: &mut MultiplexedConnection,
-    ) -> Result<Option<ServerSideClient>, RedisError> {
-        // Copied, not taken: if this connect is cancelled midway, the list is still there for
-        // the next one. Those closed here are removed below.
-        let replaced = self
-            .replaced
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if !replaced.is_empty() {
-            let mut kills = redis::pipe();
-            for old in &replaced {
-                kills
-                    .cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("ID")
-                    .arg(old.id)
-                    .arg("ADDR")
-                    .arg(&old.addr)
-                    .arg("SKIPME")
-                    .arg("yes")
-                    .ignore();
-            }
-            match kills.exec_async(connection).await {
-                Ok(()) => {}
-                Err(err) if is_refusal(&err) => {
-                    tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
-                        "could not close replaced connections on the server ({err}); a request held \
-                         up on one may still take a lock after its clean-up, which then lasts until \
-                         its lease runs out. Allow the user `CLIENT KILL` to close this gap"
-                    )
-                }
-                Err(err) => return Err(err),
-            }
-            self.replaced
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|old| {
-                    !replaced
-                        .iter()
-                        .any(|closed| closed.id == old.id && closed.addr == old.addr)
-                });
-        }
-        match redis::cmd("CLIENT")
-            .arg("INFO")
-            .query_async::<String>(connection)
-            .await
-        {
-            Ok(info) => Ok(ServerSideClient::parse(&info)),
-            Err(err) if is_refusal(&err) => {
-                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
-                    "could not learn this connection's id on the server ({err}), so it cannot be \
-                     closed there if it is replaced: a request held up on it may take a lock \
-                     after its clean-up. Allow the user `CLIENT INFO` and `CLIENT KILL`"
-                );
-                Ok(None)
-            }
-            Err(err) => Err(err),
-        }
-    }
-
-    /// On a new connection, before it is used: whether a first try may be a transaction
-    /// there ([`Transactions`]), remembered for the next first tries. Only a store whose
-    /// tokens come from the clock sends transactions; the others do not ask. A refusal is
-    /// warned about once: locking goes on with the script.
-    async fn check_transactions(
-        &self,
-        connection: &mut MultiplexedConnection,
-    ) -> Result<bool, RedisError> {
-        if self.tokens != Tokens::Clock {
-            self.transactions
-                .store(Transactions::Refused as u8, Ordering::Relaxed);
-            return Ok(false);
-        }
-        let refused = Transactions::ask(connection).await?;
-        let found = match &refused {
-            None => Transactions::Allowed,
-            Some(_) => Transactions::Refused,
-        };
-        self.transactions.store(found as u8, Ordering::Relaxed);
-        if let Some(refused) = &refused {
-            if !self.warned_transactions.swap(true, Ordering::Relaxed) {
-                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
-                    "the server does not let this user run a transaction: {refused}. A write \
-                     lock's first try is then a script call instead of `MULTI`/`EXEC` (a few \
-                     microseconds of server time more per uncontended lock); grant `MULTI` and \
-                     `EXEC` in the user's ACL (`ACL SETUSER <user> +multi +exec`) to avoid it"
-                );
-            }
-        }
-        Ok(refused.is_none())
-    }
-
-    /// Whether a first try may be a transaction, as the connection in use found out; a store
-    /// that has not connected yet connects first, to ask.
-    async fn transactions(&self) -> Result<bool, LockError> {
-        match Transactions::from_u8(self.transactions.load(Ordering::Relaxed)) {
-            Transactions::Allowed => Ok(true),
-            Transactions::Refused => Ok(false),
-            Transactions::Unknown => Ok(self.connection().await?.transactions),
-        }
-    }
-
-    /// Announces a release on `channel` without a script (Redlock, on a master that did not
-    /// hold the grant). Best effort: a lost announcement costs a waiter one backoff step.
-    pub(crate) async fn announce(&self, channel: &str) {
-        if let Ok(InUse { mut connection, .. }) = self.connection().await {
-            let _ = redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg("w")
-                .exec_async(&mut connection)
-                .await;
-        }
-    }
-
-    /// Whether a connection is in use (it may still turn out broken).
-    pub(crate) fn is_connected(&self) -> bool {
-        self.cached(false).is_some()
-    }
-
-    /// Connects now if there is no connection (Redlock connects before it starts the clock of
-    /// a try, so a connect does not eat into the lease).
-    pub(crate) async fn warm_up(&self) -> Result<(), BackendError> {
-        self.connection().await.map(|_| ())
-    }
-
-    /// Makes sure a new connection reached a primary: a sentinel's answer may be stale during
-    /// a failover, and a Redlock master that is a replica would defeat the algorithm.
-    async fn check_role(&self, connection: &mut MultiplexedConnection) -> Result<(), BackendError> {
-        let role = redis::cmd("ROLE")
-            .query_async::<redis::Value>(connection)
-            .await
-            .map_err(connect_error)?;
-        let role = match role {
-            redis::Value::Array(items) => match items.into_iter().next() {
-                Some(redis::Value::BulkString(bytes)) => {
-                    String::from_utf8_lossy(&bytes).into_owned()
-                }
-                Some(redis::Value::SimpleString(text)) => text,
-                _ => String::new(),
-            },
-            _ => String::new(),
-        };
-        let mut refusal = self.refusal.lock().unwrap_or_else(PoisonError::into_inner);
-        if role == "master" {
-            *refusal = None;
-            return Ok(());
-        }
-        let advice = if self.endpoint.is_sentinel() {
-            "the sentinels named a server that is not the primary (a failover is under way); \
-             the next request asks them again"
-        } else {
-            "Redlock needs independent masters: replication defeats the algorithm (a replica \
-             promoted after a crash can grant a lock its master granted); list only masters"
-        };
-        let message = format!("{} reports the role `{role}`: {advice}", self.server);
-        *refusal = Some(message.clone());
-        Err(BackendError::new(
-            "connect",
-            BackendErrorKind::Unavailable,
-            message,
-        ))
-    }
-
-    /// Why the last connection refused the server as a primary, if it did.
-    pub(crate) fn refusal(&self) -> Option<String> {
-        self.refusal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Forgets a connection that failed, so the next request makes a new one (which closes
-    /// this one on the server first).
-    fn discard(&self, generation: u64) {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.as_ref().is_some_and(|c| c.generation == generation) {
-            tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "discarding broken Redis connection");
-            if let Some(old) = current.take().and_then(|c| c.server_side) {
-                self.replaced
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(old);
-            }
-        }
-    }
-
-    /// Runs a script. A request on a connection that was in use before and turns out broken
-    /// (closed by the server while idle, say) is sent once more on a new connection: all three
-    /// scripts are safe to repeat for the same owner. The error of a request that may have
-    /// run says so, also when its repetition then failed to connect.
-    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+    /// Runs a script, without the failover guard.
+    pub(crate) async fn invoke<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
-        invocation: redis::ScriptInvocation<'_>,
-    ) -> Result<T, LockError> {
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<R, LockError> {
         Ok(self
-            .invoke_replicated(operation, Call::Script(&invocation), None, |_| false)
+            .transport
+            .call(operation, Call::Script(&invocation), None, |_| false)
             .await?
             .0)
     }
 
-    /// [`invoke`](Self::invoke), then, with a failover guard and a reply that `needs_wait`
-    /// (a grant, not a refusal), `WAIT` on the same connection: the flag says whether enough
-    /// replicas acknowledged (always `true` otherwise). A `WAIT` on any other connection would
-    /// say nothing about this write.
-    async fn invoke_replicated<T: redis::FromRedisValue>(
+    /// Sends a try's request under the failover guard. A transport that hides its own retries
+    /// may have run a try that failed: its failure says so, and the acquire loop cleans up.
+    async fn send_try<R: FromRedisValue + Send>(
         &self,
-        operation: &'static str,
-        invocation: Call<'_>,
-        guard: Option<ReplicaGuard>,
-        needs_wait: impl Fn(&T) -> bool,
-    ) -> Result<(T, bool), LockError> {
-        let mut retried = false;
-        let mut maybe_applied = false;
-        loop {
-            let mut in_use = self
-                .connection()
-                .await
-                .map_err(|err| err.maybe_applied(maybe_applied))?;
-            let generation = in_use.generation;
-            if invocation.is_transaction() && !in_use.transactions {
-                // Picked before this connection was made, whose user may not run one (its ACL
-                // changed): not sent, since a refused `MULTI` would let the rest run alone.
-                // (`acquire` then sends the script.)
-                return Err(transaction_refused(operation)
-                    .maybe_applied(maybe_applied)
-                    .into());
-            }
-            let err = match invocation.query(&mut in_use.connection).await {
-                Ok(value) => {
-                    let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
-                        return Ok((value, true));
-                    };
-                    match redis::cmd("WAIT")
-                        .arg(guard.replicas)
-                        .arg(kind::millis(guard.timeout))
-                        .query_async::<u32>(&mut in_use.connection)
-                        .await
-                    {
-                        Ok(acknowledged) => {
-                            let enough =
-                                super::replicated(guard, acknowledged, operation, &self.server);
-                            return Ok((value, enough));
-                        }
-                        // The script ran: whatever failed after it, its effect may stand.
-                        Err(err) => {
-                            let failure = Failure::of(&err);
-                            if failure.reconnect {
-                                self.discard(generation);
-                            }
-                            return Err(BackendError::new(operation, failure.kind, err)
-                                .maybe_applied(true)
-                                .into());
-                        }
-                    }
-                }
-                Err(err) => err,
-            };
-            let failure = Failure::of(&err);
-            maybe_applied |= failure.maybe_applied;
-            if failure.reconnect {
-                self.discard(generation);
-                // A timeout is not retried: it has spent the response budget already, and a
-                // slow server is not helped by a second copy of the request. A new connection
-                // that broke is not retried either (the server is gone), unless it broke with
-                // the caller's runtime that ran its driver.
-                let retry = !in_use.fresh || in_use.driver_gone();
-                if retry && !retried && failure.kind != BackendErrorKind::Timeout {
-                    tracing::debug!(target: crate::LOG_TARGET, server = %self.server, "retrying {operation} on a new connection: {err}");
-                    retried = true;
-                    continue;
-                }
-            }
-            return Err(BackendError::new(operation, failure.kind, err)
-                .maybe_applied(maybe_applied)
-                .into());
-        }
+        call: Call<'_>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> Result<(R, bool), LockError> {
+        self.transport
+            .call("acquire", call, self.guard, needs_wait)
+            .await
+            .map_err(Self::unseen_retries)
     }
-}
 
-/// A transaction not sent, because the connection's user may not run one.
-fn transaction_refused(operation: &'static str) -> BackendError {
-    BackendError::new(
-        operation,
-        BackendErrorKind::Server,
-        RedisError::from((
-            ErrorKind::Server(ServerErrorKind::NoPerm),
-            "NOPERM",
-            "this user has no permissions to run the 'multi' command (or 'exec'; the request \
-             was not sent)"
-                .to_owned(),
-        )),
-    )
-}
-
-/// The first refusal among a pipeline's replies (sent with `ignore_errors`, so that a refused
-/// command is a reply, not the pipeline's error): it means the command did not run.
-pub(crate) fn refusal_in(reply: &redis::Value) -> Option<RedisError> {
-    let redis::Value::Array(items) = reply else {
-        return None;
-    };
-    items.iter().find_map(|item| match item {
-        redis::Value::ServerError(err) if err.code() == "NOPERM" => {
-            Some(RedisError::from(err.clone()))
-        }
-        _ => None,
-    })
-}
-
-pub(crate) fn connect_error(err: RedisError) -> BackendError {
-    let timed_out = err.is_timeout();
-    let kind = if crate::tls::is_handshake_failure(&err) {
-        BackendErrorKind::Tls
-    } else {
-        Failure::of(&err).kind
-    };
-    BackendError::new("connect", kind, err).connect_timed_out(timed_out)
-}
-
-/// The server refused a command (permissions, unknown command): not a broken connection.
-fn is_refusal(err: &RedisError) -> bool {
-    matches!(err.kind(), ErrorKind::Server(_)) && Failure::of(err).kind == BackendErrorKind::Server
-}
-
-/// What a failed request means for the request and its connection.
-pub(crate) struct Failure {
-    pub(crate) kind: BackendErrorKind,
-    /// The connection cannot serve locks: use a new one.
-    pub(crate) reconnect: bool,
-    /// The request may have run although it failed.
-    pub(crate) maybe_applied: bool,
-}
-
-impl Failure {
-    pub(crate) fn of(err: &RedisError) -> Self {
-        // A transaction the server refused at a command (`EXECABORT`: a replica's `READONLY`,
-        // say) fails as that command did; nothing of it ran.
-        if err.kind() == ErrorKind::Server(ServerErrorKind::ExecAbort) {
-            let first = err.clone().into_server_errors().and_then(|errors| {
-                errors
-                    .first()
-                    .map(|(_, error)| RedisError::from(error.clone()))
-            });
-            if let Some(first) = first {
-                return Self {
-                    maybe_applied: false,
-                    ..Self::of(&first)
-                };
-            }
-        }
-        let (kind, reconnect, maybe_applied) = if err.is_timeout() {
-            (BackendErrorKind::Timeout, true, true)
-        } else if err.code() == Some("NOAUTH") {
-            // The server wants a password and the URL gives none.
-            (BackendErrorKind::Authentication, false, false)
+    /// A try's failure as the acquire loop must take it: one that may have run, where the
+    /// transport retries unseen.
+    fn unseen_retries(err: LockError) -> LockError {
+        if T::RETRIES_UNSEEN {
+            super::ambiguous(err)
         } else {
-            match err.kind() {
-                // The server (a replica now, or not ready) refused before running anything.
-                ErrorKind::Server(
-                    ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading,
-                ) => (BackendErrorKind::Unavailable, true, false),
-                // Wrong credentials: sent during the handshake, before any request.
-                ErrorKind::AuthenticationFailed => (BackendErrorKind::Authentication, false, false),
-                // An error reply: a script that fails undoes its grant first.
-                ErrorKind::Server(_)
-                | ErrorKind::UnexpectedReturnType
-                | ErrorKind::InvalidClientConfig
-                | ErrorKind::Parse
-                | ErrorKind::Extension
-                | ErrorKind::RESP3NotSupported => (BackendErrorKind::Server, false, false),
-                _ => (BackendErrorKind::Connection, true, true),
-            }
-        };
-        Self {
-            kind,
-            reconnect,
-            maybe_applied,
+            err
         }
     }
+
+    /// The end of the run of `keys` from `start` that one call may name: all of them, unless
+    /// the transport routes by slot (then those in the slot of `keys[start]`).
+    fn one_call_until(keys: &[LockKey], start: usize) -> usize {
+        if !T::ROUTES_BY_SLOT {
+            return keys.len();
+        }
+        let slot = Slot::for_key(&keys[start].lock);
+        keys[start..]
+            .iter()
+            .position(|key| Slot::for_key(&key.lock) != slot)
+            .map_or(keys.len(), |n| start + n)
+    }
 }
-
-/// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
-pub(crate) const SCAN_COUNT: u64 = 1000;
-
-/// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
-type ScanStep = (u64, Vec<Vec<u8>>);
 
 /// The two forms of a try (`acquire` picks one).
-impl RedisBackend {
+impl<T: Transport> RedisStore<T> {
     /// A try as its [`FirstTry`] request; `None` when it was not sent because the connection
     /// made for it may not run a transaction (its user lost the right since the last one): the
     /// script takes over.
@@ -775,10 +175,7 @@ impl RedisBackend {
                 .read(attempt.owner, reply)
                 .is_ok_and(|(granted, _)| granted == 1)
         };
-        let (reply, replicated) = match self
-            .invoke_replicated("acquire", first.call(), self.guard, granted)
-            .await
-        {
+        let (reply, replicated) = match self.send_try(first.call(), granted).await {
             Ok(replied) => replied,
             Err(LockError::Backend(err)) if err.refused_command() == Some("multi") => {
                 return Ok(None)
@@ -794,24 +191,184 @@ impl RedisBackend {
 
     /// A try as its kind's acquire script.
     async fn script_try(&self, attempt: &Try<'_>) -> Result<(ScriptReply, bool), LockError> {
-        let call = attempt
-            .kind
-            .acquire_call(attempt, self.tokens, Announce::Publish);
-        self.invoke_replicated(
-            "acquire",
-            Call::Script(&call),
-            self.guard,
-            |reply: &ScriptReply| reply.granted == 1,
-        )
+        let call = attempt.kind.acquire_call(attempt, self.tokens, T::ANNOUNCE);
+        self.send_try(Call::Script(&call), |reply: &ScriptReply| {
+            reply.granted == 1
+        })
         .await
     }
 }
 
-/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) on this server.
-impl RedisBackend {
+/// The first refusal among a pipeline's replies (sent with `ignore_errors`, so that a refused
+/// command is a reply, not the pipeline's error): it means the command did not run.
+fn refusal_in(reply: &redis::Value) -> Option<RedisError> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    items.iter().find_map(|item| match item {
+        redis::Value::ServerError(err) if err.code() == "NOPERM" => {
+            Some(RedisError::from(err.clone()))
+        }
+        _ => None,
+    })
+}
+
+/// The failover guard's rule: a write counts only once enough replicas have it.
+impl<T: Transport> RedisStore<T> {
+    /// A try's reply under the failover guard: a grant that too few replicas acknowledged is
+    /// given back (a failover now could hand the lock out again) and reported as held, so the
+    /// acquire loop tries again within its wait.
+    async fn count_only_replicated(
+        &self,
+        attempt: &Try<'_>,
+        reply: AcquireReply,
+        replicated: bool,
+    ) -> Result<AcquireReply, LockError> {
+        if replicated || !matches!(reply, AcquireReply::Acquired(_)) {
+            return Ok(reply);
+        }
+        // The grant exists: if giving it back fails, the acquire loop must clean it up.
+        self.release(attempt.kind.of_grant(), attempt.key, attempt.owner)
+            .await
+            .map_err(super::ambiguous)?;
+        Ok(AcquireReply::Held(None))
+    }
+}
+
+/// A renewal's answers under the failover guard: none counts unless enough replicas
+/// acknowledged it.
+fn count_only_replicated_renewals(
+    renewed: Vec<Renewed>,
+    replicated: bool,
+) -> Result<Vec<Renewed>, LockError> {
+    if replicated {
+        return Ok(renewed);
+    }
+    Err(BackendError::new(
+        "renew",
+        BackendErrorKind::Unreplicated,
+        "too few replicas acknowledged the renewal within the failover guard's timeout, so it \
+         does not count",
+    )
+    .into())
+}
+
+/// The parts of a batch: one call each.
+impl<T: Transport> RedisStore<T> {
+    /// Renews leases that one call may name (on a Cluster: of one slot).
+    async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let (extended, replicated) = self
+            .transport
+            .call(
+                "renew",
+                Call::Script(&kind::extend_many_call(batch)),
+                self.guard,
+                |_| true,
+            )
+            .await?;
+        let renewed = kind::read_extend_many_reply(batch.len(), extended)?;
+        count_only_replicated_renewals(renewed, replicated)
+    }
+
+    /// One call per slot, all slots at once. A slot whose call fails (its shard is failing
+    /// over, say) leaves its leases unknown, not the leases of the other slots.
+    async fn renew_per_slot(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+        for (i, renewal) in leases.iter().enumerate() {
+            by_slot
+                .entry(Slot::for_key(&renewal.key.lock))
+                .or_default()
+                .push(i);
+        }
+        let batches = by_slot.into_values().map(|indices| async move {
+            let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
+            match self.renew(&batch).await {
+                Ok(renewed) => Ok((indices, renewed)),
+                // A slot half-moved by a migration refuses a call naming keys on both of its
+                // nodes (`TRYAGAIN`, until the response timeout); each lock's own key is on
+                // one of them, so one call per lock goes through.
+                Err(err) if batch.len() > 1 => {
+                    let singles = batch
+                        .iter()
+                        .map(|renewal| self.renew(std::slice::from_ref(renewal)));
+                    let renewed: Vec<Renewed> = futures_util::future::join_all(singles)
+                        .await
+                        .into_iter()
+                        .map(|single| match single.as_deref() {
+                            Ok([renewed]) => *renewed,
+                            _ => Renewed::Unknown,
+                        })
+                        .collect();
+                    if renewed.iter().all(|&r| r == Renewed::Unknown) {
+                        return Err(err);
+                    }
+                    Ok((indices, renewed))
+                }
+                Err(err) => Err(err),
+            }
+        });
+        let mut answers = vec![Renewed::Unknown; leases.len()];
+        let mut failures = Vec::new();
+        for outcome in futures_util::future::join_all(batches).await {
+            match outcome {
+                Ok((indices, renewed)) => {
+                    for (i, renewed) in indices.into_iter().zip(renewed) {
+                        answers[i] = renewed;
+                    }
+                }
+                Err(err) => failures.push(err),
+            }
+        }
+        // Nothing learnt at all: say why.
+        if answers.iter().all(|&a| a == Renewed::Unknown) {
+            if let Some(err) = failures.into_iter().next() {
+                return Err(err);
+            }
+        }
+        Ok(answers)
+    }
+
+    /// Gives back `owner`'s write lock of each of `keys` (which one call may name); `true`
+    /// when every one was still ours.
+    async fn release_keys(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let released: usize = self
+            .invoke(
+                "release",
+                multi::release_call(keys.iter().copied(), owner, T::ANNOUNCE),
+            )
+            .await?;
+        Ok(released == keys.len())
+    }
+
+    /// One call per slot, all slots at once.
+    async fn release_per_slot(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let mut by_slot: HashMap<Slot, Vec<&LockKey>> = HashMap::new();
+        for &key in keys {
+            by_slot
+                .entry(Slot::for_key(&key.lock))
+                .or_default()
+                .push(key);
+        }
+        let calls = by_slot
+            .into_values()
+            .map(|slot_keys| async move { self.release_keys(&slot_keys, owner).await });
+        let mut all = true;
+        for outcome in futures_util::future::join_all(calls).await {
+            all &= outcome?;
+        }
+        Ok(all)
+    }
+}
+
+/// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
+pub(crate) const SCAN_COUNT: u64 = 1000;
+
+/// The operator's operations (`Client::inspect`, `force_unlock`, `list`). A lock's keys share
+/// one slot, so inspecting or freeing it is one script, on its shard in a Cluster.
+impl<T: Transport> RedisStore<T> {
     /// What the server says of `key`'s lock (read-only).
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
-        let call = operator::inspect_call(key, Announce::Publish, self.tokens);
+        let call = operator::inspect_call(key, T::ANNOUNCE, self.tokens);
         operator::read_inspect_reply(key, self.invoke("inspect", call).await?)
     }
 
@@ -820,46 +377,52 @@ impl RedisBackend {
         &self,
         key: &LockKey,
     ) -> Result<(Vec<RawHolder>, u64), LockError> {
-        let call = operator::force_unlock_call(key, Announce::Publish, self.tokens);
+        let call = operator::force_unlock_call(key, T::ANNOUNCE, self.tokens);
         Ok(operator::read_force_unlock_reply(
             self.invoke("force unlock", call).await?,
         ))
     }
 
-    /// Adds the keys matching `pattern` to `found` (`SCAN`, never `KEYS`), stopping once it
-    /// holds `limit` keys or more. Keys that are not UTF-8 are no lock keys and are skipped.
+    /// Adds the keys matching `pattern` to `found` (`SCAN` on the server, or on every primary
+    /// of a Cluster; never `KEYS`), stopping once it holds `limit` keys or more. Keys that are
+    /// not UTF-8 are no lock keys and are skipped.
     pub(crate) async fn scan(
         &self,
         pattern: &str,
         limit: usize,
         found: &mut Vec<String>,
     ) -> Result<(), LockError> {
-        let mut cursor = 0u64;
-        loop {
-            let mut pipeline = redis::pipe();
-            pipeline
-                .cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT);
-            let ((step,), _): ((ScanStep,), bool) = self
-                .invoke_replicated("list", Call::Pipeline(&pipeline), None, |_| false)
-                .await?;
-            let (next, keys) = step;
-            found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-            if next == 0 || found.len() >= limit {
-                return Ok(());
+        for shard in self.transport.shards().await? {
+            let mut cursor = 0u64;
+            loop {
+                let mut step = redis::cmd("SCAN");
+                step.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, keys) = self.transport.scan_step(&shard, &step).await?;
+                found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+                if found.len() >= limit {
+                    return Ok(());
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
+        Ok(())
     }
 }
 
-impl LockBackend for RedisBackend {
+impl<T: Transport> LockBackend for RedisStore<T> {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let first = FirstTry::of(attempt, self.tokens, self.transactions().await?);
+        let transactions = self.transport.transactions().await?;
+        // Under the failover guard, a transport whose `WAIT` rides only behind a script sends
+        // the script, whatever the try.
+        let first = FirstTry::of(attempt, self.tokens, transactions)
+            .filter(|_| T::WAITS_AFTER_ANY_REQUEST || self.guard.is_none());
         let tried = match &first {
             Some(first) => self.first_try(attempt, first).await?,
             None => None,
@@ -869,58 +432,92 @@ impl LockBackend for RedisBackend {
             None => self.script_try(attempt).await?,
         };
         let reply = kind::read_acquire_reply(attempt, reply)?;
-        super::count_only_replicated(self, attempt, reply, replicated).await
+        self.count_only_replicated(attempt, reply, replicated).await
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         let released: i64 = self
-            .invoke("release", kind.release_call(key, owner, Announce::Publish))
+            .invoke("release", kind.release_call(key, owner, T::ANNOUNCE))
             .await?;
         Ok(released == 1)
     }
 
+    /// One call for every lease, or one per slot where the transport routes by slot.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let (extended, replicated) = self
-            .invoke_replicated(
-                "renew",
-                Call::Script(&kind::extend_many_call(leases)),
-                self.guard,
-                |_| true,
-            )
-            .await?;
-        let renewed = kind::read_extend_many_reply(leases.len(), extended)?;
-        super::count_only_replicated_renewals(renewed, replicated)
-    }
-    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
-        let call = multi::acquire_call(attempt, self.tokens);
-        let (reply, replicated) = self
-            .invoke_replicated(
-                "acquire",
-                Call::Script(&call),
-                self.guard,
-                |reply: &Vec<i64>| reply.first() == Some(&1),
-            )
-            .await?;
-        let reply = multi::read_acquire_reply(attempt, &reply)?;
-        if replicated || !matches!(reply, MultiReply::Acquired(_)) {
-            return Ok(reply);
+        if T::ROUTES_BY_SLOT {
+            self.renew_per_slot(leases).await
+        } else {
+            self.renew(leases).await
         }
-        // Too few replicas acknowledged: given back, and reported as held (as
-        // `count_only_replicated` does for one key).
-        let keys: Vec<&LockKey> = attempt.keys.iter().collect();
-        self.release_all(&keys, attempt.owner)
-            .await
-            .map_err(super::ambiguous)?;
-        Ok(MultiReply::Held(None, 0))
+    }
+
+    /// The keys one call may name in one script (every key on a server; a slot's on a
+    /// Cluster), the calls one after another in the order of the try's keys (which keeps a
+    /// slot's keys together: `crate::multi`). When a later call's keys are held, the keys
+    /// already taken are given back before the answer, so a waiting request holds nothing; so
+    /// are they when too few replicas acknowledged a call. A failed call that may have run is
+    /// reported as such: the acquire loop then gives back every key in the background.
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let keys = attempt.keys;
+        let mut tokens = Vec::new();
+        let mut start = 0;
+        while start < keys.len() {
+            let end = Self::one_call_until(keys, start);
+            let part = attempt.part(&keys[start..end]);
+            let call = multi::acquire_call(&part, self.tokens);
+            let (reply, replicated): (Vec<i64>, bool) = match self
+                .send_try(Call::Script(&call), |reply: &Vec<i64>| {
+                    reply.first() == Some(&1)
+                })
+                .await
+            {
+                Ok(reply) => reply,
+                // The earlier calls' grants are given back here; an ambiguous try's clean-up
+                // (the acquire loop's) gives back every key.
+                Err(err) => {
+                    if start > 0 && !super::is_ambiguous(&err) {
+                        let taken: Vec<&LockKey> = keys[..start].iter().collect();
+                        if let Err(undo) = self.release_all(&taken, attempt.owner).await {
+                            // The request's own error is the answer; the grants given back
+                            // here expire with their lease at the latest.
+                            tracing::warn!(target: crate::LOG_TARGET, "could not give back the keys of a refused multi-key try: {undo}");
+                        }
+                    }
+                    return Err(err);
+                }
+            };
+            let (undo, held) = match multi::read_acquire_reply(&part, &reply)
+                .map_err(Self::unseen_retries)?
+            {
+                MultiReply::Acquired(part_tokens) if replicated => {
+                    if tokens.is_empty() {
+                        tokens = part_tokens;
+                    } else {
+                        tokens.extend(part_tokens);
+                    }
+                    start = end;
+                    continue;
+                }
+                // Too few replicas acknowledged: this call's grant is given back too.
+                MultiReply::Acquired(_) => (end, MultiReply::Held(None, start)),
+                MultiReply::Held(remaining, at) => (start, MultiReply::Held(remaining, start + at)),
+            };
+            if undo > 0 {
+                let taken: Vec<&LockKey> = keys[..undo].iter().collect();
+                self.release_all(&taken, attempt.owner)
+                    .await
+                    .map_err(super::ambiguous)?;
+            }
+            return Ok(held);
+        }
+        Ok(MultiReply::Acquired(tokens))
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
-        let released: usize = self
-            .invoke(
-                "release",
-                multi::release_call(keys.iter().copied(), owner, Announce::Publish),
-            )
-            .await?;
-        Ok(released == keys.len())
+        if T::ROUTES_BY_SLOT {
+            self.release_per_slot(keys, owner).await
+        } else {
+            self.release_keys(keys, owner).await
+        }
     }
 }

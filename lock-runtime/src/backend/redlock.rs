@@ -1,10 +1,11 @@
-//! Redlock store: a lock over N independent Redis masters (N odd, at least 3), each a node
-//! store (`redis.rs`, which refuses a master that reports itself a replica). Every operation
-//! goes to all masters at once with a per-master timeout far below the lease
-//! ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only when a
-//! majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try that
-//! falls short is undone on every master. Renewals need a majority too. The kinds' scripts run
-//! unchanged on each master.
+//! Redlock store: a lock over N independent Redis masters (N odd, at least 3), each a Redis
+//! store on one server (`redis.rs` over `connection.rs`, which refuses a master that reports
+//! itself a replica). Every operation goes to all masters at once with a per-master timeout far
+//! below the lease ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only
+//! when a majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try
+//! that falls short is undone on every master: one tally ([`RedlockBackend::tally`]) for one
+//! key and for several. Renewals need a majority too. The kinds' scripts run unchanged on each
+//! master.
 //!
 //! **Fencing tokens.** Each master hands out its own token (its counter, never below its
 //! clock in microseconds). The largest token of a quorum is not increasing on its own: with
@@ -45,7 +46,7 @@ use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
-use super::wake::{ReleaseListener, Transport};
+use super::wake::{Announcers, ReleaseListener};
 use super::{
     AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
@@ -146,7 +147,7 @@ impl RedlockBackend {
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
             waker: ReleaseListener::new(
-                Transport::Node(Arc::new(Endpoint::AnyOf {
+                Announcers::Node(Arc::new(Endpoint::AnyOf {
                     servers: masters.to_vec(),
                     next: AtomicUsize::new(0),
                 })),
@@ -199,7 +200,7 @@ impl RedlockBackend {
     /// connect nobody waits for finishes in the background, for the next try.
     async fn warm_up(&self) {
         let missing: Vec<usize> = (0..self.masters.len())
-            .filter(|&i| !self.masters[i].is_connected())
+            .filter(|&i| !self.masters[i].node().is_connected())
             .collect();
         if missing.is_empty() {
             return;
@@ -228,7 +229,11 @@ impl RedlockBackend {
         }
         let _ = tokio::time::timeout(self.connect_timeout, async {
             while ended.next().await.is_some() {
-                let connected = self.masters.iter().filter(|m| m.is_connected()).count();
+                let connected = self
+                    .masters
+                    .iter()
+                    .filter(|m| m.node().is_connected())
+                    .count();
                 if connected >= enough {
                     break;
                 }
@@ -240,7 +245,7 @@ impl RedlockBackend {
     /// Connects master `i` in the background unless a connect of it is under way already;
     /// its end is announced on the master's [`Connecting::ended`]. The connect runs on the
     /// caller's runtime when that is a multi-thread runtime, so that the master's connection
-    /// is driven there (no thread hop per request, see `redis.rs`), else on the I/O runtime.
+    /// is driven there (no thread hop per request, see `connection.rs`), else on the I/O runtime.
     fn connect_in_background(&self, i: usize) {
         let connecting = &self.connecting[i];
         if connecting.running.swap(true, Ordering::AcqRel) {
@@ -250,7 +255,7 @@ impl RedlockBackend {
         let runtime = crate::io::multi_thread_caller().unwrap_or_else(|| self.io.clone());
         runtime.spawn(async move {
             let _ends = ends;
-            let _ = master.warm_up().await;
+            let _ = master.node().warm_up().await;
         });
     }
 
@@ -259,7 +264,7 @@ impl RedlockBackend {
     /// reach them again.
     fn reconnect_missing(&self) {
         for i in 0..self.masters.len() {
-            if !self.masters[i].is_connected() {
+            if !self.masters[i].node().is_connected() {
                 self.connect_in_background(i);
             }
         }
@@ -294,13 +299,6 @@ impl RedlockBackend {
             needed,
             nodes: self.masters.len(),
         }
-    }
-
-    /// Gives `owner`'s grant back on every master, waiting for the answers (best effort: a
-    /// master that does not answer lets the lease run out).
-    async fn undo(&self, kind: Kind, key: &LockKey, owner: &str, timeout: Duration) {
-        self.on_all(timeout, |master| master.release(kind, key, owner))
-            .await;
     }
 
     /// The second round of a write grant: a majority's counters raised to `token`.
@@ -523,11 +521,209 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
     }
 }
 
-impl LockBackend for RedlockBackend {
-    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let timeout = self.timeout_for(attempt.lease);
+/// A try as Redlock sends it to every master: one key ([`Try`]) or several at once
+/// ([`MultiTry`]). The quorum's steps ([`RedlockBackend::tally`]) are the same for both; this
+/// is what they ask of either.
+trait QuorumTry: Sync {
+    /// What one master answers.
+    type Reply: Send + Sync;
+    /// The refusals among the answers, added up into the reply of a try that fell short.
+    type Refusals: Default;
+
+    fn lease(&self) -> Duration;
+
+    /// The keys, in the order of a grant's tokens.
+    fn keys(&self) -> &[LockKey];
+
+    /// How many masters must grant.
+    fn quorum(&self, redlock: &RedlockBackend) -> usize;
+
+    /// Whether a grant's tokens are written back to a majority before it stands (a write
+    /// grant's, [`TokenRule::Fresh`]).
+    fn fresh_tokens(&self) -> bool;
+
+    /// The try on one master.
+    fn send<'a>(
+        &'a self,
+        master: &'a RedisBackend,
+    ) -> impl Future<Output = Result<Self::Reply, LockError>> + Send + 'a;
+
+    /// Gives back on every master whatever the try may have taken there, waiting for the
+    /// answers (best effort: a master that does not answer lets the lease run out).
+    fn undo<'a>(
+        &'a self,
+        redlock: &'a RedlockBackend,
+        timeout: Duration,
+    ) -> impl Future<Output = ()> + Send + 'a;
+
+    /// A grant's token per key; `None` when the answer is a refusal.
+    fn granted(reply: &Self::Reply) -> Option<&[Option<FencingToken>]>;
+
+    /// Counts one master's refusal.
+    fn count(refusals: &mut Self::Refusals, reply: &Self::Reply);
+
+    /// The grant, with the token `token_of` key `i`.
+    fn acquired(&self, token_of: impl Fn(usize) -> Option<FencingToken>) -> Self::Reply;
+
+    /// The reply to a try that `granted` masters granted, `quorum` being needed.
+    fn refused(refusals: Self::Refusals, granted: usize, quorum: usize) -> Self::Reply;
+}
+
+impl QuorumTry for Try<'_> {
+    type Reply = AcquireReply;
+    type Refusals = Refusals;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn keys(&self) -> &[LockKey] {
+        std::slice::from_ref(self.key)
+    }
+
+    /// A majority, and more for a semaphore (the kind's `quorum`).
+    fn quorum(&self, redlock: &RedlockBackend) -> usize {
+        self.kind.quorum(redlock.masters.len())
+    }
+
+    fn fresh_tokens(&self) -> bool {
+        self.kind.token_rule() == TokenRule::Fresh
+    }
+
+    fn send<'a>(
+        &'a self,
+        master: &'a RedisBackend,
+    ) -> impl Future<Output = Result<AcquireReply, LockError>> + Send + 'a {
+        master.acquire(self)
+    }
+
+    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration) {
+        let kind = self.kind.of_grant();
+        redlock
+            .on_all(timeout, |master| master.release(kind, self.key, self.owner))
+            .await;
+    }
+
+    fn granted(reply: &AcquireReply) -> Option<&[Option<FencingToken>]> {
+        match reply {
+            AcquireReply::Acquired(token) => Some(std::slice::from_ref(token)),
+            _ => None,
+        }
+    }
+
+    fn count(refusals: &mut Refusals, reply: &AcquireReply) {
+        refusals.count(reply);
+    }
+
+    fn acquired(&self, token_of: impl Fn(usize) -> Option<FencingToken>) -> AcquireReply {
+        AcquireReply::Acquired(token_of(0))
+    }
+
+    /// Held, or a split between waiters.
+    fn refused(refusals: Refusals, granted: usize, quorum: usize) -> AcquireReply {
+        refusals.reply(granted, quorum)
+    }
+}
+
+impl QuorumTry for MultiTry<'_> {
+    type Reply = MultiReply;
+    type Refusals = HeldKeys;
+
+    fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn keys(&self) -> &[LockKey] {
+        self.keys
+    }
+
+    fn quorum(&self, redlock: &RedlockBackend) -> usize {
+        redlock.quorum()
+    }
+
+    /// Every key is a write lock.
+    fn fresh_tokens(&self) -> bool {
+        true
+    }
+
+    fn send<'a>(
+        &'a self,
+        master: &'a RedisBackend,
+    ) -> impl Future<Output = Result<MultiReply, LockError>> + Send + 'a {
+        master.acquire_all(self)
+    }
+
+    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration) {
+        let keys: Vec<&LockKey> = self.keys.iter().collect();
+        redlock
+            .on_all(timeout, |master| master.release_all(&keys, self.owner))
+            .await;
+    }
+
+    fn granted(reply: &MultiReply) -> Option<&[Option<FencingToken>]> {
+        match reply {
+            MultiReply::Acquired(tokens) => Some(tokens),
+            MultiReply::Held(..) => None,
+        }
+    }
+
+    fn count(refusals: &mut HeldKeys, reply: &MultiReply) {
+        refusals.count(reply);
+    }
+
+    fn acquired(&self, token_of: impl Fn(usize) -> Option<FencingToken>) -> MultiReply {
+        MultiReply::Acquired((0..self.keys.len()).map(token_of).collect())
+    }
+
+    fn refused(refusals: HeldKeys, _: usize, _: usize) -> MultiReply {
+        let (remaining, at) = refusals.0.unwrap_or((None, 0));
+        MultiReply::Held(remaining, at)
+    }
+}
+
+/// The refusals of a multi-key try by several masters: the remaining lease of a held key (the
+/// shortest that two known ones give) and the position of the first answer's held key.
+#[derive(Default)]
+struct HeldKeys(Option<(Option<Duration>, usize)>);
+
+impl HeldKeys {
+    fn count(&mut self, reply: &MultiReply) {
+        let MultiReply::Held(remaining, at) = *reply else {
+            return;
+        };
+        self.0 = Some(match self.0 {
+            None => (remaining, at),
+            Some((known, first)) => (known.min(remaining).or(known), first),
+        });
+    }
+}
+
+/// The token key `i` of a grant takes: the largest of those its quorum handed out (`None`
+/// without fencing).
+fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<FencingToken> {
+    answers
+        .iter()
+        .filter_map(|answer| match answer {
+            Answer::Said(reply) => Q::granted(reply),
+            Answer::Failed(_) => None,
+        })
+        .filter_map(|tokens| tokens.get(i).copied().flatten())
+        .max()
+}
+
+/// The quorum's steps, the same for one key and for several.
+impl RedlockBackend {
+    /// One try on every master: granted when enough masters granted it within its validity
+    /// (and a write grant's tokens were raised on a majority), else undone everywhere and
+    /// answered with what the refusals add up to, or the error that explains them.
+    async fn tally<Q: QuorumTry>(&self, attempt: &Q) -> Result<Q::Reply, LockError> {
+        let timeout = self.timeout_for(attempt.lease());
         self.warm_up().await;
-        if let Some(refusal) = self.masters.iter().find_map(|master| master.refusal()) {
+        if let Some(refusal) = self
+            .masters
+            .iter()
+            .find_map(|master| master.node().refusal())
+        {
             // Replication defeats Redlock: refuse the deployment, not just the node.
             return Err(LockError::Config(format!(
                 "a Redlock master is not a master: {refusal}"
@@ -538,71 +734,105 @@ impl LockBackend for RedlockBackend {
         // majority granted: a late grant must not be left behind by a release that overtakes
         // it, or by one that a master restarted empty cannot run before it has loaded the
         // script again.
-        let answers = self.on_all(timeout, |master| master.acquire(attempt)).await;
-        let quorum = attempt.kind.quorum(self.masters.len());
+        let answers = self.on_all(timeout, |master| attempt.send(master)).await;
+        let quorum = attempt.quorum(self);
         let mut answered = 0;
-        let mut tokens = Vec::new();
-        let mut refusals = Refusals::default();
+        let mut granted = 0;
+        let mut refusals = Q::Refusals::default();
         for answer in &answers {
-            match answer {
-                Answer::Said(AcquireReply::Acquired(token)) => {
-                    answered += 1;
-                    tokens.push(*token);
+            if let Answer::Said(reply) = answer {
+                answered += 1;
+                match Q::granted(reply) {
+                    Some(_) => granted += 1,
+                    None => Q::count(&mut refusals, reply),
                 }
-                Answer::Said(refused) => {
-                    answered += 1;
-                    refusals.count(refused);
-                }
-                Answer::Failed(_) => {}
             }
         }
-        let granted = tokens.len();
-        // A semaphore of another count in use, as any master says: refused, not waited for.
+        // A semaphore of another count in use, or a key that holds no lock, as any master
+        // says: refused, not granted by the others nor waited for.
         let refused = answers
             .iter()
             .any(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()));
-        let valid_until = started + attempt.lease - drift(attempt.lease);
-        if !refused && granted >= quorum && Instant::now() < valid_until {
-            // `None` for every answer without fencing: then there is nothing to raise.
-            let token = tokens.iter().copied().max().flatten();
-            let token_stands = match (attempt.kind.token_rule(), token) {
-                (TokenRule::Fresh, Some(token)) => {
-                    let at_token: Vec<bool> = answers
-                        .iter()
-                        .map(|answer| {
-                            matches!(answer, Answer::Said(AcquireReply::Acquired(Some(t))) if *t == token)
-                        })
-                        .collect();
-                    let raised = self
-                        .raise_fence(attempt.key, token, attempt.lease, timeout, &at_token)
-                        .await;
-                    raised >= self.quorum() && Instant::now() < valid_until
-                }
-                _ => true,
-            };
-            if token_stands {
-                return Ok(AcquireReply::Acquired(token));
-            }
+        let valid_until = started + attempt.lease() - drift(attempt.lease());
+        if !refused
+            && granted >= quorum
+            && Instant::now() < valid_until
+            && self
+                .fences_stand(attempt, &answers, timeout, valid_until)
+                .await
+        {
+            return Ok(attempt.acquired(|i| quorum_token::<Q>(&answers, i)));
         }
         // Too few grants, too late, or a token that could not be made to stand: undo
         // everywhere (also where the answer got lost), then report.
         if granted > 0 || answered < self.masters.len() {
-            self.undo(attempt.kind.of_grant(), attempt.key, attempt.owner, timeout)
-                .await;
+            attempt.undo(self, timeout).await;
         }
-        if refused {
-            if let Some(Answer::Failed(err)) = answers
-                .into_iter()
-                .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
-            {
-                return Err(err);
-            }
+        if let Some(Answer::Failed(err)) = answers
+            .into_iter()
+            .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
+        {
+            return Err(err);
         }
         if answered < quorum {
-            return Err(self.quorum_unavailable_needing(attempt.key, answered, granted, quorum));
+            let key = &attempt.keys()[0];
+            return Err(self.quorum_unavailable_needing(key, answered, granted, quorum));
         }
-        // A majority answered but did not grant in time: held, or a split between waiters.
-        Ok(refusals.reply(granted, quorum))
+        // A majority answered but did not grant in time.
+        Ok(Q::refused(refusals, granted, quorum))
+    }
+
+    /// The second round of a write grant: each key's token raised on a majority (the module's
+    /// "Fencing tokens"), all keys at once; `true` when every one was, within the validity.
+    async fn fences_stand<Q: QuorumTry>(
+        &self,
+        attempt: &Q,
+        answers: &[Answer<Q::Reply>],
+        timeout: Duration,
+        valid_until: Instant,
+    ) -> bool {
+        if !attempt.fresh_tokens() {
+            return true;
+        }
+        let raise = |(i, key)| {
+            // `None` without fencing: then there is nothing to raise.
+            let token = quorum_token::<Q>(answers, i);
+            // The masters whose grant of key `i` carried the token the quorum settled on.
+            let at_token: Vec<bool> = answers
+                .iter()
+                .map(|answer| match (answer, token) {
+                    (Answer::Said(reply), Some(token)) => {
+                        Q::granted(reply).is_some_and(|theirs| theirs.get(i) == Some(&Some(token)))
+                    }
+                    _ => false,
+                })
+                .collect();
+            async move {
+                match token {
+                    Some(token) => {
+                        self.raise_fence(key, token, attempt.lease(), timeout, &at_token)
+                            .await
+                            >= self.quorum()
+                    }
+                    None => true,
+                }
+            }
+        };
+        let raised = match attempt.keys() {
+            // One key, the common case, without `join_all`'s allocation.
+            [key] => raise((0, key)).await,
+            keys => join_all(keys.iter().enumerate().map(raise))
+                .await
+                .into_iter()
+                .all(|raised| raised),
+        };
+        raised && Instant::now() < valid_until
+    }
+}
+
+impl LockBackend for RedlockBackend {
+    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
+        self.tally(attempt).await
     }
 
     async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
@@ -632,7 +862,7 @@ impl LockBackend for RedlockBackend {
             for i in silent {
                 let (master, channel) = (self.masters[i].clone(), key.channel.clone());
                 self.io
-                    .spawn(async move { master.announce(&channel).await });
+                    .spawn(async move { master.node().announce(&channel).await });
             }
         }
         if answered < self.quorum() {
@@ -700,103 +930,10 @@ impl LockBackend for RedlockBackend {
     /// script, and counts towards the quorum when it granted every key. Each key's token is
     /// the largest its quorum handed out, raised on a majority as a write grant's is.
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
-        let Some(first_key) = attempt.keys.first() else {
+        if attempt.keys.is_empty() {
             return Ok(MultiReply::Acquired(Vec::new()));
-        };
-        let timeout = self.timeout_for(attempt.lease);
-        self.warm_up().await;
-        if let Some(refusal) = self.masters.iter().find_map(|master| master.refusal()) {
-            return Err(LockError::Config(format!(
-                "a Redlock master is not a master: {refusal}"
-            )));
         }
-        let started = Instant::now();
-        let answers = self
-            .on_all(timeout, |master| master.acquire_all(attempt))
-            .await;
-        let mut answered = 0;
-        let mut granted: Vec<&Vec<Option<FencingToken>>> = Vec::new();
-        let mut held: Option<(Option<Duration>, usize)> = None;
-        for answer in &answers {
-            match answer {
-                Answer::Said(MultiReply::Acquired(tokens)) => {
-                    answered += 1;
-                    granted.push(tokens);
-                }
-                Answer::Said(MultiReply::Held(remaining, at)) => {
-                    answered += 1;
-                    held = Some(match held {
-                        None => (*remaining, *at),
-                        Some((known, first)) => (known.min(*remaining).or(known), first),
-                    });
-                }
-                Answer::Failed(_) => {}
-            }
-        }
-        // A key that holds no lock, as any master says: refused, not granted by the others.
-        let refused = answers
-            .iter()
-            .any(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()));
-        let valid_until = started + attempt.lease - drift(attempt.lease);
-        if !refused && granted.len() >= self.quorum() && Instant::now() < valid_until {
-            let tokens: Vec<Option<FencingToken>> = (0..attempt.keys.len())
-                .map(|i| {
-                    granted
-                        .iter()
-                        .filter_map(|tokens| tokens.get(i).copied().flatten())
-                        .max()
-                })
-                .collect();
-            let raises = attempt
-                .keys
-                .iter()
-                .zip(&tokens)
-                .enumerate()
-                .map(|(i, (key, token))| {
-                    // The masters whose grant of key `i` carried the token the quorum settled on.
-                    let at_token: Vec<bool> = answers
-                        .iter()
-                        .map(|answer| match (answer, token) {
-                            (Answer::Said(MultiReply::Acquired(theirs)), Some(token)) => {
-                                theirs.get(i) == Some(&Some(*token))
-                            }
-                            _ => false,
-                        })
-                        .collect();
-                    async move {
-                        match token {
-                            Some(token) => {
-                                self.raise_fence(key, *token, attempt.lease, timeout, &at_token)
-                                    .await
-                                    >= self.quorum()
-                            }
-                            None => true,
-                        }
-                    }
-                });
-            let raised = join_all(raises).await.into_iter().all(|raised| raised);
-            if raised && Instant::now() < valid_until {
-                return Ok(MultiReply::Acquired(tokens));
-            }
-        }
-        let granted = granted.len();
-        if granted > 0 || answered < self.masters.len() {
-            let keys: Vec<&LockKey> = attempt.keys.iter().collect();
-            self.on_all(timeout, |master| master.release_all(&keys, attempt.owner))
-                .await;
-        }
-        // A key that holds no lock, as any master says: refused, not waited for.
-        if let Some(Answer::Failed(err)) = answers
-            .into_iter()
-            .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
-        {
-            return Err(err);
-        }
-        if answered < self.quorum() {
-            return Err(self.quorum_unavailable(first_key, answered, granted));
-        }
-        let (remaining, at) = held.unwrap_or((None, 0));
-        Ok(MultiReply::Held(remaining, at))
+        self.tally(attempt).await
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
@@ -825,7 +962,7 @@ impl LockBackend for RedlockBackend {
             for key in keys {
                 let (master, channel) = (master.clone(), key.channel.clone());
                 self.io
-                    .spawn(async move { master.announce(&channel).await });
+                    .spawn(async move { master.node().announce(&channel).await });
             }
         }
         if answered < self.quorum() {

@@ -14,7 +14,7 @@
 //! connection), this client pauses it, for longer after each failure in a row ([`Pause`]),
 //! instead of reconnecting on every wait.
 //!
-//! Two transports ([`Transport`]) carry the subscriptions. On one server: plain pub/sub
+//! Two kinds of [`Announcers`] carry the subscriptions. On one server: plain pub/sub
 //! (`SUBSCRIBE`) on a connection of its own. On a Redis Cluster a release runs `SPUBLISH` on
 //! the lock's shard, so waiters subscribe with `SSUBSCRIBE` over a RESP3 cluster connection
 //! that routes each command by its channel's slot: **one command per channel**, never one
@@ -121,8 +121,8 @@ impl Subscriptions {
     }
 }
 
-/// How a waker reaches the servers that announce releases.
-pub(crate) enum Transport {
+/// The servers that announce releases, and how a waker reaches them.
+pub(crate) enum Announcers {
     /// Plain pub/sub (`SUBSCRIBE`) on the store's server (for Sentinel, the primary it names
     /// now).
     Node(Arc<Endpoint>),
@@ -222,7 +222,7 @@ pub(crate) struct ReleaseListener {
 
 struct Inner {
     /// Where and how to subscribe.
-    transport: Transport,
+    announcers: Announcers,
     io: Handle,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -247,14 +247,14 @@ enum Side {
 
 impl ReleaseListener {
     pub(crate) fn new(
-        transport: Transport,
+        announcers: Announcers,
         io: Handle,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                transport,
+                announcers,
                 io,
                 connect_timeout,
                 response_timeout,
@@ -411,14 +411,14 @@ impl Inner {
     /// starts the reader that wakes waiters.
     async fn connect(&self, generation: u64) -> Result<(Sink, AbortHandle), String> {
         let (sink, reader) = tokio::time::timeout(self.connect_timeout, async {
-            match &self.transport {
-                Transport::Node(endpoint) => {
+            match &self.announcers {
+                Announcers::Node(endpoint) => {
                     let pubsub = endpoint.pubsub().await?;
                     let (sink, stream) = pubsub.split();
                     let reader = tokio::spawn(read_node(stream, self.state.clone(), generation));
                     Ok::<_, redis::RedisError>((Sink::Node(sink), reader))
                 }
-                Transport::Cluster(nodes) => {
+                Announcers::Cluster(nodes) => {
                     let (pushes, received) = tokio::sync::mpsc::unbounded_channel();
                     let connection = ClusterClient::builder(nodes.clone())
                         .use_protocol(redis::ProtocolVersion::RESP3)

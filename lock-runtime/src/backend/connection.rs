@@ -1,0 +1,727 @@
+//! One Redis server as the Redis store (`redis.rs`) reaches it: a [`Node`] keeps one
+//! multiplexed connection, made on the client's I/O runtime (or the caller's multi-thread
+//! runtime) and remade after it breaks, and implements the store's [`Transport`] for it. The
+//! server is a fixed one, or the primary Sentinel names (`endpoint.rs`): a new connection then
+//! asks the sentinels and checks that what it reached is a primary (`ROLE`) before using it,
+//! so the store follows a failover. Redlock (`redlock.rs`) runs one per master, with the same
+//! role check. With the failover guard ([`ReplicaGuard`]) `WAIT` follows a grant or renewal on
+//! the same connection. Neighbours: `cluster.rs` is the other transport and reads failures
+//! with [`Failure`] too; `eviction.rs` is fired after the first connect to each server.
+//!
+//! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
+//! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
+//!
+//! A connection that failed is replaced, and the replacement first has the server close the
+//! old one (`CLIENT KILL`) before anything is sent on it: a request still under way on the old
+//! connection (held up in the network, say) can then no longer run after the requests that
+//! follow, such as the compare-and-delete that gives back a grant whose reply never came.
+//!
+//! A new connection also asks, before it is shared, whether the server's ACL lets its user run
+//! a transaction ([`Transactions`]): a write lock's first try is a `MULTI`/`EXEC` where it may
+//! be, and the script otherwise. A refused `MULTI` would let the `SET` behind it run outside
+//! the transaction, and breaks the `redis` crate's reading of the replies.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use tokio::runtime::Handle;
+
+use super::endpoint::Endpoint;
+use super::transport::{replicated, ScanStep, Transport};
+use super::{Announce, Call};
+use crate::config::ReplicaGuard;
+use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind;
+
+/// A connection in use, tagged so that only the failing generation is thrown away.
+struct Current {
+    generation: u64,
+    connection: MultiplexedConnection,
+    /// How the server knows it (`None` when it would not say).
+    server_side: Option<ServerSideClient>,
+    /// Whether the runtime its driver runs on still runs (`None`: the client's own).
+    driver: Option<DriverRuntime>,
+    /// Whether a transaction may be sent on it.
+    transactions: bool,
+}
+
+/// A caller's runtime that holds a connection's driver, watched by a task of its own there:
+/// the task (and the `Arc` it holds) is dropped when that runtime shuts down, or ends when the
+/// connection is forgotten (the sender is dropped).
+struct DriverRuntime {
+    alive: Weak<()>,
+    _forgotten: tokio::sync::oneshot::Sender<()>,
+}
+
+impl DriverRuntime {
+    fn watch(runtime: &Handle) -> Self {
+        let token = Arc::new(());
+        let alive = Arc::downgrade(&token);
+        let (forgotten, until_forgotten) = tokio::sync::oneshot::channel::<()>();
+        runtime.spawn(async move {
+            let _token = token;
+            let _ = until_forgotten.await;
+        });
+        Self {
+            alive,
+            _forgotten: forgotten,
+        }
+    }
+}
+
+/// A connection handed to a request: its generation, the connection, whether it is new
+/// (`false`: it was in use before and may have broken since), and the liveness of the runtime
+/// its driver runs on (`None`: the client's own, which lives as long as the client).
+struct InUse {
+    generation: u64,
+    connection: MultiplexedConnection,
+    fresh: bool,
+    driver: Option<Weak<()>>,
+    /// Whether a transaction may be sent on it ([`Transactions`]).
+    transactions: bool,
+}
+
+impl InUse {
+    /// The runtime that ran the connection's driver has shut down: the connection broke with
+    /// it, not with the server.
+    fn driver_gone(&self) -> bool {
+        self.driver
+            .as_ref()
+            .is_some_and(|alive| alive.upgrade().is_none())
+    }
+}
+
+/// One of our connections as the server knows it: enough to close it from another one. The
+/// address guards the id, which a restarted server hands out again.
+#[derive(Debug, Clone)]
+struct ServerSideClient {
+    id: u64,
+    addr: String,
+}
+
+impl ServerSideClient {
+    /// Reads `id=… addr=…` from a `CLIENT INFO` reply.
+    fn parse(info: &str) -> Option<Self> {
+        let field = |name: &str| {
+            info.split_whitespace()
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+        };
+        Some(Self {
+            id: field("id")?.parse().ok()?,
+            addr: field("addr")?.to_owned(),
+        })
+    }
+}
+
+/// Reconnect bookkeeping, behind the `connecting` lock.
+#[derive(Default)]
+struct Connecting {
+    last_generation: u64,
+    /// The last failed connect: callers that queued behind it share its error instead of each
+    /// waiting out another connect timeout.
+    last_failure: Option<(Instant, RedisError)>,
+}
+
+/// One Redis server and the connection to it.
+pub(crate) struct Node {
+    endpoint: Arc<Endpoint>,
+    /// Address and db for logs (never the credentials).
+    server: String,
+    require_primary: bool,
+    /// Why the server was refused as a primary, when the last connection found it a replica.
+    refusal: Mutex<Option<String>>,
+    /// Whether a new connection asks if transactions may be sent ([`Transactions`]): only a
+    /// store whose tokens come from the clock sends them.
+    asks_transactions: bool,
+    connection_config: AsyncConnectionConfig,
+    io: Handle,
+    current: Mutex<Option<Current>>,
+    /// Connections given up on that the server may still run requests from: the next
+    /// connection closes them on the server before it is used.
+    replaced: Mutex<Vec<ServerSideClient>>,
+    /// Serialises reconnects so a broken connection is replaced once, not by every caller.
+    connecting: tokio::sync::Mutex<Connecting>,
+    /// What the last connection found out about transactions ([`Transactions`] as a `u8`),
+    /// read by a first try before it picks its request.
+    transactions: AtomicU8,
+    /// Whether the missing permission for transactions has been warned about.
+    warned_transactions: AtomicBool,
+}
+
+/// Whether a connection's user may run a transaction (`MULTI` … `EXEC`).
+///
+/// Asked once per new connection, before it is shared, so that no transaction is sent that
+/// the server refuses: a refused `MULTI` lets the commands queued behind it run at once,
+/// outside any transaction (a `SET` then takes a lock nobody knows about), and the `redis`
+/// crate's connection cannot read the replies that follow. The question never leaves the
+/// connection inside a transaction: a bare `EXEC` first (allowed: "EXEC without MULTI";
+/// refused: `NOPERM`), and only when that is allowed, `MULTI` then `EXEC`, each reply read on
+/// its own. Any other answer (a proxy that knows no transactions, say) counts as refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Transactions {
+    /// No connection has asked yet.
+    Unknown = 0,
+    /// `MULTI` and `EXEC` both run.
+    Allowed = 1,
+    /// One of them is refused (or the store sends no transactions and did not ask).
+    Refused = 2,
+}
+
+impl Transactions {
+    fn from_u8(value: u8) -> Self {
+        match value {
+            1 => Self::Allowed,
+            2 => Self::Refused,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Asks the server over `connection`: `Ok(None)` when transactions may be sent, else the
+    /// command refused (or the answer that was not the expected one). An error means the
+    /// connection failed.
+    async fn ask(connection: &mut MultiplexedConnection) -> Result<Option<String>, RedisError> {
+        match redis::cmd("EXEC")
+            .query_async::<redis::Value>(connection)
+            .await
+        {
+            Err(err) if err.code() == Some("ERR") && err.to_string().contains("without MULTI") => {}
+            Err(err) if matches!(err.kind(), ErrorKind::Server(_)) => {
+                return Ok(Some(format!("EXEC ({err})")))
+            }
+            Err(err) => return Err(err),
+            Ok(other) => return Ok(Some(format!("EXEC (answered {other:?})"))),
+        }
+        let mut transaction = redis::pipe();
+        transaction.cmd("MULTI").cmd("EXEC").ignore_errors();
+        let replies: Vec<redis::Value> = transaction.query_async(connection).await?;
+        match replies.as_slice() {
+            [redis::Value::Okay, redis::Value::Array(done)] if done.is_empty() => Ok(None),
+            [redis::Value::ServerError(err), _] => Ok(Some(format!("MULTI ({err:?})"))),
+            _ => Ok(Some(format!("MULTI/EXEC (answered {replies:?})"))),
+        }
+    }
+}
+
+impl Node {
+    /// A node that connects to `endpoint` (a Sentinel endpoint's primary is always checked
+    /// to be one; `require_primary` checks a fixed server too) and, when `asks_transactions`,
+    /// asks a new connection whether transactions may be sent.
+    pub(crate) fn new(
+        endpoint: Arc<Endpoint>,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        require_primary: bool,
+        asks_transactions: bool,
+        io: Handle,
+    ) -> Self {
+        Self {
+            server: endpoint.describe(),
+            require_primary: require_primary || endpoint.is_sentinel(),
+            refusal: Mutex::new(None),
+            asks_transactions,
+            endpoint,
+            connection_config: AsyncConnectionConfig::new()
+                .set_response_timeout(Some(response_timeout))
+                .set_connection_timeout(Some(connect_timeout)),
+            io,
+            current: Mutex::new(None),
+            replaced: Mutex::new(Vec::new()),
+            connecting: tokio::sync::Mutex::new(Connecting::default()),
+            transactions: AtomicU8::new(Transactions::Unknown as u8),
+            warned_transactions: AtomicBool::new(false),
+        }
+    }
+
+    fn cached(&self, fresh: bool) -> Option<InUse> {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.as_ref().map(|c| InUse {
+            generation: c.generation,
+            connection: c.connection.clone(),
+            fresh,
+            driver: c.driver.as_ref().map(|driver| driver.alive.clone()),
+            transactions: c.transactions,
+        })
+    }
+
+    /// The connection in use, connecting when there is none.
+    ///
+    /// Where the connection's driver runs: on the caller's runtime when that is a multi-thread
+    /// runtime — requests and replies then need no hop to another thread, which costs a wake-up
+    /// of the I/O thread per request and of the caller per reply (most of the client's CPU per
+    /// lock cycle otherwise) — and on the client's own I/O runtime when called from a
+    /// current-thread runtime (whose tasks do not run between its `block_on`s: a driver there
+    /// would stall the watchdog) or from the I/O runtime itself. When the runtime that holds the
+    /// driver shuts down, the requests on the connection fail, and are sent again on a new one
+    /// made where they run (also when the connection was new: [`InUse::driver_gone`]).
+    async fn in_use(&self) -> Result<InUse, BackendError> {
+        if let Some(in_use) = self.cached(false) {
+            return Ok(in_use);
+        }
+        let asked_at = Instant::now();
+        let mut state = self.connecting.lock().await;
+        if let Some(in_use) = self.cached(true) {
+            return Ok(in_use);
+        }
+        if let Some((failed_at, err)) = &state.last_failure {
+            if *failed_at >= asked_at {
+                return Err(connect_error(err.clone()));
+            }
+        }
+        let endpoint = self.endpoint.clone();
+        let config = self.connection_config.clone();
+        // The connection's driver task is spawned on the runtime that connects.
+        let caller = crate::io::multi_thread_caller();
+        let driver = caller.as_ref().map(DriverRuntime::watch);
+        let runtime = caller.unwrap_or_else(|| self.io.clone());
+        let connected = runtime
+            .spawn(async move {
+                let server = endpoint.resolve().await?;
+                let connection = server
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok::<_, RedisError>((connection, server.get_connection_info().addr().to_string()))
+            })
+            .await;
+        let (mut connection, address) = match connected {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(err)) => {
+                state.last_failure = Some((Instant::now(), err.clone()));
+                return Err(connect_error(err));
+            }
+            Err(err) => return Err(crate::io::connect_task_failed(err)),
+        };
+        if self.require_primary {
+            if let Err(err) = self.check_role(&mut connection).await {
+                state.last_failure = None;
+                return Err(err);
+            }
+        }
+        let server_side = match self.close_replaced(&mut connection).await {
+            Ok(server_side) => server_side,
+            Err(err) => {
+                state.last_failure = Some((Instant::now(), err.clone()));
+                return Err(connect_error(err));
+            }
+        };
+        let transactions = match self.check_transactions(&mut connection).await {
+            Ok(transactions) => transactions,
+            Err(err) => {
+                state.last_failure = Some((Instant::now(), err.clone()));
+                return Err(connect_error(err));
+            }
+        };
+        if super::eviction::first_time(&address) {
+            // Beside the first request, not before it: the check only ever logs.
+            self.io
+                .spawn(super::eviction::check_node(connection.clone(), address));
+        }
+        state.last_failure = None;
+        state.last_generation += 1;
+        let generation = state.last_generation;
+        tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "connected to Redis");
+        let in_use = InUse {
+            generation,
+            connection: connection.clone(),
+            fresh: true,
+            driver: driver.as_ref().map(|driver| driver.alive.clone()),
+            transactions,
+        };
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(Current {
+            generation,
+            connection,
+            server_side,
+            driver,
+            transactions,
+        });
+        Ok(in_use)
+    }
+
+    /// On a new connection, before it is used: has the server close the connections it
+    /// replaces, then asks how the server knows this one. An error means the new connection
+    /// failed too (the replaced ones stay listed); a refusal (an ACL without `CLIENT`, a server
+    /// before 6.2) is logged, and a request held up on a replaced connection may then still run
+    /// later — its grant then lasts until its lease runs out.
+    async fn close_replaced(
+        &self,
+        connection: &mut MultiplexedConnection,
+    ) -> Result<Option<ServerSideClient>, RedisError> {
+        // Copied, not taken: if this connect is cancelled midway, the list is still there for
+        // the next one. Those closed here are removed below.
+        let replaced = self
+            .replaced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if !replaced.is_empty() {
+            let mut kills = redis::pipe();
+            for old in &replaced {
+                kills
+                    .cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(old.id)
+                    .arg("ADDR")
+                    .arg(&old.addr)
+                    .arg("SKIPME")
+                    .arg("yes")
+                    .ignore();
+            }
+            match kills.exec_async(connection).await {
+                Ok(()) => {}
+                Err(err) if is_refusal(&err) => {
+                    tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                        "could not close replaced connections on the server ({err}); a request held \
+                         up on one may still take a lock after its clean-up, which then lasts until \
+                         its lease runs out. Allow the user `CLIENT KILL` to close this gap"
+                    )
+                }
+                Err(err) => return Err(err),
+            }
+            self.replaced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|old| {
+                    !replaced
+                        .iter()
+                        .any(|closed| closed.id == old.id && closed.addr == old.addr)
+                });
+        }
+        match redis::cmd("CLIENT")
+            .arg("INFO")
+            .query_async::<String>(connection)
+            .await
+        {
+            Ok(info) => Ok(ServerSideClient::parse(&info)),
+            Err(err) if is_refusal(&err) => {
+                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                    "could not learn this connection's id on the server ({err}), so it cannot be \
+                     closed there if it is replaced: a request held up on it may take a lock \
+                     after its clean-up. Allow the user `CLIENT INFO` and `CLIENT KILL`"
+                );
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// On a new connection, before it is used: whether a first try may be a transaction
+    /// there ([`Transactions`]), remembered for the next first tries. A node that does not ask
+    /// (its store's tokens come from counters) sends none. A refusal is warned about once:
+    /// locking goes on with the script.
+    async fn check_transactions(
+        &self,
+        connection: &mut MultiplexedConnection,
+    ) -> Result<bool, RedisError> {
+        if !self.asks_transactions {
+            self.transactions
+                .store(Transactions::Refused as u8, Ordering::Relaxed);
+            return Ok(false);
+        }
+        let refused = Transactions::ask(connection).await?;
+        let found = match &refused {
+            None => Transactions::Allowed,
+            Some(_) => Transactions::Refused,
+        };
+        self.transactions.store(found as u8, Ordering::Relaxed);
+        if let Some(refused) = &refused {
+            if !self.warned_transactions.swap(true, Ordering::Relaxed) {
+                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                    "the server does not let this user run a transaction: {refused}. A write \
+                     lock's first try is then a script call instead of `MULTI`/`EXEC` (a few \
+                     microseconds of server time more per uncontended lock); grant `MULTI` and \
+                     `EXEC` in the user's ACL (`ACL SETUSER <user> +multi +exec`) to avoid it"
+                );
+            }
+        }
+        Ok(refused.is_none())
+    }
+
+    /// Announces a release on `channel` without a script (Redlock, on a master that did not
+    /// hold the grant). Best effort: a lost announcement costs a waiter one backoff step.
+    pub(crate) async fn announce(&self, channel: &str) {
+        if let Ok(InUse { mut connection, .. }) = self.in_use().await {
+            let _ = redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg("w")
+                .exec_async(&mut connection)
+                .await;
+        }
+    }
+
+    /// Whether a connection is in use (it may still turn out broken).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.cached(false).is_some()
+    }
+
+    /// Connects now if there is no connection (Redlock connects before it starts the clock of
+    /// a try, so a connect does not eat into the lease).
+    pub(crate) async fn warm_up(&self) -> Result<(), BackendError> {
+        self.in_use().await.map(|_| ())
+    }
+
+    /// Makes sure a new connection reached a primary: a sentinel's answer may be stale during
+    /// a failover, and a Redlock master that is a replica would defeat the algorithm.
+    async fn check_role(&self, connection: &mut MultiplexedConnection) -> Result<(), BackendError> {
+        let role = redis::cmd("ROLE")
+            .query_async::<redis::Value>(connection)
+            .await
+            .map_err(connect_error)?;
+        let role = match role {
+            redis::Value::Array(items) => match items.into_iter().next() {
+                Some(redis::Value::BulkString(bytes)) => {
+                    String::from_utf8_lossy(&bytes).into_owned()
+                }
+                Some(redis::Value::SimpleString(text)) => text,
+                _ => String::new(),
+            },
+            _ => String::new(),
+        };
+        let mut refusal = self.refusal.lock().unwrap_or_else(PoisonError::into_inner);
+        if role == "master" {
+            *refusal = None;
+            return Ok(());
+        }
+        let advice = if self.endpoint.is_sentinel() {
+            "the sentinels named a server that is not the primary (a failover is under way); \
+             the next request asks them again"
+        } else {
+            "Redlock needs independent masters: replication defeats the algorithm (a replica \
+             promoted after a crash can grant a lock its master granted); list only masters"
+        };
+        let message = format!("{} reports the role `{role}`: {advice}", self.server);
+        *refusal = Some(message.clone());
+        Err(BackendError::new(
+            "connect",
+            BackendErrorKind::Unavailable,
+            message,
+        ))
+    }
+
+    /// Why the last connection refused the server as a primary, if it did.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Forgets a connection that failed, so the next request makes a new one (which closes
+    /// this one on the server first).
+    fn discard(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "discarding broken Redis connection");
+            if let Some(old) = current.take().and_then(|c| c.server_side) {
+                self.replaced
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(old);
+            }
+        }
+    }
+}
+
+impl Transport for Node {
+    const ANNOUNCE: Announce = Announce::Publish;
+    const ROUTES_BY_SLOT: bool = false;
+    const RETRIES_UNSEEN: bool = false;
+    const WAITS_AFTER_ANY_REQUEST: bool = true;
+
+    type Shard = ();
+
+    /// Whether a first try may be a transaction, as the connection in use found out; a store
+    /// that has not connected yet connects first, to ask.
+    async fn transactions(&self) -> Result<bool, LockError> {
+        match Transactions::from_u8(self.transactions.load(Ordering::Relaxed)) {
+            Transactions::Allowed => Ok(true),
+            Transactions::Refused => Ok(false),
+            Transactions::Unknown => Ok(self.in_use().await?.transactions),
+        }
+    }
+
+    /// Sends `call` on the connection in use. A request on a connection that was in use
+    /// before and turns out broken (closed by the server while idle, say) is sent once more on
+    /// a new connection: the lock scripts are safe to repeat for the same owner. The error of a
+    /// request that may have run says so, also when its repetition then failed to connect.
+    /// With a failover guard and a reply that `needs_wait` (a grant, not a refusal), `WAIT`
+    /// follows on the same connection: a `WAIT` on any other connection would say nothing
+    /// about this write.
+    async fn call<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        call: Call<'_>,
+        guard: Option<ReplicaGuard>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> Result<(R, bool), LockError> {
+        let mut retried = false;
+        let mut maybe_applied = false;
+        loop {
+            let mut in_use = self
+                .in_use()
+                .await
+                .map_err(|err| err.maybe_applied(maybe_applied))?;
+            let generation = in_use.generation;
+            if call.is_transaction() && !in_use.transactions {
+                // Picked before this connection was made, whose user may not run one (its ACL
+                // changed): not sent, since a refused `MULTI` would let the rest run alone.
+                // (`acquire` then sends the script.)
+                return Err(transaction_refused(operation)
+                    .maybe_applied(maybe_applied)
+                    .into());
+            }
+            let err = match call.query(&mut in_use.connection).await {
+                Ok(value) => {
+                    let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
+                        return Ok((value, true));
+                    };
+                    match redis::cmd("WAIT")
+                        .arg(guard.replicas)
+                        .arg(kind::millis(guard.timeout))
+                        .query_async::<u32>(&mut in_use.connection)
+                        .await
+                    {
+                        Ok(acknowledged) => {
+                            let enough = replicated(guard, acknowledged, operation, &self.server);
+                            return Ok((value, enough));
+                        }
+                        // The script ran: whatever failed after it, its effect may stand.
+                        Err(err) => {
+                            let failure = Failure::of(&err);
+                            if failure.reconnect {
+                                self.discard(generation);
+                            }
+                            return Err(BackendError::new(operation, failure.kind, err)
+                                .maybe_applied(true)
+                                .into());
+                        }
+                    }
+                }
+                Err(err) => err,
+            };
+            let failure = Failure::of(&err);
+            maybe_applied |= failure.maybe_applied;
+            if failure.reconnect {
+                self.discard(generation);
+                // A timeout is not retried: it has spent the response budget already, and a
+                // slow server is not helped by a second copy of the request. A new connection
+                // that broke is not retried either (the server is gone), unless it broke with
+                // the caller's runtime that ran its driver.
+                let retry = !in_use.fresh || in_use.driver_gone();
+                if retry && !retried && failure.kind != BackendErrorKind::Timeout {
+                    tracing::debug!(target: crate::LOG_TARGET, server = %self.server, "retrying {operation} on a new connection: {err}");
+                    retried = true;
+                    continue;
+                }
+            }
+            return Err(BackendError::new(operation, failure.kind, err)
+                .maybe_applied(maybe_applied)
+                .into());
+        }
+    }
+
+    async fn shards(&self) -> Result<Vec<()>, LockError> {
+        Ok(vec![()])
+    }
+
+    async fn scan_step(&self, _: &(), step: &redis::Cmd) -> Result<ScanStep, LockError> {
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(step.clone());
+        let ((step,), _): ((ScanStep,), bool) = self
+            .call("list", Call::Pipeline(&pipeline), None, |_| false)
+            .await?;
+        Ok(step)
+    }
+}
+
+/// A transaction not sent, because the connection's user may not run one.
+fn transaction_refused(operation: &'static str) -> BackendError {
+    BackendError::new(
+        operation,
+        BackendErrorKind::Server,
+        RedisError::from((
+            ErrorKind::Server(ServerErrorKind::NoPerm),
+            "NOPERM",
+            "this user has no permissions to run the 'multi' command (or 'exec'; the request \
+             was not sent)"
+                .to_owned(),
+        )),
+    )
+}
+
+pub(crate) fn connect_error(err: RedisError) -> BackendError {
+    let timed_out = err.is_timeout();
+    let kind = if crate::tls::is_handshake_failure(&err) {
+        BackendErrorKind::Tls
+    } else {
+        Failure::of(&err).kind
+    };
+    BackendError::new("connect", kind, err).connect_timed_out(timed_out)
+}
+
+/// The server refused a command (permissions, unknown command): not a broken connection.
+fn is_refusal(err: &RedisError) -> bool {
+    matches!(err.kind(), ErrorKind::Server(_)) && Failure::of(err).kind == BackendErrorKind::Server
+}
+
+/// What a failed request means for the request and its connection.
+pub(crate) struct Failure {
+    pub(crate) kind: BackendErrorKind,
+    /// The connection cannot serve locks: use a new one.
+    pub(crate) reconnect: bool,
+    /// The request may have run although it failed.
+    pub(crate) maybe_applied: bool,
+}
+
+impl Failure {
+    pub(crate) fn of(err: &RedisError) -> Self {
+        // A transaction the server refused at a command (`EXECABORT`: a replica's `READONLY`,
+        // say) fails as that command did; nothing of it ran.
+        if err.kind() == ErrorKind::Server(ServerErrorKind::ExecAbort) {
+            let first = err.clone().into_server_errors().and_then(|errors| {
+                errors
+                    .first()
+                    .map(|(_, error)| RedisError::from(error.clone()))
+            });
+            if let Some(first) = first {
+                return Self {
+                    maybe_applied: false,
+                    ..Self::of(&first)
+                };
+            }
+        }
+        let (kind, reconnect, maybe_applied) = if err.is_timeout() {
+            (BackendErrorKind::Timeout, true, true)
+        } else if err.code() == Some("NOAUTH") {
+            // The server wants a password and the URL gives none.
+            (BackendErrorKind::Authentication, false, false)
+        } else {
+            match err.kind() {
+                // The server (a replica now, or not ready) refused before running anything.
+                ErrorKind::Server(
+                    ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading,
+                ) => (BackendErrorKind::Unavailable, true, false),
+                // Wrong credentials: sent during the handshake, before any request.
+                ErrorKind::AuthenticationFailed => (BackendErrorKind::Authentication, false, false),
+                // An error reply: a script that fails undoes its grant first.
+                ErrorKind::Server(_)
+                | ErrorKind::UnexpectedReturnType
+                | ErrorKind::InvalidClientConfig
+                | ErrorKind::Parse
+                | ErrorKind::Extension
+                | ErrorKind::RESP3NotSupported => (BackendErrorKind::Server, false, false),
+                _ => (BackendErrorKind::Connection, true, true),
+            }
+        };
+        Self {
+            kind,
+            reconnect,
+            maybe_applied,
+        }
+    }
+}
