@@ -15,6 +15,7 @@ pub(crate) mod connection;
 pub(crate) mod endpoint;
 pub(crate) mod eviction;
 pub(crate) mod memory;
+mod open;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod transport;

@@ -1,5 +1,6 @@
-//! [`Client`]: a handle to one lock service — its store, opened from a [`Config`], its
-//! watchdog, its releaser and the defaults of its requests — and its graceful shutdown.
+//! [`Client`]: a handle to one lock service — its store, opened from a [`Config`]
+//! (`backend/open.rs`), its watchdog, its releaser and the defaults of its requests — and its
+//! graceful shutdown.
 //! Requests it starts are [`LockRequest`](crate::LockRequest)s (`request.rs`), taken by the
 //! acquire loop (`acquire/`); the global client is `global.rs`, the operator's tools
 //! `client/operator.rs`.
@@ -9,18 +10,12 @@ mod operator;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::backend::cluster::ClusterBackend;
-use crate::backend::endpoint::{Endpoint, Sentinel};
-use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::{NodeOptions, RedisBackend};
-use crate::backend::redlock::RedlockBackend;
 use crate::backend::Backend;
 use crate::clock::Clock;
-use crate::config::{BackendConfig, Config};
+use crate::config::Config;
 use crate::error::LockError;
 use crate::inspect::HolderTag;
 use crate::io::IoRuntime;
-use crate::kind::Tokens;
 use crate::release::Releaser;
 use crate::telemetry;
 use crate::watchdog::Watchdog;
@@ -78,49 +73,13 @@ impl Client {
     pub fn new(config: Config) -> Result<Self, LockError> {
         config.validate()?;
         let io = Arc::new(IoRuntime::start()?);
-        let options = NodeOptions {
-            response_timeout: config.response_timeout,
-            connect_timeout: config.connect_timeout,
-            require_primary: false,
-            guard: config.replicas,
-            wake_ups: true,
-            tokens: Tokens::Clock,
-        };
-        let backend = Arc::new(match &config.backend {
-            BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(
-                Endpoint::Fixed((**client).clone()),
-                options,
-                io.handle(),
-            ))),
-            BackendConfig::Sentinel { sentinels, master } => {
-                Backend::Redis(Box::new(RedisBackend::new(
-                    Endpoint::Sentinel(Sentinel::new(
-                        sentinels.clone(),
-                        master.clone(),
-                        config.connect_timeout,
-                        config.response_timeout,
-                    )),
-                    options,
-                    io.handle(),
-                )))
-            }
-            BackendConfig::Cluster(nodes) => {
-                Backend::Cluster(Box::new(ClusterBackend::new(nodes, options, io.handle())?))
-            }
-            BackendConfig::Redlock(masters) => Backend::Redlock(Box::new(RedlockBackend::new(
-                masters,
-                options,
-                config.node_timeout,
-                io.handle(),
-            ))),
-            BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
-        });
+        let backend = Arc::new(Backend::open(&config, io.handle())?);
         let watchdog = Watchdog::start(&io, backend.clone());
         let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
         telemetry::describe();
         Ok(Self {
             inner: Arc::new(ClientInner {
-                store: store_name(&config.backend),
+                store: Backend::name(&config.backend),
                 shut_down: AtomicBool::new(false),
                 holder: HolderTag::of_this_process(config.app_name.as_deref()),
                 config,
@@ -190,16 +149,5 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
-    }
-}
-
-/// The name of the store a config chooses, as spans and metrics label it.
-fn store_name(backend: &BackendConfig) -> &'static str {
-    match backend {
-        BackendConfig::Redis(_) => "redis",
-        BackendConfig::Sentinel { .. } => "sentinel",
-        BackendConfig::Cluster(_) => "cluster",
-        BackendConfig::Redlock(_) => "redlock",
-        BackendConfig::InMemory(_) => "memory",
     }
 }
