@@ -1,7 +1,7 @@
 //! Who holds a lock: the holder record every grant carries in its owner token, and the
 //! operator's views built from it — [`LockState`] ([`Client::inspect`](crate::Client::inspect)),
 //! [`ForcedUnlock`] ([`Client::force_unlock`](crate::Client::force_unlock)) and the key names
-//! [`Client::list`](crate::Client::list) finds. Neighbours: `kind/operator.rs` has the scripts
+//! [`Client::list`](crate::Client::list) finds. Neighbours: `operator_scripts.rs` has the scripts
 //! and reads their replies into raw views, the stores in `backend/` run them (and merge the
 //! views of Redlock's masters), `acquire/pending.rs` makes the owner tokens with [`HolderTag`].
 //!

@@ -23,6 +23,7 @@ mod inspect;
 mod io;
 mod kind;
 mod lease;
+mod operator_scripts;
 mod protocol;
 mod release;
 mod request;

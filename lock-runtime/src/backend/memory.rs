@@ -23,9 +23,9 @@ use super::{
 };
 use crate::clock::tokio_now;
 use crate::error::LockError;
-use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::kind::twins::{clock_micros, MemoryStore, State};
 use crate::kind::{multi, TokenRule, TwinReply};
+use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::FencingToken;
 
 pub(crate) struct MemoryBackend {

@@ -26,9 +26,9 @@ use std::future::Future;
 use crate::clock::Clock;
 use crate::error::LockError;
 pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
-use crate::kind::operator::{RawHolder, RawView};
 pub(crate) use crate::kind::Renewal;
 pub(crate) use crate::kind::{Kind, Try};
+use crate::operator_scripts::{RawHolder, RawView};
 pub(crate) use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random

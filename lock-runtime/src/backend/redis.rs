@@ -27,8 +27,8 @@ use super::{
 };
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::kind::operator::{self, RawHolder, RawView};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
+use crate::operator_scripts::{self as operator, RawHolder, RawView};
 
 /// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]

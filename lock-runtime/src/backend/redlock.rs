@@ -51,9 +51,9 @@ use super::{
     AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::kind::operator::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::lease::drift;
+use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::FencingToken;
 
 static RAISE_FENCE: LazyLock<Script> =

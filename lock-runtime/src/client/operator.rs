@@ -1,6 +1,6 @@
 //! The operator's tools on [`Client`]: who holds a lock, freeing it by force, and the locks
 //! held. They read (and `force_unlock` changes) the store directly through the store's
-//! operator calls (`kind/operator.rs`), never the state of this process; the `distlock`
+//! operator calls (`operator_scripts.rs`), never the state of this process; the `distlock`
 //! command-line tool is built on them, and `inspect.rs` says what their answers mean.
 
 use crate::backend::LockKey;

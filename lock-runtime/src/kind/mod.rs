@@ -9,7 +9,6 @@
 
 pub(crate) mod fair;
 pub(crate) mod multi;
-pub(crate) mod operator;
 pub(crate) mod read;
 pub(crate) mod semaphore;
 pub(crate) mod twins;

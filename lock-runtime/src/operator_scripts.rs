@@ -1,5 +1,5 @@
-//! The operator's two operations on a key's lock, written once for every kind (the lock key's
-//! type says which side holds it): a read-only view ([`inspect_call`]) and a forced release
+//! The operator's scripts — not a lock kind, but two operations on a key's lock written once
+//! for every kind (the lock key's type says which side holds it): a read-only view ([`inspect_call`]) and a forced release
 //! ([`force_unlock_call`]) that also hands out a fencing token above every earlier one.
 //! Scripts: `scripts/operator/{inspect,force_unlock}.lua`; the in-process twins are
 //! [`TwinEntry::view`] and the memory store's force-unlock. Neighbours: the stores in
@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
 
-use super::{millis, Tokens, TwinEntry};
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::{millis, Tokens, TwinEntry};
 use crate::protocol::{Announce, LockKey};
 use crate::LockMode;
 
 static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| super::script(include_str!("../../scripts/operator/inspect.lua")));
+    LazyLock::new(|| crate::kind::script(include_str!("../scripts/operator/inspect.lua")));
 static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| super::script(include_str!("../../scripts/operator/force_unlock.lua")));
+    LazyLock::new(|| crate::kind::script(include_str!("../scripts/operator/force_unlock.lua")));
 
 /// How long a fencing counter raised by a force-unlock lives at least ([`Tokens::Counter`]):
 /// long enough that the clock of every master has passed the token when it lapses, as long as
@@ -58,7 +58,7 @@ pub(crate) fn inspect_call(
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
     let mut call = INSPECT.prepare_invoke();
-    super::lock_keys(&mut call, key, tokens);
+    crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(match announce {
         Announce::Publish => "NUMSUB",
         Announce::ShardedPublish => "SHARDNUMSUB",
@@ -76,7 +76,7 @@ pub(crate) fn force_unlock_call(
     tokens: Tokens,
 ) -> ScriptInvocation<'static> {
     let mut call = FORCE_UNLOCK.prepare_invoke();
-    super::lock_keys(&mut call, key, tokens);
+    crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(announce.command())
         .arg(millis(FORCED_FENCE_TTL))
         .arg(&key.writer_waiting)
