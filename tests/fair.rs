@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod every_store {
+    use super::*;
+
     crate::support::stores::on_every_store!(
         fair_waiters_are_granted_in_the_order_they_came,
         the_attribute_queues_fair_calls_in_the_order_they_came,
@@ -34,6 +36,8 @@ mod every_store {
 }
 
 mod wake_ups {
+    use super::*;
+
     crate::support::stores::on_every_redis_store!(a_release_wakes_the_head_without_its_heartbeat);
 }
 

@@ -21,6 +21,8 @@ use support::RedisServer;
 use tokio::time::Instant;
 
 mod every_store {
+    use super::*;
+
     crate::support::stores::on_every_store!(
         twelve_tasks_never_exceed_five_permits_and_fill_them,
         a_different_count_for_a_key_in_use_is_a_clear_error,
@@ -33,6 +35,8 @@ mod every_store {
 }
 
 mod wake_ups {
+    use super::*;
+
     crate::support::stores::on_every_redis_store!(
         each_released_permit_wakes_a_waiter_of_the_waiting_process
     );
