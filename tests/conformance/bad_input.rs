@@ -1,5 +1,3 @@
-mod support;
-
 // Bad input at run time, against real `redis-server` processes: odd and oversized keys, garbage
 // URLs, wrong credentials, unreachable or non-Redis servers, zero and huge durations. Every case
 // is a clear `LockError` (or sane behaviour), never a panic, and no message — `Display` or
@@ -13,10 +11,10 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
+use crate::support::stores::Harness;
+use crate::support::RedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError, MAX_KEY_LEN};
 use redis::cluster_routing::Slot;
-use support::stores::Harness;
-use support::RedisServer;
 use tokio::time::Instant;
 
 crate::support::stores::on_every_redis_store!(

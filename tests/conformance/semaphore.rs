@@ -8,16 +8,15 @@
 //! crash of permit holders is `tests/crash.rs` (`semaphore` scenario) and the torture suite's
 //! semaphore mode.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support;
+use crate::support::masters::start_masters;
+use crate::support::stores::Harness;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError, LockMode, LockRequest};
-use support::masters::start_masters;
-use support::stores::Harness;
-use support::RedisServer;
 use tokio::time::Instant;
 
 mod every_store {

@@ -6,14 +6,12 @@
 //! be fair. On the Redis stores a release wakes the head without its heartbeat. Fair waiters in
 //! processes that are SIGKILLed are `tests/crash.rs` (`fair` scenario).
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::stores::Harness;
 use distlock::{distributed_lock, Client, LockError, LockGuard, LockMode};
-use support::stores::Harness;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

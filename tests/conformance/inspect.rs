@@ -5,14 +5,12 @@
 //! store list of `tests/behaviour.rs`); the Sentinel setup, the Cluster and the Redlock
 //! masters are shared by the tests of this binary, each test under a key prefix of its own.
 
-mod support;
-
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
+use crate::support::stores::Harness;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError, LockMode};
-use support::stores::Harness;
-use support::RedisServer;
 use tokio::time::Instant;
 
 macro_rules! on_every_store {
