@@ -3,9 +3,9 @@
 // is a clear `LockError` (or sane behaviour), never a panic, and no message — `Display` or
 // `Debug`, of the error, the `Config` or the `Client` — shows a password.
 //
-// (tests/behaviour.rs already covers the empty key, a 1 MiB ASCII key, a zero / 1 ms / `MAX`
-// lease and an unbounded backoff; tests/redis_faults.rs a wrong password and a stopped server.
-// This file extends those.)
+// (behaviour.rs already covers the empty key, a 1 MiB ASCII key, a zero / 1 ms / `MAX`
+// lease and an unbounded backoff; tests/deployments/redis_faults.rs a wrong password and a
+// stopped server. This file extends those.)
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

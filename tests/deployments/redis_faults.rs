@@ -700,7 +700,7 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
 }
 
 // An ACL user with exactly the commands the README lists (issue 23); the scenario and the
-// README's list are in `support::acl`, which tests/cluster.rs runs on the Cluster too.
+// README's list are in `support::acl`, which `cluster.rs` runs on the Cluster too.
 
 use crate::support::acl::every_kind_and_the_operator_tools;
 

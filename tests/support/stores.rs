@@ -1,4 +1,4 @@
-//! The stores a conformance suite runs each test on (`behaviour.rs`, `inspect.rs`): a single
+//! The stores the conformance suites run each test on (`tests/conformance/`): a single
 //! server of the test's own, and — shared by every test of the binary, each test under a key
 //! prefix of its own — a Sentinel setup, the 3+3 Cluster, three Redlock masters, and the
 //! in-process store. Backoff is short (1–20 ms) so waiting tests stay quick.
