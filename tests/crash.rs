@@ -5,7 +5,7 @@
 //! Redlock over three masters, and a Redis Cluster); twenty fair waiters, each a process, three
 //! of them SIGKILLed while queued: the rest are granted in the order they came, and each dead
 //! waiter holds the queue up for at most two heartbeats (on a single server, Sentinel, Redlock
-//! and a Redis Cluster; the in-process store's twin of this is in `tests/fair.rs`).
+//! and a Redis Cluster; the in-process store's twin of this is in `tests/conformance/fair.rs`).
 //!
 //! A custom harness (`harness = false`): the binary runs the scenarios, and re-executes itself
 //! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read`, `semaphore` or `fair`, then the

@@ -1,7 +1,7 @@
 //! An ACL user with exactly the commands the README lists (issue 23, item 6): the list as the
 //! README's ACL paragraph names it, and the scenario that runs every lock kind and the
-//! operator's tools through such a user — on a single server (`tests/redis_faults.rs`) and on
-//! the Cluster (`tests/cluster.rs`).
+//! operator's tools through such a user — on a single server
+//! (`tests/deployments/redis_faults.rs`) and on the Cluster (`tests/deployments/cluster.rs`).
 
 use std::time::{Duration, Instant};
 

@@ -68,11 +68,15 @@ impl Captured {
             .clone()
     }
 
-    /// The records whose own or parent field `key` is `value`.
+    /// The records whose own or parent field `key` is `value` (picked before they are copied:
+    /// the capture holds what every test of the binary logged).
     pub fn about(&self, key: &str, value: &str) -> Vec<Record> {
-        self.records()
-            .into_iter()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
             .filter(|record| record.field_or_parent(key) == Some(value))
+            .cloned()
             .collect()
     }
 }

@@ -336,20 +336,27 @@ pub fn require_redis_server() {
 /// eviction check, done once per `host:port`) and what a test captured about the first would
 /// be taken for the second's.
 pub fn free_port() -> u16 {
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
     loop {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .map(|addr| addr.port())
             .expect("find a free loopback port");
-        let mut handed_out = HANDED_OUT
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if handed_out.insert(port) {
+        if claim_port(port) {
             return port;
         }
     }
+}
+
+/// Marks `port` as taken for the rest of the process, so [`free_port`] never hands it out;
+/// false if it was taken already. For listeners a test binds itself that clients connect to
+/// as to a server (the proxy): the library remembers their address as a server's.
+pub fn claim_port(port: u16) -> bool {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(port)
 }
 
 /// Polls `check` every 20 ms until it returns `Ok`, for readiness of external processes that

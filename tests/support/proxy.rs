@@ -85,12 +85,18 @@ impl Proxy {
     /// runtime or a thread; errors on the relayed connections never panic, they close that
     /// connection.
     pub fn start(target_port: u16) -> Self {
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .expect("bind a free loopback port for the proxy");
-        let port = listener
-            .local_addr()
-            .expect("the proxy's listening address")
-            .port();
+        // A port no server of this process had: clients take the proxy for a server.
+        let (listener, port) = loop {
+            let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .expect("bind a free loopback port for the proxy");
+            let port = listener
+                .local_addr()
+                .expect("the proxy's listening address")
+                .port();
+            if super::claim_port(port) {
+                break (listener, port);
+            }
+        };
         listener
             .set_nonblocking(true)
             .expect("make the proxy's listener non-blocking");

@@ -1,4 +1,4 @@
-//! The stores a conformance suite runs each test on (`behaviour.rs`, `inspect.rs`): a single
+//! The stores the conformance suites run each test on (`tests/conformance/`): a single
 //! server of the test's own, and — shared by every test of the binary, each test under a key
 //! prefix of its own — a Sentinel setup, the 3+3 Cluster, three Redlock masters, and the
 //! in-process store. Backoff is short (1–20 ms) so waiting tests stay quick.
@@ -157,8 +157,8 @@ impl Harness {
     }
 }
 
-/// One store's module of tests, each an `async fn(Harness)` at the test crate's root, run on
-/// a multi-thread runtime with the store's [`Harness`].
+/// One store's module of tests, each an `async fn(Harness)` of the module that invokes the
+/// macro, run on a multi-thread runtime with the store's [`Harness`].
 #[allow(unused_macros)] // each test binary uses its own part of the support
 macro_rules! store_tests {
     ($store:ident, $harness:ident, [$($name:ident),*]) => {
@@ -166,7 +166,7 @@ macro_rules! store_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    $crate::$name($crate::support::stores::Harness::$harness()).await
+                    super::$name($crate::support::stores::Harness::$harness()).await
                 }
             )*
         }

@@ -5,15 +5,13 @@
 //! back before the request backs off); a fencing token per key; the guard is lost when one key
 //! is; a release frees every key.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::stores::Harness;
 use distlock::{Client, LockError};
 use redis::cluster_routing::Slot;
-use support::stores::Harness;
 
 crate::support::stores::on_every_store!(
     opposite_orders_a_thousand_times_each_neither_deadlock_nor_overlap,

@@ -2,12 +2,11 @@
 //! the next holders need not wait out 30-second leases), tells each holder its lease is gone,
 //! and refuses new requests — on a real `redis-server` and in-process.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError};
-use support::RedisServer;
 
 async fn gives_back_every_lock_and_refuses_new_requests(config: impl Fn() -> Config) {
     let client = Client::new(config()).expect("client");

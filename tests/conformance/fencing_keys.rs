@@ -5,14 +5,12 @@
 //! no key is written for them; a Redlock master's counter lives one lease after its last
 //! grant.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::masters::start_masters;
+use crate::support::RedisServer;
 use distlock::{Client, Config};
 use futures_util::future::join_all;
-use support::masters::start_masters;
-use support::RedisServer;
 
 const TASKS: usize = 64;
 const CYCLES: usize = 500;

@@ -2,17 +2,15 @@
 //! Sentinel, a Redis Cluster, Redlock over three masters, and the in-process store: who holds
 //! a lock (`Client::inspect`, `is_locked`), freeing it by force (`Client::force_unlock`) and
 //! finding the locks held (`Client::list`). The same test bodies run on every store (the
-//! store list of `tests/behaviour.rs`); the Sentinel setup, the Cluster and the Redlock
+//! store list of `behaviour.rs`); the Sentinel setup, the Cluster and the Redlock
 //! masters are shared by the tests of this binary, each test under a key prefix of its own.
-
-mod support;
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
+use crate::support::stores::Harness;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError, LockMode};
-use support::stores::Harness;
-use support::RedisServer;
 use tokio::time::Instant;
 
 macro_rules! on_every_store {

@@ -8,14 +8,12 @@
 //! Redlock masters are shared by the tests of this binary, each test under a key prefix of its
 //! own, so tests stay independent.
 
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::stores::Harness;
 use distlock::{Client, FencingToken, LockError, LockMode, LockRequest};
-use support::stores::Harness;
 use tokio::time::Instant;
 
 /// A request for the side `mode` of the lock `key`.
@@ -44,7 +42,11 @@ macro_rules! store_kind_tests {
                 $(
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $name() {
-                        crate::$name(crate::Harness::$harness(), distlock::LockMode::Write).await
+                        crate::behaviour::$name(
+                            crate::support::stores::Harness::$harness(),
+                            distlock::LockMode::Write,
+                        )
+                        .await
                     }
                 )*
             }
@@ -52,7 +54,11 @@ macro_rules! store_kind_tests {
                 $(
                     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                     async fn $name() {
-                        crate::$name(crate::Harness::$harness(), distlock::LockMode::Read).await
+                        crate::behaviour::$name(
+                            crate::support::stores::Harness::$harness(),
+                            distlock::LockMode::Read,
+                        )
+                        .await
                     }
                 )*
             }

@@ -20,13 +20,12 @@
 //! Failovers take a few seconds, so the loops are short; each iteration has a deployment of
 //! its own.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::sentinel::SentinelSetup;
+use crate::support::{info_field, query_port, wait_until, RedisServer, Role};
 use distlock::{Client, Config, LockError, LockGuard};
-use support::sentinel::SentinelSetup;
-use support::{info_field, query_port, wait_until, RedisServer, Role};
 
 /// How long a failover may take, SIGKILL to a new primary with its replicas in sync.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);

@@ -3,27 +3,12 @@
 //! write joins it (downgrade), a read inside a read joins it, and a write inside a read fails at
 //! once with `UpgradeRefused` (never a deadlock).
 
-mod support;
-
-use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::init_once;
 use distlock::{distributed_lock, LockError, LockMode};
-use support::RedisServer;
 use tokio::sync::Barrier;
 use tokio::time::Instant;
-
-fn init_once() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = RedisServer::start();
-        let config = distlock::Config::from_url(&server.url())
-            .expect("url")
-            .backoff(Duration::from_millis(1), Duration::from_millis(20));
-        distlock::init(config).expect("init");
-        server
-    })
-}
 
 fn held() -> distlock::LockInfo {
     distlock::current().expect("inside an annotated fn")

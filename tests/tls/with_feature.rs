@@ -6,13 +6,11 @@
 //! "The system trusts" is played by `SSL_CERT_FILE` (read by the root-certificate loader the
 //! redis crate uses), set once before any test connects, to the CA of one server only.
 
-mod support;
-
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::support::tls::TlsRedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError};
-use support::tls::TlsRedisServer;
 
 /// The server whose CA this process trusts as if it were in the system's store.
 fn trusted_server() -> &'static TlsRedisServer {

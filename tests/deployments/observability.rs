@@ -4,14 +4,12 @@
 //! renewals and how it ended, the attribute's body running inside that `hold` span, and events
 //! for timeouts, lost leases and Redlock quorum failures — against real `redis-server`s.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::capture::{self, Captured, Record};
+use crate::support::masters::start_masters;
+use crate::support::{wait_until_async, RedisServer};
 use distlock::{Client, Config, LockError};
-use support::capture::{self, Captured, Record};
-use support::masters::start_masters;
-use support::{wait_until_async, RedisServer};
 
 fn redis(server: &RedisServer) -> Client {
     Client::new(

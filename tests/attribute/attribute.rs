@@ -2,27 +2,14 @@
 //! row of the README's attribute table, the fn shapes it must accept, re-entrancy, `current()`
 //! and abort-on-loss.
 
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::init_once;
+use crate::support::RedisServer;
 use distlock::{distributed_lock, LockError};
-use support::RedisServer;
 use tokio::time::Instant;
-
-fn init_once() -> &'static RedisServer {
-    static SERVER: OnceLock<RedisServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = RedisServer::start();
-        let config = distlock::Config::from_url(&server.url())
-            .expect("url")
-            .backoff(Duration::from_millis(1), Duration::from_millis(20));
-        distlock::init(config).expect("init");
-        server
-    })
-}
 
 #[derive(Debug)]
 enum AppError {

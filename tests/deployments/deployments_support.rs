@@ -4,24 +4,24 @@
 //! Other tests build on these; when one of them fails, this file says whether the support is
 //! to blame.
 
-mod support;
-
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use support::cluster::{shared_cluster, RedisCluster, SLOTS};
-use support::masters::start_masters;
-use support::sentinel::SentinelSetup;
-use support::Role;
+use crate::support::cluster::{RedisCluster, SLOTS};
+use crate::support::masters::start_masters;
+use crate::support::sentinel::SentinelSetup;
+use crate::support::Role;
 
-/// The shared cluster, held alone: a failover or a slot move in one test would otherwise send
-/// another test's commands to a node that no longer serves them.
+/// The cluster these tests share, held alone: a failover or a slot move in one test would
+/// otherwise send another test's commands to a node that no longer serves them. Not the
+/// binary's `shared_cluster`, which other tests expect as they left it.
 fn shared() -> (&'static RedisCluster, MutexGuard<'static, ()>) {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
     static ALONE: Mutex<()> = Mutex::new(());
     let alone = ALONE
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    (shared_cluster(), alone)
+    (CLUSTER.get_or_init(RedisCluster::start), alone)
 }
 
 #[test]

@@ -4,13 +4,12 @@
 //! reader entry behind, the key layout, and fencing across a restart. The semantics shared by
 //! every store are in `behaviour.rs`; a killed reader process is in `crash.rs`.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError};
-use support::proxy::{Mode, Proxy};
-use support::RedisServer;
 
 /// A client that retries only every 10 s: a waiter that gets in sooner was woken.
 fn slow_backoff_client(server: &RedisServer) -> Client {
@@ -229,11 +228,11 @@ async fn read_scripts_run_twice_leave_one_entry_and_release_once() {
     let script = |body: &str| {
         redis::Script::new(&format!(
             "{}\n{body}",
-            include_str!("../lock-runtime/scripts/lock_key.lua")
+            include_str!("../../lock-runtime/scripts/lock_key.lua")
         ))
     };
-    let acquire = script(include_str!("../lock-runtime/scripts/read/acquire.lua"));
-    let release = script(include_str!("../lock-runtime/scripts/read/release.lua"));
+    let acquire = script(include_str!("../../lock-runtime/scripts/read/acquire.lua"));
+    let release = script(include_str!("../../lock-runtime/scripts/read/release.lua"));
     // Owner tokens as the runtime makes them (32 hex digits, ms, holder record): a script
     // refuses a sorted set of anything else as someone else's data.
     let owner = |name: &str| format!("{:0>32}:1:{name}", u128::from(name.len() as u8));
@@ -311,7 +310,7 @@ async fn the_keys_of_a_read_write_lock_expire_and_are_documented() {
         "the writer-waiting mark lives briefly: PTTL {mark}"
     );
     assert!(reader.release().await.expect("release"));
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     for suffix in ["sorted set", ":writer-waiting", ":fence", ":released"] {
         assert!(
             readme.contains(suffix),

@@ -6,16 +6,15 @@
 //! one ([`shared_cluster`]); tests that fail over, kill or freeze nodes start their own, one at
 //! a time ([`DEDICATED`]), as the machine running them may be small.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::cluster::{shared_cluster, RedisCluster};
+use crate::support::monitor::{arguments, Monitor};
+use crate::support::proxy::Proxy;
 use distlock::{Client, Config, LockError};
 use redis::cluster_routing::Slot;
-use support::cluster::{shared_cluster, RedisCluster};
-use support::monitor::{arguments, Monitor};
-use support::proxy::Proxy;
 
 /// Tests with a cluster of their own run one after the other.
 static DEDICATED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -5,14 +5,13 @@
 //! lease before Redis frees the key, nobody else gets the key while A might still hold it, a cut
 //! gives clear errors and heals, and critical sections of different holders never overlap.
 
-mod support;
-
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::support;
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::RedisServer;
 use distlock::{BackendErrorKind, Client, Config, FencingToken, LockError, LockGuard};
-use support::proxy::{Mode, Proxy};
-use support::RedisServer;
 use tokio::time::{sleep, timeout, Instant};
 
 /// Response and connect timeout of the clients: short, so a stall shows up as failed requests

@@ -8,19 +8,20 @@
 //! crash of permit holders is `tests/crash.rs` (`semaphore` scenario) and the torture suite's
 //! semaphore mode.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support;
+use crate::support::masters::start_masters;
+use crate::support::stores::Harness;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError, LockMode, LockRequest};
-use support::masters::start_masters;
-use support::stores::Harness;
-use support::RedisServer;
 use tokio::time::Instant;
 
 mod every_store {
+    use super::*;
+
     crate::support::stores::on_every_store!(
         twelve_tasks_never_exceed_five_permits_and_fill_them,
         a_different_count_for_a_key_in_use_is_a_clear_error,
@@ -33,6 +34,8 @@ mod every_store {
 }
 
 mod wake_ups {
+    use super::*;
+
     crate::support::stores::on_every_redis_store!(
         each_released_permit_wakes_a_waiter_of_the_waiting_process
     );

@@ -6,18 +6,18 @@
 //! be fair. On the Redis stores a release wakes the head without its heartbeat. Fair waiters in
 //! processes that are SIGKILLed are `tests/crash.rs` (`fair` scenario).
 
-mod support;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::stores::Harness;
 use distlock::{distributed_lock, Client, LockError, LockGuard, LockMode};
-use support::stores::Harness;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 mod every_store {
+    use super::*;
+
     crate::support::stores::on_every_store!(
         fair_waiters_are_granted_in_the_order_they_came,
         the_attribute_queues_fair_calls_in_the_order_they_came,
@@ -34,6 +34,8 @@ mod every_store {
 }
 
 mod wake_ups {
+    use super::*;
+
     crate::support::stores::on_every_redis_store!(a_release_wakes_the_head_without_its_heartbeat);
 }
 

@@ -4,13 +4,11 @@
 //! on every wait, and its waiters still get the lock through their backoff. Against a real
 //! `redis-server`, through the fault-injecting proxy.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::proxy::Proxy;
+use crate::support::RedisServer;
 use distlock::{Client, Config};
-use support::proxy::Proxy;
-use support::RedisServer;
 
 /// How long the holder keeps the lock while the waiters wait: the observation window.
 const HELD_FOR: Duration = Duration::from_secs(3);

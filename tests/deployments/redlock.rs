@@ -4,13 +4,12 @@
 //! fencing tokens strictly increase across quorums — also when a master's counter runs ahead
 //! of the others and then goes down, which the largest token of a quorum alone gets wrong.
 
-mod support;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::support;
+use crate::support::masters::start_masters;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError};
-use support::masters::start_masters;
-use support::RedisServer;
 
 fn redlock(masters: &[RedisServer]) -> Config {
     Config::redlock(masters.iter().map(RedisServer::url))

@@ -6,14 +6,12 @@
 //! the SQL pattern. Each scenario also runs without the fence, to show it does lose the next
 //! holder's write there: the test can tell the difference.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::cluster::shared_cluster;
+use crate::support::RedisServer;
 use distlock::fenced::{self, FencedWrite};
 use distlock::{Client, Config, FencingToken};
-use support::cluster::shared_cluster;
-use support::RedisServer;
 
 /// The lease of the paused holder: short, so the scenario is quick.
 const SHORT_LEASE: Duration = Duration::from_millis(300);

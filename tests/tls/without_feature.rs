@@ -3,15 +3,12 @@
 //! `Config::from_redis_client` by an application whose redis crate has TLS but no rustls crypto
 //! provider (rustls then panics while connecting) gives a clear error naming the feature, on
 //! every try, instead of "the client's I/O runtime has shut down". Built only without the
-//! feature (`cargo test --test tls_without_feature`); with it, tests/tls.rs runs instead.
-#![cfg(not(feature = "tls"))]
-
-mod support;
+//! feature (`cargo test --test tls`); with it, `with_feature.rs` runs instead.
 
 use std::time::Duration;
 
+use crate::support::tls::TlsRedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError};
-use support::tls::TlsRedisServer;
 
 #[test]
 fn a_rediss_url_is_a_config_error_that_names_the_feature() {

@@ -4,15 +4,13 @@
 //! policy; the events are read through a capturing subscriber, installed globally because the
 //! check runs on distlock's I/O thread.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::capture::{self, Captured, Record};
+use crate::support::cluster::RedisCluster;
+use crate::support::sentinel::SentinelSetup;
+use crate::support::{wait_until_async, RedisServer};
 use distlock::{Client, Config};
-use support::capture::{self, Captured, Record};
-use support::cluster::RedisCluster;
-use support::sentinel::SentinelSetup;
-use support::{wait_until_async, RedisServer};
 use tracing::Level;
 
 /// Long enough for a `CONFIG GET` on loopback on a loaded machine.

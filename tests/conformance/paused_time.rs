@@ -9,12 +9,11 @@
 //! renews their leases, and requests to Redis work under the paused clock (their timeouts run
 //! on the real clock, so auto-advance does not fire them at once).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::RedisServer;
 use distlock::{Client, Config, LockError, LockGuard};
-use support::RedisServer;
 
 fn in_memory() -> Client {
     Client::new(Config::in_memory()).expect("client")

@@ -5,13 +5,12 @@
 //! failover behind a stable endpoint) makes the client reconnect instead of failing forever.
 //! Each against real `redis-server` processes, through the fault-injecting proxy.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support;
+use crate::support::proxy::{Mode, Proxy};
+use crate::support::RedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError};
-use support::proxy::{Mode, Proxy};
-use support::RedisServer;
 
 fn client_through(proxy: &Proxy) -> Client {
     let config = Config::from_url(&proxy.url())

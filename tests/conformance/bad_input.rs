@@ -1,22 +1,20 @@
-mod support;
-
 // Bad input at run time, against real `redis-server` processes: odd and oversized keys, garbage
 // URLs, wrong credentials, unreachable or non-Redis servers, zero and huge durations. Every case
 // is a clear `LockError` (or sane behaviour), never a panic, and no message — `Display` or
 // `Debug`, of the error, the `Config` or the `Client` — shows a password.
 //
-// (tests/behaviour.rs already covers the empty key, a 1 MiB ASCII key, a zero / 1 ms / `MAX`
-// lease and an unbounded backoff; tests/redis_faults.rs a wrong password and a stopped server.
-// This file extends those.)
+// (behaviour.rs already covers the empty key, a 1 MiB ASCII key, a zero / 1 ms / `MAX`
+// lease and an unbounded backoff; tests/deployments/redis_faults.rs a wrong password and a
+// stopped server. This file extends those.)
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
+use crate::support::stores::Harness;
+use crate::support::RedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError, MAX_KEY_LEN};
 use redis::cluster_routing::Slot;
-use support::stores::Harness;
-use support::RedisServer;
 use tokio::time::Instant;
 
 crate::support::stores::on_every_redis_store!(

@@ -3,13 +3,12 @@
 //! (MONITOR), bad credentials, and ACL users: the one the README documents, and ones that
 //! lack a command.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support;
+use crate::support::monitor::Monitor;
+use crate::support::RedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError};
-use support::monitor::Monitor;
-use support::RedisServer;
 use tokio::time::Instant;
 
 fn client_for(server: &RedisServer) -> Client {
@@ -662,8 +661,8 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
     // The script as the runtime loads it: after the shared lock_key.lua.
     let script = redis::Script::new(&format!(
         "{}\n{}",
-        include_str!("../lock-runtime/scripts/lock_key.lua"),
-        include_str!("../lock-runtime/scripts/write/acquire.lua")
+        include_str!("../../lock-runtime/scripts/lock_key.lua"),
+        include_str!("../../lock-runtime/scripts/write/acquire.lua")
     ));
     // An owner token as the runtime makes one (32 hex digits, ms, holder record).
     let owner = format!("{:032x}:1:replay", 7);
@@ -701,9 +700,9 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
 }
 
 // An ACL user with exactly the commands the README lists (issue 23); the scenario and the
-// README's list are in `support::acl`, which tests/cluster.rs runs on the Cluster too.
+// README's list are in `support::acl`, which `cluster.rs` runs on the Cluster too.
 
-use support::acl::every_kind_and_the_operator_tools;
+use crate::support::acl::every_kind_and_the_operator_tools;
 
 /// Every command a script runs by name (`redis.call('X'` / `redis.pcall('X'`).
 fn script_commands() -> std::collections::BTreeSet<String> {

@@ -1,0 +1,26 @@
+//! The conformance binary: what every store promises, the same test bodies run on a single
+//! `redis-server`, a primary found through Sentinel, the 3+3 Redis Cluster, Redlock over three
+//! masters and the in-process store (`support::stores`) — every kind (`behaviour`), semaphores,
+//! several keys, fair locks, the operator's tools, bad input — and what the stores keep beside
+//! their locks: read/write layout and wake-ups, fencing keys and fenced writes, shutdown, a
+//! paused clock.
+//!
+//! One Sentinel setup, one Cluster and one set of Redlock masters serve every test of the
+//! binary, each test under a key prefix of its own. Process-wide state: the global client is
+//! `inspect`'s (its annotated fn), the environment is read and set by `inspect` alone, and the
+//! tracing capture is installed by `semaphore` (its records are looked up by key).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_input;
+mod behaviour;
+mod fair;
+mod fenced_writes;
+mod fencing_keys;
+mod inspect;
+mod multi_key;
+mod paused_time;
+mod read_write;
+mod semaphore;
+mod shutdown;

@@ -1,0 +1,25 @@
+//! One deployment or one fault at a time: Redis Cluster, Sentinel and Redlock against real
+//! processes (their failovers, migrations and quorums), Redis faults (restarts, flushed
+//! scripts, ACLs), broken, stalled and redirected connections through the fault-injecting
+//! proxy, the eviction check, what an operator sees through `tracing`, and the test support's
+//! own deployments.
+//!
+//! Process-wide state: the tracing capture (`support::capture`, installed once, read by
+//! `cluster`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
+//! server), the global client (`observability` alone), and a panic hook that counts panics in
+//! the redis crate (`redis_faults`). Tests that fail over or freeze a Cluster start their own;
+//! the shared one ([`support::cluster::shared_cluster`]) is left as `cluster`'s tests found it.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cluster;
+mod deployments_support;
+mod eviction_warning;
+mod observability;
+mod pubsub_faults;
+mod reconnect_faults;
+mod redis_faults;
+mod redlock;
+mod sentinel;
+mod stalled_connection;
