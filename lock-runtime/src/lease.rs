@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::clock::Clock;
-use crate::kind::Kind;
+use crate::kind::{Holding, Kind};
 use crate::protocol::LockKey;
 use crate::telemetry::{Ended, Hold};
 use crate::FencingToken;
@@ -65,7 +65,10 @@ pub(crate) struct Times {
 /// One grant's shared state.
 pub(crate) struct Lease {
     pub(crate) id: u64,
+    /// The grant's kind (`held`'s).
     pub(crate) kind: Kind,
+    /// What its release gives back: the grant, or the seat it was taken through.
+    pub(crate) holding: Holding,
     pub(crate) key: LockKey,
     pub(crate) owner: String,
     pub(crate) token: Option<FencingToken>,
@@ -88,7 +91,7 @@ impl Lease {
     /// A lease granted by a request sent at `sent` (on `clock`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        kind: Kind,
+        holding: Holding,
         key: LockKey,
         owner: String,
         token: Option<FencingToken>,
@@ -102,7 +105,8 @@ impl Lease {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
         Self {
             id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
-            kind,
+            kind: holding.kind(),
+            holding,
             key,
             owner,
             token,

@@ -145,7 +145,7 @@ pub(crate) enum AcquireReply {
     /// Held by another owner, whose lease ends in this much time (`None`: unknown, e.g. the
     /// key has no expiry).
     Held(Option<Duration>),
-    /// A fair try refused (`Kind::Fair`): `behind` other waiters (its next try is its
+    /// A fair try (one with a seat in the key's queue) refused: `behind` other waiters (its next try is its
     /// heartbeat, unless the release that makes it the head wakes it first), or the queue's
     /// head while the lock is held (for at most `remaining`, as [`Held`](Self::Held) says).
     /// `place` is the waiter's place in the queue (0: not known), which its later tries ask

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
-use crate::backend::{Backend, Kind, LockBackend, LockKey};
+use crate::backend::{Backend, Holding, LockBackend, LockKey};
 use crate::clock::Clock;
 use crate::error::LockError;
 use crate::io::IoRuntime;
@@ -46,7 +46,9 @@ impl Releaser {
     pub(crate) async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
         self.stop_renewing(lease, Ended::Released);
         let _gate = lease.gate.lock().await;
-        let release = self.backend.release(lease.kind, &lease.key, &lease.owner);
+        let release = self
+            .backend
+            .release(lease.holding, &lease.key, &lease.owner);
         lease.clock.send(&self.io, release).await
     }
 
@@ -64,7 +66,7 @@ impl Releaser {
             // Past the deadline (and the drift it allows for) Redis has let the key go.
             let until = lease.deadline() + drift(lease.duration);
             this.delete(
-                lease.kind,
+                lease.holding,
                 &lease.key,
                 &lease.owner,
                 until,
@@ -79,7 +81,7 @@ impl Releaser {
     /// is pointless.
     pub(crate) fn clean_up(
         self: &Arc<Self>,
-        kind: Kind,
+        holding: Holding,
         key: LockKey,
         owner: String,
         until: Instant,
@@ -87,7 +89,7 @@ impl Releaser {
         let this = self.clone();
         self.io.spawn(async move {
             this.delete(
-                kind,
+                holding,
                 &key,
                 &owner,
                 until,
@@ -105,7 +107,9 @@ impl Releaser {
         let Ok(_gate) = lease.gate.try_lock() else {
             return false;
         };
-        let release = self.backend.release(lease.kind, &lease.key, &lease.owner);
+        let release = self
+            .backend
+            .release(lease.holding, &lease.key, &lease.owner);
         let Some(released) = release.now_or_never() else {
             return false;
         };
@@ -120,10 +124,17 @@ impl Releaser {
 
     /// The compare-and-delete, tried again with growing pauses while it fails and `until` has
     /// not passed.
-    async fn delete(&self, kind: Kind, key: &LockKey, owner: &str, until: Instant, what: &str) {
+    async fn delete(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+        until: Instant,
+        what: &str,
+    ) {
         let mut delay = FIRST_RETRY_DELAY;
         loop {
-            match self.backend.release(kind, key, owner).await {
+            match self.backend.release(holding, key, owner).await {
                 Ok(true) => {
                     tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "released {what}");
                     return;

@@ -246,8 +246,7 @@ impl LockRequest {
                 ..
             } => "semaphore",
             Target::Key {
-                kind: Kind::Write | Kind::Fair,
-                ..
+                kind: Kind::Write, ..
             } => return None,
         };
         Some(LockError::Config(format!(

@@ -422,7 +422,7 @@ mod tests {
             panic!("the lock is free");
         };
         let lease = Arc::new(Lease::new(
-            Kind::Write,
+            crate::kind::Holding::Grant(Kind::Write),
             key,
             "owner".to_owned(),
             token,

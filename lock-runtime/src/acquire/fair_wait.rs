@@ -1,14 +1,14 @@
 //! A fair request's seat in its key's queue while the acquire loop (`acquire/mod.rs`) runs:
 //! the waiter id its owner tokens start with, its place, how long to pause between tries (at
 //! most half a heartbeat, which keeps the place), and leaving the queue when the request ends
-//! without a grant. The queue's rules are the fair kind's (`kind/fair.rs`).
+//! without a grant. The queue's rules are in `kind/fair.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::backoff::Backoff;
 use crate::backend::wake::ReleaseListener;
-use crate::backend::{Kind, LockKey};
+use crate::backend::{Holding, LockKey};
 use crate::inspect::HolderTag;
 use crate::kind::fair::{self, Seat};
 use crate::release::Releaser;
@@ -16,7 +16,7 @@ use crate::release::Releaser;
 /// A fair request's place in its key's queue until the request ends: its waiter id (which
 /// every owner token of the request starts with), its [`Seat`], and whether its last try found
 /// waiters ahead of it. Dropped without a grant (timed out, failed, cancelled), it takes the
-/// waiter out of the queue in the background — the fair kind's release with the owner token
+/// waiter out of the queue in the background — leaving the queue with the owner token
 /// of the waiter's last try, which also gives back a grant that try may have made, and wakes
 /// the new head — so the queue does not wait for the waiter's deadline.
 pub(crate) struct FairWait<'a> {
@@ -104,7 +104,7 @@ impl Drop for FairWait<'_> {
     fn drop(&mut self) {
         if !self.owner.is_empty() {
             self.releaser.clean_up(
-                Kind::Fair,
+                Holding::Seat,
                 self.key.clone(),
                 std::mem::take(&mut self.owner),
                 self.until,

@@ -23,7 +23,7 @@ use tracing::Instrument;
 
 use crate::backend::wake::WaitRegistration;
 use crate::backend::{
-    is_ambiguous, AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Try,
+    is_ambiguous, AcquireReply, Holding, Kind, LockBackend, LockKey, MultiReply, MultiTry, Try,
 };
 use crate::client::{Client, ClientInner};
 use crate::error::LockError;
@@ -271,7 +271,7 @@ impl From<MultiReply> for Answer {
 /// A request checked and fixed: what every try of it sends, and until when it tries.
 struct Plan {
     keys: Keys,
-    /// The kind of each try: [`Kind::Fair`] for a fair request.
+    /// The kind of each try; a fair request's tries carry a seat in the key's queue too.
     kind: Kind,
     fair: bool,
     lease: Duration,
@@ -318,7 +318,7 @@ impl Plan {
             .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
         Ok(Self {
             keys,
-            kind: if request.fair { Kind::Fair } else { kind },
+            kind,
             fair: request.fair,
             lease,
             fencing: request.fencing.unwrap_or(config.fencing),
@@ -397,7 +397,12 @@ impl Plan {
                 .take()
                 .unwrap_or_else(|| observed.granted(&key.name, token, self.lease));
             let lease = Arc::new(Lease::new(
-                self.kind,
+                // A grant taken through a seat is given back by leaving the queue.
+                if self.fair {
+                    Holding::Seat
+                } else {
+                    Holding::Grant(self.kind)
+                },
                 key,
                 // Moved into the last lease, cloned for the others.
                 if at + 1 == count {
@@ -471,7 +476,7 @@ impl Plan {
                 let registration = match &mut self.registration {
                     Some((held, registration)) if *held == at => registration,
                     registration => {
-                        let waiter = fair.map_or("", |fair| fair.waiter.as_str());
+                        let waiter = fair.map(|fair| fair.waiter.as_str());
                         let channel = &self.keys.as_slice()[at].channel;
                         &mut registration
                             .insert((at, waker.interest(channel, self.kind, waiter)))

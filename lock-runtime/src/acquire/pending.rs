@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Kind, LockKey};
+use crate::backend::{Holding, Kind, LockKey};
 use crate::inspect::HolderTag;
 use crate::release::Releaser;
 
@@ -44,7 +44,7 @@ impl Drop for PendingGrant<'_> {
             for key in self.keys {
                 // Only the grant: a fair request leaves the queue through its `FairWait`.
                 self.releaser.clean_up(
-                    self.kind.of_grant(),
+                    Holding::Grant(self.kind),
                     key.clone(),
                     self.owner.clone(),
                     self.expires,

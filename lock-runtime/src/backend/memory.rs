@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::clock::tokio_now;
 use crate::error::LockError;
@@ -93,9 +93,7 @@ impl LockBackend for MemoryBackend {
         let now = tokio_now();
         let key = attempt.key;
         self.with_state(|state| {
-            let reply = state.with_entry(&key.lock, |entry| {
-                attempt.kind.acquire_twin(entry, attempt, now)
-            });
+            let reply = state.with_entry(&key.lock, |entry| attempt.take_twin(entry, now));
             Ok(match reply {
                 TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
                 TwinReply::Queued {
@@ -128,10 +126,15 @@ impl LockBackend for MemoryBackend {
         })
     }
 
-    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    async fn release(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
         let now = tokio_now();
         Ok(self.with_state(|state| {
-            state.with_entry(&key.lock, |entry| kind.release_twin(entry, owner, now))
+            state.with_entry(&key.lock, |entry| holding.release_twin(entry, owner, now))
         }))
     }
 
@@ -193,6 +196,7 @@ impl LockBackend for MemoryBackend {
 
 #[cfg(test)]
 mod tests {
+    use crate::kind::Kind;
     use std::time::Instant;
 
     use super::*;
@@ -236,7 +240,7 @@ mod tests {
         for _ in 0..cycles {
             grant(backend, &key, Duration::from_millis(400)).await;
             assert!(backend
-                .release(Kind::Write, &key, "owner")
+                .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
         }
@@ -249,7 +253,7 @@ mod tests {
             let key = key(format!("k{i}"));
             grant(&backend, &key, Duration::from_millis(400)).await;
             assert!(backend
-                .release(Kind::Write, &key, "owner")
+                .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
         }
@@ -331,7 +335,7 @@ mod tests {
             assert!(token > last, "{token} after {last}");
             last = token;
             assert!(backend
-                .release(Kind::Write, &key, "owner")
+                .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
         }
@@ -357,7 +361,7 @@ mod tests {
             assert!(token > last, "token {token} after {last}");
             last = token;
             assert!(backend
-                .release(Kind::Write, &key, "owner")
+                .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
         }
@@ -397,7 +401,7 @@ mod tests {
         let lease = Duration::from_millis(20);
         let written = grant(&backend, &key, lease).await;
         assert!(backend
-            .release(Kind::Write, &key, "owner")
+            .release(Holding::Grant(Kind::Write), &key, "owner")
             .await
             .expect("release"));
         std::thread::sleep(lease + Duration::from_millis(30));
@@ -423,7 +427,7 @@ mod tests {
         };
         assert!(read > written, "read {read} after write {written}");
         assert!(backend
-            .release(Kind::Read, &key, "reader")
+            .release(Holding::Grant(Kind::Read), &key, "reader")
             .await
             .expect("release"));
         let next = grant(&backend, &key, lease).await;

@@ -27,7 +27,7 @@ use crate::clock::Clock;
 use crate::error::LockError;
 pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
 pub(crate) use crate::kind::Renewal;
-pub(crate) use crate::kind::{Kind, Try};
+pub(crate) use crate::kind::{Holding, Kind, Try};
 use crate::operator_scripts::{RawHolder, RawView};
 pub(crate) use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
 
@@ -40,11 +40,11 @@ pub(crate) trait LockBackend: Send + Sync {
         attempt: &Try<'_>,
     ) -> impl Future<Output = Result<AcquireReply, LockError>> + Send;
 
-    /// Gives back `owner`'s grant of `kind` on `key` if it still holds it; `false` when it
-    /// was no longer ours.
+    /// Gives back what `owner` holds at `key` (a grant of a kind, or a fair seat) if it still
+    /// holds it; `false` when the grant was no longer ours.
     fn release(
         &self,
-        kind: Kind,
+        holding: Holding,
         key: &LockKey,
         owner: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
@@ -92,12 +92,17 @@ impl LockBackend for Backend {
         }
     }
 
-    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    async fn release(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
         match self {
-            Backend::Redis(b) => b.release(kind, key, owner).await,
-            Backend::Cluster(b) => b.release(kind, key, owner).await,
-            Backend::Redlock(b) => b.release(kind, key, owner).await,
-            Backend::Memory(b) => b.release(kind, key, owner).await,
+            Backend::Redis(b) => b.release(holding, key, owner).await,
+            Backend::Cluster(b) => b.release(holding, key, owner).await,
+            Backend::Redlock(b) => b.release(holding, key, owner).await,
+            Backend::Memory(b) => b.release(holding, key, owner).await,
         }
     }
 

@@ -23,7 +23,7 @@ use super::endpoint::Endpoint;
 use super::transport::Transport;
 use super::wake::{Announcers, ReleaseListener};
 use super::{
-    AcquireReply, Call, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+    AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
@@ -191,7 +191,7 @@ impl<T: Transport> RedisStore<T> {
 
     /// A try as its kind's acquire script.
     async fn script_try(&self, attempt: &Try<'_>) -> Result<(ScriptReply, bool), LockError> {
-        let call = attempt.kind.acquire_call(attempt, self.tokens, T::ANNOUNCE);
+        let call = attempt.call(self.tokens, T::ANNOUNCE);
         self.send_try(Call::Script(&call), |reply: &ScriptReply| {
             reply.granted == 1
         })
@@ -228,7 +228,7 @@ impl<T: Transport> RedisStore<T> {
             return Ok(reply);
         }
         // The grant exists: if giving it back fails, the acquire loop must clean it up.
-        self.release(attempt.kind.of_grant(), attempt.key, attempt.owner)
+        self.release(attempt.grant(), attempt.key, attempt.owner)
             .await
             .map_err(super::ambiguous)?;
         Ok(AcquireReply::Held(None))
@@ -435,9 +435,14 @@ impl<T: Transport> LockBackend for RedisStore<T> {
         self.count_only_replicated(attempt, reply, replicated).await
     }
 
-    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    async fn release(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
         let released: i64 = self
-            .invoke("release", kind.release_call(key, owner, T::ANNOUNCE))
+            .invoke("release", holding.release_call(key, owner, T::ANNOUNCE))
             .await?;
         Ok(released == 1)
     }

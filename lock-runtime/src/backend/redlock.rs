@@ -48,7 +48,7 @@ use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
 use super::wake::{Announcers, ReleaseListener};
 use super::{
-    AcquireReply, Kind, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
@@ -598,9 +598,11 @@ impl QuorumTry for Try<'_> {
     }
 
     async fn undo(&self, redlock: &RedlockBackend, timeout: Duration) {
-        let kind = self.kind.of_grant();
+        let holding = self.grant();
         redlock
-            .on_all(timeout, |master| master.release(kind, self.key, self.owner))
+            .on_all(timeout, |master| {
+                master.release(holding, self.key, self.owner)
+            })
             .await;
     }
 
@@ -835,10 +837,17 @@ impl LockBackend for RedlockBackend {
         self.tally(attempt).await
     }
 
-    async fn release(&self, kind: Kind, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+    async fn release(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
         self.reconnect_missing();
         let answers = self
-            .on_all(self.node_timeout, |master| master.release(kind, key, owner))
+            .on_all(self.node_timeout, |master| {
+                master.release(holding, key, owner)
+            })
             .await;
         let mut answered = 0;
         let mut released = 0;
@@ -869,7 +878,7 @@ impl LockBackend for RedlockBackend {
             // Retried by the release path while the lease could still be in force.
             return Err(error.unwrap_or_else(|| self.quorum_unavailable(key, answered, released)));
         }
-        Ok(released >= kind.quorum(self.masters.len()))
+        Ok(released >= holding.kind().quorum(self.masters.len()))
     }
 
     /// A lease is renewed when a majority renewed it, lost when so many masters said it is not

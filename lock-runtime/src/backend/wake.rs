@@ -266,9 +266,15 @@ impl ReleaseListener {
         }
     }
 
-    /// Registers a waiter for a grant of `kind` on `channel`; `waiter` is a fair waiter's id
-    /// (the wake-ups naming it are its own), unused for the other kinds.
-    pub(crate) fn interest(&self, channel: &str, kind: Kind, waiter: &str) -> WaitRegistration {
+    /// Registers a waiter for a grant of `kind` on `channel`, woken as the kind's
+    /// [`WakeRule`] says; a fair waiter (`waiter`: its id) is woken by the wake-ups naming it
+    /// instead.
+    pub(crate) fn interest(
+        &self,
+        channel: &str,
+        kind: Kind,
+        waiter: Option<&str>,
+    ) -> WaitRegistration {
         let inner = &self.inner;
         let mut channels = inner.state.channels();
         let entry = channels
@@ -280,19 +286,19 @@ impl ReleaseListener {
                 waiting_writers: 0,
                 waiting_readers: 0,
             });
-        let side = match kind.wake_rule() {
-            WakeRule::OnePerRelease => {
-                entry.waiting_writers += 1;
-                Side::Writer(entry.writers.clone())
-            }
-            WakeRule::AllReaders => {
-                entry.waiting_readers += 1;
-                Side::Reader(entry.readers.subscribe())
-            }
-            WakeRule::ByName => {
+        let side = match (waiter, kind.wake_rule()) {
+            (Some(waiter), _) => {
                 let notify = Arc::new(Notify::new());
                 entry.fair.insert(waiter.to_owned(), notify.clone());
                 Side::Fair(waiter.to_owned(), notify)
+            }
+            (None, WakeRule::OnePerRelease) => {
+                entry.waiting_writers += 1;
+                Side::Writer(entry.writers.clone())
+            }
+            (None, WakeRule::AllReaders) => {
+                entry.waiting_readers += 1;
+                Side::Reader(entry.readers.subscribe())
             }
         };
         WaitRegistration {

@@ -1,13 +1,15 @@
 //! Fair locks ([`LockRequest::fair`](crate::LockRequest::fair)): the exclusive lock, granted in
-//! request order among the key's fair waiters. The grant itself is the write side of the key's
+//! request order among the key's fair waiters. Fairness is not a kind of its own: it is a write
+//! try with a [`Seat`] in the key's queue, and the grant it gets is the write side of the key's
 //! lock — the same lock key, renewed and fenced as a write grant ([`super::write`]) — so fair
 //! and unfair requests for a key exclude each other (an unfair request does not queue: it takes
 //! the lock whenever it finds it free). Beside the lock key, a queue of waiter ids scored by
 //! their place, and their deadlines on the server clock: every try of a waiter keeps its place
 //! and pushes its deadline one and a half heartbeats ahead; a waiter that stops trying
 //! (crashed, frozen, cut off) is dropped at its deadline by the next try of anyone; only the
-//! head may take the lock, and a release wakes the head alone
-//! (`scripts/fair/{acquire,release}.lua`). A waiter's id is the first [`WAITER_ID_LEN`]
+//! head may take the lock, and the grant's release — leaving the queue, as a waiter that gives
+//! up does ([`Holding::Seat`](super::Holding::Seat)) — wakes the head alone
+//! (`scripts/fair/{acquire,leave}.lua`). A waiter's id is the first [`WAITER_ID_LEN`]
 //! characters of its owner tokens, which a request's tries share. The in-process twin is
 //! [`FairQueue`] on the key's [`TwinEntry`]. Neighbours: `kind/mod.rs` dispatches here;
 //! `acquire/fair_wait.rs` runs the heartbeat (a fair waiter tries at least every half heartbeat) and
@@ -38,8 +40,10 @@ fn acquire_script() -> String {
         1,
     )
 }
-pub(super) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| super::script(include_str!("../../scripts/fair/release.lua")));
+/// Leaving the queue ([`Holding::Seat`](super::Holding::Seat)): a waiter that gives up, and the
+/// release of a grant taken through a seat, which must also wake the queue's new head.
+pub(super) static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| super::script(include_str!("../../scripts/fair/leave.lua")));
 
 /// How many leading characters of a fair request's owner tokens name its waiter (hex digits
 /// of the token's random part, see `client::new_fair_owner`).
@@ -189,7 +193,7 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
     }
     match write::acquire_twin(entry, attempt, now) {
         TwinReply::Granted => {
-            leave_twin(entry, waiter);
+            leave_queue(entry, waiter);
             TwinReply::Granted
         }
         TwinReply::Held(remaining) => TwinReply::Queued {
@@ -201,7 +205,7 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
     }
 }
 
-fn leave_twin(entry: &mut TwinEntry, waiter: &str) {
+fn leave_queue(entry: &mut TwinEntry, waiter: &str) {
     if let Some(queue) = &mut entry.queue {
         queue.leave(waiter);
         if queue.is_empty() {
@@ -210,8 +214,10 @@ fn leave_twin(entry: &mut TwinEntry, waiter: &str) {
     }
 }
 
-pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
-    leave_twin(entry, waiter_of(owner));
+/// The in-process twin of `leave.lua`: the waiter leaves the queue, and gives back the write
+/// grant `owner` may hold.
+pub(super) fn leave_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
+    leave_queue(entry, waiter_of(owner));
     write::release_twin(entry, owner, now)
 }
 

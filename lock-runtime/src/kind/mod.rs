@@ -1,11 +1,13 @@
 //! Lock kinds: what a grant means, written once for every store. A kind is its Lua scripts
 //! (run by every Redis store: single node, Sentinel, Cluster, and each Redlock master), how their
 //! replies read, and its in-process twin (run by the in-process store on a [`TwinEntry`]).
-//! The kinds today are the two sides of a key's read/write lock: [`write`] (the exclusive lock)
-//! and [`read`]; [`semaphore`] (one of N permits); [`fair`] (the write side, granted in request
-//! order among queued waiters); [`multi`] takes the write side of several keys at once. Neighbours: the stores in `backend/` run what this module describes; the
-//! acquire loop (`acquire/`), the watchdog and the guard pass a [`Kind`] along and never look
-//! inside it (Redlock asks it for its quorum).
+//! The kinds are the two sides of a key's read/write lock: [`write`] (the exclusive lock) and
+//! [`read`]; and [`semaphore`] (one of N permits). [`multi`] takes the write side of several
+//! keys at once. Fairness is not a kind but a property of a try: a write try with a [`fair::Seat`]
+//! in the key's queue ([`fair`]) is granted in request order, and its grant is given back by
+//! leaving the queue ([`Holding::Seat`]). Neighbours: the stores in `backend/` run what this
+//! module describes; the acquire loop (`acquire/`), the watchdog and the guard pass a [`Kind`]
+//! and a [`Holding`] along and never look inside them (Redlock asks the kind for its quorum).
 
 pub(crate) mod fair;
 pub(crate) mod multi;
@@ -34,15 +36,23 @@ pub(crate) enum Kind {
     /// One of this many permits (a semaphore); the count travels with every operation, since
     /// Redlock's quorum depends on it.
     Semaphore(u32),
-    /// The write side, granted in request order among the key's fair waiters: a waiter joins
-    /// the key's queue and only its head is granted ([`fair`]).
-    Fair,
+}
+
+/// What a grant holds, as its release gives it back: a grant of a [`Kind`], or a seat in the
+/// key's fair queue ([`fair`]) with the write grant it may have got. A seat is given back by
+/// leaving the queue, which also gives back that grant and wakes the queue's new head by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holding {
+    /// A grant of this kind, taken without a seat.
+    Grant(Kind),
+    /// A seat in the key's queue, and the write grant its try may have got.
+    Seat,
 }
 
 impl From<Kind> for LockMode {
     fn from(kind: Kind) -> Self {
         match kind {
-            Kind::Write | Kind::Fair => LockMode::Write,
+            Kind::Write => LockMode::Write,
             Kind::Read => LockMode::Read,
             Kind::Semaphore(_) => LockMode::Semaphore,
         }
@@ -68,8 +78,6 @@ pub(crate) enum WakeRule {
     OnePerRelease,
     /// Every reader of each client.
     AllReaders,
-    /// Only the fair waiter the announcement names (`f:<waiter id>`).
-    ByName,
 }
 
 /// Where a store's fencing tokens come from (the request may want none: [`Try::fencing`]).
@@ -102,29 +110,56 @@ pub(crate) struct Try<'a> {
     /// The grant carries a fencing token. Without one (efficiency mode) no token is read or
     /// written, and a writer's first try is a bare `SET NX PX` ([`FirstTry`]).
     pub(crate) fencing: bool,
-    /// A fair try's place in the key's queue ([`Kind::Fair`]; `None` for other kinds).
+    /// A fair try's seat in the key's queue (`None`: not fair). Only a write try has one: the
+    /// request builder refuses the others.
     pub(crate) seat: Option<fair::Seat>,
 }
 
-impl Kind {
-    /// The script call of one try, on a store whose tokens come from `tokens` and which
+impl Try<'_> {
+    /// The script call of this try, on a store whose tokens come from `tokens` and which
     /// announces as `announce` (a fair try may wake its queue's head).
-    pub(crate) fn acquire_call(
-        self,
-        attempt: &Try<'_>,
-        tokens: Tokens,
-        announce: Announce,
-    ) -> ScriptInvocation<'static> {
-        match self {
-            Kind::Write => write::acquire_call(attempt, tokens),
-            Kind::Read => read::acquire_call(attempt, tokens),
-            Kind::Semaphore(permits) => semaphore::acquire_call(attempt, permits, tokens),
-            Kind::Fair => fair::acquire_call(attempt, tokens, announce),
+    pub(crate) fn call(&self, tokens: Tokens, announce: Announce) -> ScriptInvocation<'static> {
+        if self.seat.is_some() {
+            return fair::acquire_call(self, tokens, announce);
+        }
+        match self.kind {
+            Kind::Write => write::acquire_call(self, tokens),
+            Kind::Read => read::acquire_call(self, tokens),
+            Kind::Semaphore(permits) => semaphore::acquire_call(self, permits, tokens),
         }
     }
 
-    /// The script call that gives `owner`'s grant of `key` back, announcing it as the store
-    /// does.
+    /// Takes this try's grant in the in-process store.
+    pub(crate) fn take_twin(&self, entry: &mut TwinEntry, now: Instant) -> TwinReply {
+        if self.seat.is_some() {
+            return fair::acquire_twin(entry, self, now);
+        }
+        match self.kind {
+            Kind::Write => write::acquire_twin(entry, self, now),
+            Kind::Read => read::acquire_twin(entry, self, now),
+            Kind::Semaphore(permits) => semaphore::acquire_twin(entry, self, permits, now),
+        }
+    }
+
+    /// What a grant this try may have made holds, as the store gives it back when the try is
+    /// undone: the grant alone — a fair try's write grant is undone without taking the waiter
+    /// out of the queue (the request goes on waiting, in its place).
+    pub(crate) fn grant(&self) -> Holding {
+        Holding::Grant(self.kind)
+    }
+}
+
+impl Holding {
+    /// The kind of the grant: a seat's is a write grant.
+    pub(crate) fn kind(self) -> Kind {
+        match self {
+            Holding::Grant(kind) => kind,
+            Holding::Seat => Kind::Write,
+        }
+    }
+
+    /// The script call that gives `owner`'s grant (or seat) at `key` back, announcing it as
+    /// the store does.
     pub(crate) fn release_call(
         self,
         key: &LockKey,
@@ -132,19 +167,19 @@ impl Kind {
         announce: Announce,
     ) -> ScriptInvocation<'static> {
         let script: &Script = match self {
-            Kind::Write => &write::RELEASE,
-            Kind::Read => &read::RELEASE,
-            Kind::Semaphore(_) => &semaphore::RELEASE,
-            Kind::Fair => &fair::RELEASE,
+            Holding::Grant(Kind::Write) => &write::RELEASE,
+            Holding::Grant(Kind::Read) => &read::RELEASE,
+            Holding::Grant(Kind::Semaphore(_)) => &semaphore::RELEASE,
+            Holding::Seat => &fair::LEAVE,
         };
         // Every release script takes the lock key, the owner token and how the store
         // announces, then the keys it reaches beside the lock (arguments: `lock_key.lua`).
         let mut call = script.prepare_invoke();
         call.key(&key.lock).arg(owner).arg(announce.command());
         match self {
-            Kind::Write | Kind::Semaphore(_) => call.arg(&key.channel),
-            Kind::Read => call.arg(&key.writer_waiting).arg(&key.channel),
-            Kind::Fair => call
+            Holding::Grant(Kind::Write | Kind::Semaphore(_)) => call.arg(&key.channel),
+            Holding::Grant(Kind::Read) => call.arg(&key.writer_waiting).arg(&key.channel),
+            Holding::Seat => call
                 .arg(&key.channel)
                 .arg(&key.queue)
                 .arg(&key.queue_deadlines),
@@ -152,34 +187,35 @@ impl Kind {
         call
     }
 
-    /// The kind whose release gives back the grant a try of this kind may have made, and
-    /// nothing else: a fair try's grant is a write grant, and undoing it must not take the
-    /// waiter out of the queue (the request goes on waiting, in its place).
-    pub(crate) fn of_grant(self) -> Kind {
+    /// Gives a grant (or seat) back in the in-process store: whether a grant was ours.
+    pub(crate) fn release_twin(self, entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
         match self {
-            Kind::Fair => Kind::Write,
-            kind => kind,
+            Holding::Grant(Kind::Write) => write::release_twin(entry, owner, now),
+            Holding::Grant(Kind::Read) => read::release_twin(entry, owner, now),
+            Holding::Grant(Kind::Semaphore(_)) => semaphore::release_twin(entry, owner, now),
+            Holding::Seat => fair::leave_twin(entry, owner, now),
         }
     }
+}
 
+impl Kind {
     /// Which fencing token a grant of this kind takes ([`TokenRule`]): the one rule every
     /// store follows (the scripts follow it too).
     pub(crate) fn token_rule(self) -> TokenRule {
         match self {
-            Kind::Write | Kind::Fair => TokenRule::Fresh,
+            Kind::Write => TokenRule::Fresh,
             Kind::Read | Kind::Semaphore(_) => TokenRule::Latest,
         }
     }
 
     /// How a waiter for a grant of this kind is woken by a release announcement
-    /// ([`WakeRule`]).
+    /// ([`WakeRule`]); a fair waiter is woken by name instead (`backend/wake.rs`).
     pub(crate) fn wake_rule(self) -> WakeRule {
         match self {
             // A semaphore waiter is woken as a writer is: one per announced release (one freed
             // permit) per client.
             Kind::Write | Kind::Semaphore(_) => WakeRule::OnePerRelease,
             Kind::Read => WakeRule::AllReaders,
-            Kind::Fair => WakeRule::ByName,
         }
     }
 
@@ -193,7 +229,7 @@ impl Kind {
 
     fn tag(self) -> &'static str {
         match self {
-            Kind::Write | Kind::Fair => "w",
+            Kind::Write => "w",
             // A permit is renewed as a reader is: its member's score in the key's sorted set.
             Kind::Read | Kind::Semaphore(_) => "r",
         }
@@ -203,33 +239,8 @@ impl Kind {
     /// majority, and for a semaphore more ([`semaphore::quorum`]).
     pub(crate) fn quorum(self, masters: usize) -> usize {
         match self {
-            Kind::Write | Kind::Read | Kind::Fair => masters / 2 + 1,
+            Kind::Write | Kind::Read => masters / 2 + 1,
             Kind::Semaphore(permits) => semaphore::quorum(permits, masters),
-        }
-    }
-
-    /// Takes a grant in the in-process store.
-    pub(crate) fn acquire_twin(
-        self,
-        entry: &mut TwinEntry,
-        attempt: &Try<'_>,
-        now: Instant,
-    ) -> TwinReply {
-        match self {
-            Kind::Write => write::acquire_twin(entry, attempt, now),
-            Kind::Read => read::acquire_twin(entry, attempt, now),
-            Kind::Semaphore(permits) => semaphore::acquire_twin(entry, attempt, permits, now),
-            Kind::Fair => fair::acquire_twin(entry, attempt, now),
-        }
-    }
-
-    /// Gives a grant back in the in-process store: whether it was ours.
-    pub(crate) fn release_twin(self, entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
-        match self {
-            Kind::Write => write::release_twin(entry, owner, now),
-            Kind::Read => read::release_twin(entry, owner, now),
-            Kind::Semaphore(_) => semaphore::release_twin(entry, owner, now),
-            Kind::Fair => fair::release_twin(entry, owner, now),
         }
     }
 
@@ -242,7 +253,7 @@ impl Kind {
         now: Instant,
     ) -> bool {
         match self {
-            Kind::Write | Kind::Fair => write::extend_twin(entry, owner, lease, now),
+            Kind::Write => write::extend_twin(entry, owner, lease, now),
             Kind::Read => read::extend_twin(entry, owner, lease, now),
             Kind::Semaphore(_) => semaphore::extend_twin(entry, owner, lease, now),
         }
@@ -293,7 +304,8 @@ impl FirstTry {
     /// from a counter, or cannot run a transaction (`transactions` false: Cluster, where
     /// `TIME` has no key to route by), sends the script.
     pub(crate) fn of(attempt: &Try<'_>, tokens: Tokens, transactions: bool) -> Option<Self> {
-        if attempt.refused_before || attempt.kind != Kind::Write {
+        // A fair try is the queue's script: a first try that skipped it would jump the queue.
+        if attempt.refused_before || attempt.kind != Kind::Write || attempt.seat.is_some() {
             return None;
         }
         let clock = match (attempt.fencing, tokens) {
@@ -436,7 +448,7 @@ pub(crate) fn read_acquire_reply(
         ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
         _ => None,
     };
-    if attempt.kind == Kind::Fair {
+    if attempt.seat.is_some() {
         return Ok(AcquireReply::Queued {
             place: place.and_then(|p| u64::try_from(p).ok()).unwrap_or(0),
             behind: value == -3,

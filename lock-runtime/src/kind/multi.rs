@@ -157,7 +157,7 @@ pub(crate) fn grant_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Ins
 
 /// The in-process twin of the release of one key of a multi-key grant: its write lock.
 pub(crate) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
-    super::Kind::Write.release_twin(entry, owner, now)
+    super::Holding::Grant(super::Kind::Write).release_twin(entry, owner, now)
 }
 
 /// The keys of a multi-key request in the order every request takes them: sorted by lock

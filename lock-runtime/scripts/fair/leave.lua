@@ -1,4 +1,4 @@
--- Fair (queued) exclusive lock: give back the caller's grant if it still holds it, take its
+-- Leave a fair (queued) exclusive lock: give back the caller's grant if it still holds it, take its
 -- waiter out of the queue (a waiter that times out or is cancelled leaves this way too, with
 -- the owner token of its last try), and wake the queue's head when the lock is free.
 --
