@@ -84,5 +84,3 @@ impl Job for Shared {
         Ok(id + moved.locks.lock("x").acquire().await.is_ok() as u64)
     }
 }
-
-fn main() {}

@@ -42,9 +42,9 @@ async fn transfer(from: u64, to: u64) -> Result<(), distlock::LockError> {
     Ok(())
 }
 
-fn main() {
+pub(crate) fn run() {
     let billing = Billing {
         locks: distlock::Client::new(distlock::Config::in_memory()).unwrap(),
     };
-    let _ = billing.settle(1);
+    drop(billing.settle(1));
 }

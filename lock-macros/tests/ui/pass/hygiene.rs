@@ -18,8 +18,6 @@ async fn shadowed(id: u64) -> ::core::result::Result<u64, ::distlock::LockError>
     ::core::result::Result::Ok(id)
 }
 
-fn main() {}
-
 const LEASE: ::core::time::Duration = ::core::time::Duration::from_secs(1);
 
 #[::distlock::distributed_lock(key = "hygiene:{id}", lease = LEASE, max_hold = LEASE, client = locks)]

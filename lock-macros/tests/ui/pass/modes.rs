@@ -24,5 +24,3 @@ async fn read(id: u64) -> Result<(), distlock::LockError> {
 async fn exclusive(id: u64) -> Result<(), distlock::LockError> {
     Ok(())
 }
-
-fn main() {}

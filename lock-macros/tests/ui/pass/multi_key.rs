@@ -19,11 +19,11 @@ async fn order(a: &str, b: &str, c: &str) -> Result<(), distlock::LockError> {
     Ok(())
 }
 
-fn main() {
+pub(crate) fn run() {
     let bank = Bank {
         branch: 1,
         locks: distlock::Client::new(distlock::Config::in_memory()).unwrap(),
     };
-    let _ = bank.transfer(1, 2, 3);
-    let _ = order("x", "y", "z");
+    drop(bank.transfer(1, 2, 3));
+    drop(order("x", "y", "z"));
 }

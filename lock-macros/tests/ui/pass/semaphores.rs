@@ -23,11 +23,11 @@ impl Exporter {
     }
 }
 
-fn main() {
-    let _ = call_partner(1);
+pub(crate) fn run() {
+    drop(call_partner(1));
     let exporter = Exporter {
         limit: 3,
         locks: distlock::Client::new(distlock::Config::in_memory()).unwrap(),
     };
-    let _ = exporter.export("acme");
+    drop(exporter.export("acme"));
 }
