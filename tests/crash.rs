@@ -53,15 +53,31 @@ fn main() {
             twenty_fair_waiters_keep_their_order_while_three_are_killed,
         ),
     ];
-    for (name, scenario) in scenarios {
-        print!("test {name} ... ");
-        scenario();
-        println!("ok");
+    // The scenarios run side by side: each starts its own servers and holder processes, and
+    // spends most of its time waiting for leases to run out.
+    let total = scenarios.len();
+    let running: Vec<_> = scenarios
+        .into_iter()
+        .map(|(name, scenario)| (name, std::thread::spawn(scenario)))
+        .collect();
+    let mut failed = 0;
+    for (name, scenario) in running {
+        match scenario.join() {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
     }
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
     println!(
-        "\ntest result: ok. {} passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n",
-        scenarios.len()
+        "\ntest result: {verdict}. {} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out\n",
+        total - failed
     );
+    if failed > 0 {
+        std::process::exit(101);
+    }
 }
 
 /// The holder: takes the lock `crash` (`write:URL` or `read:URL`; watchdog on), reports its
