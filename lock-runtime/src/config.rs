@@ -29,6 +29,11 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Largest backoff step between tries of a held lock.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// How many times a request tries again, within its wait, after a try that failed for a
+/// passing reason ([`Config::retry`]).
+pub const DEFAULT_RETRY_ATTEMPTS: u32 = 3;
+/// The pause before a request's first retry; each further one doubles ([`Config::retry`]).
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(200);
 /// Default [`Config::fair_heartbeat`]: how often a fair waiter shows it is alive.
 pub const DEFAULT_FAIR_HEARTBEAT: Duration = crate::kind::fair::DEFAULT_HEARTBEAT;
 /// Bounds of [`Config::fair_heartbeat`].
@@ -108,6 +113,8 @@ pub struct Config {
     pub(crate) default_wait: Duration,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
+    pub(crate) retry_attempts: u32,
+    pub(crate) retry_interval: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) node_timeout: Duration,
@@ -136,6 +143,8 @@ impl Config {
             default_wait: DEFAULT_WAIT,
             backoff_min: DEFAULT_BACKOFF_MIN,
             backoff_max: DEFAULT_BACKOFF_MAX,
+            retry_attempts: DEFAULT_RETRY_ATTEMPTS,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             node_timeout: DEFAULT_NODE_TIMEOUT,
@@ -438,6 +447,26 @@ impl Config {
         self
     }
 
+    /// Retries, within a request's wait, of a try that failed for a reason that may pass: a
+    /// connection refused, reset or timed out; a server still loading, read-only or without
+    /// its primary (a failover under way); a Cluster slot being migrated (`TRYAGAIN`) or the
+    /// Cluster down; too few Redlock masters answering; too few replicas acknowledging (the
+    /// failover guard). Such a try is tried again up to `attempts` times per request, after
+    /// `interval`, then twice that, and so on (each pause drawn between half and all of it),
+    /// but never past the request's wait: a request that does not wait (`wait = 0`) tries
+    /// once, and one whose wait runs out first gets the failure. A try whose outcome is
+    /// unknown (a timeout, a cut connection) has its possible grant given back first, as when
+    /// no retry follows; the next try has an owner token of its own. Failures that trying
+    /// again cannot mend — credentials, TLS, an ACL refusal, data at the key that is not a
+    /// lock, a script error — end the request at once. `attempts = 0` turns retrying off.
+    /// Defaults to [`DEFAULT_RETRY_ATTEMPTS`] and [`DEFAULT_RETRY_INTERVAL`] (Redisson's
+    /// `retryAttempts`/`retryInterval`, node-redlock's `retryCount`/`retryDelay`).
+    pub fn retry(mut self, attempts: u32, interval: Duration) -> Self {
+        self.retry_attempts = attempts;
+        self.retry_interval = interval;
+        self
+    }
+
     /// The heartbeat of fair waiters ([`LockRequest::fair`](crate::LockRequest::fair)): a
     /// waiter in a key's queue tries again at least every half heartbeat, which keeps its
     /// place; a waiter that stops (crashed, frozen, cut off) is dropped from the queue one and
@@ -564,6 +593,13 @@ impl Config {
             return Err(LockError::Config(format!(
                 "backoff min ({:?}) must not exceed backoff max ({:?})",
                 self.backoff_min, self.backoff_max
+            )));
+        }
+        if self.retry_attempts > 0 && self.retry_interval.is_zero() {
+            return Err(LockError::Config(format!(
+                "`retry` interval must be greater than zero for {} attempts (retry(0, _) turns \
+                 retrying off)",
+                self.retry_attempts
             )));
         }
         Ok(())

@@ -161,6 +161,28 @@ impl From<BackendError> for LockError {
 }
 
 impl LockError {
+    /// A failure that may pass, so that a request tries again within its wait
+    /// ([`Config::retry`](crate::Config::retry)): a connection refused, reset or timed out, a
+    /// server not ready or read-only (a failover under way), a Cluster slot in migration or the
+    /// Cluster down, too few Redlock masters or replicas. Not an ACL refusal, credentials, TLS
+    /// or an error reply: trying again cannot mend those.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            LockError::QuorumUnavailable { .. } => true,
+            LockError::Backend(err) => {
+                err.refused.is_none()
+                    && matches!(
+                        err.kind,
+                        BackendErrorKind::Connection
+                            | BackendErrorKind::Timeout
+                            | BackendErrorKind::Unavailable
+                            | BackendErrorKind::Unreplicated
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// A refusal that waiting cannot change: the request ends with it at once, and a Redlock
     /// master that says so speaks for the deployment (a semaphore of another count in use, a
     /// key that holds no lock).
@@ -270,8 +292,9 @@ pub enum BackendErrorKind {
     /// user, or a password given to a server that has none).
     Authentication,
     /// The server answered but cannot serve locks now: it is a read-only replica (say, a
-    /// primary demoted by a failover), has lost its primary, or is still loading its data.
-    /// The connection is dropped, so the next request reconnects.
+    /// primary demoted by a failover), has lost its primary, or is still loading its data
+    /// (the connection is dropped, so the next request reconnects); or a Cluster slot is being
+    /// migrated (`TRYAGAIN`) or the Cluster is down (`CLUSTERDOWN`).
     Unavailable,
     /// The failover guard ([`Config::replicas`](crate::Config::replicas)): too few replicas
     /// acknowledged a renewal within the guard's timeout, so it does not count.
@@ -389,8 +412,9 @@ impl fmt::Display for BackendError {
                  (and that the user is enabled)"
             }
             BackendErrorKind::Unavailable => {
-                "the server cannot take writes now (a replica, after a failover, or still \
-                 loading); the next request reconnects — point the URL at the primary"
+                "the server cannot take writes now (a replica, after a failover, still loading, \
+                 a Cluster slot in migration or the Cluster down); point the URL at the \
+                 primary, or let acquires retry longer within their wait (`Config::retry`)"
             }
             BackendErrorKind::Tls => {
                 "check that the port serves TLS, that the server's certificate names the host in \

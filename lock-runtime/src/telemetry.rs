@@ -39,6 +39,7 @@ use crate::{FencingToken, LockMode, LOG_TARGET};
 /// | `distlock_leases_lost_total` | counter | store, mode | leases lost while held (expired unrenewed, or no longer ours) |
 /// | `distlock_renewals_total` | counter | store | leases renewed by the watchdog |
 /// | `distlock_wakeups_total` | counter | store | waits ended early by a release announcement |
+/// | `distlock_acquire_retries_total` | counter | store, mode | tries sent again after a failure that may pass ([`Config::retry`](crate::Config::retry)) |
 pub const METRICS: &[&str] = &[
     ACQUIRE_SECONDS,
     WAIT_SECONDS,
@@ -49,6 +50,7 @@ pub const METRICS: &[&str] = &[
     LEASES_LOST,
     RENEWALS,
     WAKEUPS,
+    ACQUIRE_RETRIES,
 ];
 
 const ACQUIRE_SECONDS: &str = "distlock_acquire_seconds";
@@ -60,6 +62,7 @@ const HOLD_SECONDS: &str = "distlock_hold_seconds";
 const LEASES_LOST: &str = "distlock_leases_lost_total";
 const RENEWALS: &str = "distlock_renewals_total";
 const WAKEUPS: &str = "distlock_wakeups_total";
+const ACQUIRE_RETRIES: &str = "distlock_acquire_retries_total";
 
 /// Describes every metric to the installed recorder (units and help texts). Called when a
 /// client is made; a recorder installed later sees the metrics without their descriptions.
@@ -88,6 +91,11 @@ pub(crate) fn describe() {
         describe_counter!(LEASES_LOST, "Leases lost while held.");
         describe_counter!(RENEWALS, "Leases renewed by the watchdog.");
         describe_counter!(WAKEUPS, "Waits ended early by a release announcement.");
+        describe_counter!(
+            ACQUIRE_RETRIES,
+            "Tries sent again after a failure that may pass (a connection refused or reset, a \
+             server not ready, too few Redlock masters)."
+        );
     }
 }
 
@@ -167,6 +175,17 @@ impl Acquire {
         if self.started.is_some() {
             self.first_refused.get_or_insert_with(Instant::now);
         }
+    }
+
+    /// A try failed with `err`, which may pass: the request tries again after `pause`.
+    pub(crate) fn retrying(&self, err: &crate::LockError, pause: Duration) {
+        tracing::debug!(
+            target: LOG_TARGET,
+            pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+            "a try failed, retrying within the wait: {err}"
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!(ACQUIRE_RETRIES, "store" => self.store, "mode" => self.mode).increment(1);
     }
 
     /// A wait between tries ended; `woken`: by a release announcement.

@@ -1,7 +1,7 @@
 //! One deployment or one fault at a time: Redis Cluster, Sentinel and Redlock against real
 //! processes (their failovers, migrations and quorums), Redis faults (restarts, flushed
 //! scripts, ACLs), broken, stalled and redirected connections through the fault-injecting
-//! proxy, the eviction check, what an operator sees through `tracing`, and the test support's
+//! proxy, failures retried within a request's wait, the eviction check, what an operator sees through `tracing`, and the test support's
 //! own deployments.
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
@@ -21,5 +21,6 @@ mod pubsub_faults;
 mod reconnect_faults;
 mod redis_faults;
 mod redlock;
+mod retries;
 mod sentinel;
 mod stalled_connection;

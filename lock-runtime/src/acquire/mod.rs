@@ -155,10 +155,15 @@ async fn run(
                 refusal
             }
             Err(err) => {
-                if !is_ambiguous(&err) {
+                if is_ambiguous(&err) {
+                    // Gives the possible grant back in the background; the next try has an
+                    // owner token of its own.
+                    drop(pending);
+                } else {
                     pending.settle();
                 }
-                return Err(err);
+                plan.retry_after(inner, observed, err).await?;
+                continue;
             }
         };
         plan.pause(inner, observed, &refusal, fair.as_ref()).await?;
@@ -282,6 +287,10 @@ struct Plan {
     started: Instant,
     deadline: Instant,
     backoff: Backoff,
+    /// Retries left after failures that may pass ([`Config::retry`](crate::Config::retry)),
+    /// and the pause before the next.
+    retries_left: u32,
+    retry_pause: Duration,
     /// The registration for the release of the key found held last, and that key's position;
     /// made on the first pause, kept while the same key is the one waited for.
     registration: Option<(usize, WaitRegistration)>,
@@ -327,6 +336,8 @@ impl Plan {
             started,
             deadline,
             backoff: Backoff::new(config.backoff_min, config.backoff_max),
+            retries_left: config.retry_attempts,
+            retry_pause: config.retry_interval,
             registration: None,
         })
     }
@@ -437,6 +448,32 @@ impl Plan {
             return Err(Client::shut_down_error());
         }
         Ok(guard)
+    }
+
+    /// After a failed try: pauses before the next when the failure may pass, a retry is left
+    /// and the pause ends within the wait ([`Config::retry`](crate::Config::retry)); otherwise
+    /// the request ends with the failure.
+    async fn retry_after(
+        &mut self,
+        inner: &ClientInner,
+        observed: &Acquire,
+        err: LockError,
+    ) -> Result<(), LockError> {
+        if self.retries_left == 0 || !err.is_transient() || inner.shut_down.load(Ordering::Relaxed)
+        {
+            return Err(err);
+        }
+        // Between half and all of the step, so that clients failing together spread out.
+        let step = self.retry_pause;
+        let pause = step / 2 + step.mul_f64(fastrand::f64()) / 2;
+        if Instant::now() + pause >= self.deadline {
+            return Err(err);
+        }
+        self.retries_left -= 1;
+        self.retry_pause = step.saturating_mul(2);
+        observed.retrying(&err, pause);
+        tokio::time::sleep(pause).await;
+        Ok(())
     }
 
     /// Pauses after a refusal: until the release of the key found held wakes the request,

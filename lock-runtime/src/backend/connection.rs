@@ -706,6 +706,11 @@ impl Failure {
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::BusyLoading,
                 ) => (BackendErrorKind::Unavailable, true, false),
+                // A Cluster slot in migration (`TRYAGAIN`: keys of a call on both sides) or a
+                // Cluster without a quorum of primaries: nothing ran, and the connection is fine.
+                ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
+                    (BackendErrorKind::Unavailable, false, false)
+                }
                 // Wrong credentials: sent during the handshake, before any request.
                 ErrorKind::AuthenticationFailed => (BackendErrorKind::Authentication, false, false),
                 // An error reply: a script that fails undoes its grant first.
