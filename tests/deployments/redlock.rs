@@ -430,3 +430,48 @@ async fn a_corrupt_fencing_counter_is_an_error_that_leaves_no_grant_behind() {
         );
     }
 }
+
+/// A frozen master (SIGSTOP: it keeps its connections and takes requests, and answers none)
+/// costs the first request that meets it its node timeout; the requests after it do not wait
+/// for it while the other two settle each outcome, and once it runs again the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_costs_one_request_its_node_timeout_and_the_rest_nothing() {
+    let masters = start_masters(3);
+    // Far above what a live master needs, so that waiting for the frozen one would show.
+    let node_timeout = Duration::from_secs(2);
+    let client = Client::new(redlock(&masters).node_timeout(node_timeout)).expect("client");
+    let warm = client.lock("frozen").acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+
+    masters[2].signal("STOP");
+    let started = std::time::Instant::now();
+    const CYCLES: u32 = 20;
+    for _ in 0..CYCLES {
+        let guard = client
+            .lock("frozen")
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("a majority is up");
+        assert!(guard.release().await.expect("release"));
+    }
+    // Waiting for the frozen master would take a node timeout per acquire and per release
+    // (80 s); not waiting, one node timeout and round trips.
+    let took = started.elapsed();
+    assert!(
+        took < node_timeout * CYCLES / 2,
+        "{CYCLES} cycles took {took:?}"
+    );
+
+    // Resumed, it runs what was queued. A grant it takes late may stay there until its lease
+    // ends when its give-back could not follow it on the same connection (a minority grant,
+    // as Redlock allows): the lock is free on a majority at once.
+    masters[2].signal("CONT");
+    let guard = client
+        .lock("frozen")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free on a majority");
+    assert!(guard.release().await.expect("release"));
+}

@@ -34,8 +34,10 @@
 //! holders cannot each hold `q`; with 3 masters and N ≥ 2 that is every master.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -63,6 +65,10 @@ pub(crate) struct RedlockBackend {
     masters: Vec<Arc<RedisBackend>>,
     /// Per master: whether a connect runs in the background, and its end.
     connecting: Vec<Arc<Connecting>>,
+    /// Per master: a request to it ran past its timeout, and it is asked in the background
+    /// until it answers ([`ask_until_it_answers`](Self::ask_until_it_answers)); meanwhile no
+    /// request waits for it once the other masters have settled the outcome.
+    slow: Vec<Arc<AtomicBool>>,
     node_timeout: Duration,
     connect_timeout: Duration,
     /// No try has warmed up yet: the first waits for every master (up to the connect
@@ -91,10 +97,66 @@ impl Drop for ConnectEnds {
     }
 }
 
-/// What one master said to one request, or that it said nothing in time.
+/// What one master said to one request, or that it said nothing in time, or that its answer
+/// was not awaited because the others' had settled the outcome.
 enum Answer<T> {
     Said(T),
     Failed(LockError),
+    NotAwaited,
+}
+
+/// How many masters are still out.
+fn not_awaited<T>(answers: &[Answer<T>]) -> usize {
+    answers
+        .iter()
+        .filter(|answer| matches!(answer, Answer::NotAwaited))
+        .count()
+}
+
+/// Where a try that did not stand is undone: on each master that granted it, failed in a way
+/// that leaves it unknown, or was not awaited. The undo waits for the masters that answered
+/// the try; one that was not awaited gets the undo behind the try and is not waited for.
+struct Undo {
+    /// Per master: (undo it, wait for the undo's answer).
+    masters: Vec<(bool, bool)>,
+}
+
+impl Undo {
+    fn of<Q: QuorumTry>(answers: &[Answer<Q::Reply>]) -> Self {
+        let masters = answers
+            .iter()
+            .map(|answer| match answer {
+                Answer::Said(reply) => (Q::granted(reply).is_some(), true),
+                Answer::Failed(err) => (super::is_ambiguous(err), true),
+                Answer::NotAwaited => (true, false),
+            })
+            .collect();
+        Self { masters }
+    }
+
+    fn any(&self) -> bool {
+        self.masters.iter().any(|&(undo, _)| undo)
+    }
+
+    fn needed(&self, master: usize) -> bool {
+        self.masters.get(master).is_some_and(|&(undo, _)| undo)
+    }
+
+    /// Every master whose undo is waited for has answered it (or failed to).
+    fn answered<T>(&self, answers: &[Answer<T>]) -> bool {
+        answers
+            .iter()
+            .zip(&self.masters)
+            .all(|(answer, &(undo, wait))| !(undo && wait && matches!(answer, Answer::NotAwaited)))
+    }
+}
+
+/// How many masters said something `counts`.
+fn count_said<T>(answers: &[Answer<T>], counts: impl Fn(&T) -> bool) -> usize {
+    answers
+        .iter()
+        .filter(|answer| matches!(answer, Answer::Said(said) if counts(said)))
+        .count()
 }
 
 /// One master's request, bounded by the node timeout.
@@ -105,16 +167,19 @@ async fn bounded<T>(
     match tokio::time::timeout(timeout, request).await {
         Ok(Ok(answer)) => Answer::Said(answer),
         Ok(Err(err)) => Answer::Failed(err),
-        Err(_) => Answer::Failed(
-            BackendError::new(
-                "reach a Redlock master",
-                BackendErrorKind::Timeout,
-                format!("no answer within the node timeout of {timeout:?}"),
-            )
-            .maybe_applied(true)
-            .into(),
-        ),
+        Err(_) => Answer::Failed(node_timed_out(timeout)),
     }
+}
+
+/// A master that did not answer within `timeout`: the request may still run there.
+fn node_timed_out(timeout: Duration) -> LockError {
+    BackendError::new(
+        "reach a Redlock master",
+        BackendErrorKind::Timeout,
+        format!("no answer within the node timeout of {timeout:?}"),
+    )
+    .maybe_applied(true)
+    .into()
 }
 
 impl RedlockBackend {
@@ -143,6 +208,7 @@ impl RedlockBackend {
                 })
                 .collect(),
             connecting: masters.iter().map(|_| Arc::default()).collect(),
+            slow: masters.iter().map(|_| Arc::default()).collect(),
             node_timeout,
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
@@ -186,6 +252,107 @@ impl RedlockBackend {
                 .map(|master| bounded(timeout, request(master))),
         )
         .await
+    }
+
+    /// Runs `request` on every master at once and waits for every answer, at most `timeout`
+    /// (the masters still out then [`Answer::Failed`] with a timeout, and are marked slow) —
+    /// but not for the masters marked slow once the others have answered and `decided` says
+    /// their answers settle the outcome (enough masters granted, or too many refused): such a
+    /// master is [`Answer::NotAwaited`]. So a frozen master costs one request its timeout,
+    /// and the requests after it nothing while the others answer.
+    ///
+    /// Returns the answers and the requests still out, which the caller drops or finishes in
+    /// the background ([`finish_in_background`](Self::finish_in_background)). Dropping one
+    /// is safe for a try and a renewal: a step it sent still runs on its master (every
+    /// request is polled once before anything is decided, and goes out on its first poll once
+    /// the master has a connection), before anything sent to that master afterwards — each
+    /// master has one ordered connection — and a step not yet sent (a try sent again after
+    /// `NOSCRIPT`) is never sent. A release or an undo must finish instead: its later step is
+    /// what gives the grant back.
+    async fn until_decided<'a, T, F, Fut>(
+        &'a self,
+        timeout: Duration,
+        request: F,
+        mut decided: impl FnMut(&[Answer<T>]) -> bool,
+    ) -> (Vec<Answer<T>>, Vec<Option<Pin<Box<Fut>>>>)
+    where
+        F: Fn(usize, &'a Arc<RedisBackend>) -> Fut,
+        Fut: Future<Output = Result<T, LockError>> + 'a,
+    {
+        let mut out: Vec<Option<Pin<Box<Fut>>>> = self
+            .masters
+            .iter()
+            .enumerate()
+            .map(|(i, master)| Some(Box::pin(request(i, master))))
+            .collect();
+        let mut answers: Vec<Answer<T>> = self.masters.iter().map(|_| Answer::NotAwaited).collect();
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        std::future::poll_fn(|cx| {
+            // Every request still out is polled each round (the first round sends them all).
+            for (slot, answer) in out.iter_mut().zip(answers.iter_mut()) {
+                if let Some(request) = slot {
+                    if let Poll::Ready(said) = request.as_mut().poll(cx) {
+                        *answer = match said {
+                            Ok(said) => Answer::Said(said),
+                            Err(err) => Answer::Failed(err),
+                        };
+                        *slot = None;
+                    }
+                }
+            }
+            let only_slow_out = out
+                .iter()
+                .zip(&self.slow)
+                .all(|(slot, slow)| slot.is_none() || slow.load(Ordering::Acquire));
+            if out.iter().all(Option::is_none) || (only_slow_out && decided(&answers)) {
+                return Poll::Ready(());
+            }
+            if deadline.as_mut().poll(cx).is_ready() {
+                for (i, (slot, answer)) in out.iter().zip(answers.iter_mut()).enumerate() {
+                    if slot.is_some() {
+                        *answer = Answer::Failed(node_timed_out(timeout));
+                        self.ask_until_it_answers(i);
+                    }
+                }
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+        .await;
+        (answers, out)
+    }
+
+    /// Marks master `i` slow and asks it, in the background, until it answers a `PING` (which
+    /// queues behind whatever it has not run yet), then clears the mark. One asker per master.
+    fn ask_until_it_answers(&self, i: usize) {
+        let (Some(master), Some(slow)) = (self.masters.get(i), self.slow.get(i)) else {
+            return;
+        };
+        if slow.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (master, slow) = (master.clone(), slow.clone());
+        let pause = self.node_timeout.max(Duration::from_millis(100));
+        self.io.spawn(async move {
+            while !master.node().answers().await {
+                tokio::time::sleep(pause).await;
+            }
+            slow.store(false, Ordering::Release);
+        });
+    }
+
+    /// Lets the requests `until_decided` left out run to their end on the I/O runtime (each
+    /// within the connection's response timeout), their answers unread.
+    fn finish_in_background<Fut>(&self, out: Vec<Option<Pin<Box<Fut>>>>)
+    where
+        Fut: Future + Send + 'static,
+    {
+        for request in out.into_iter().flatten() {
+            self.io.spawn(async move {
+                let _ = request.await;
+            });
+        }
     }
 
     /// Connects the masters that have no connection (in the background:
@@ -312,32 +479,37 @@ impl RedlockBackend {
         timeout: Duration,
         at_token: &[bool],
     ) -> usize {
-        let raised = join_all(
-            self.masters
+        let quorum = self.quorum();
+        let raised = |answers: &[Answer<i64>]| {
+            answers
                 .iter()
-                .zip(at_token)
-                .map(|(master, &at_token)| {
+                .filter(|answer| matches!(answer, Answer::Said(1)))
+                .count()
+        };
+        let (answers, _) = self
+            .until_decided(
+                timeout,
+                |i, master| {
                     let mut call = RAISE_FENCE.prepare_invoke();
                     call.key(&key.fence)
                         .arg(token.0)
                         .arg(kind::millis(fence_ttl(lease)));
+                    let at_token = at_token.get(i).copied().unwrap_or(false);
                     async move {
                         if at_token {
-                            return Answer::Said(1);
+                            return Ok(1);
                         }
-                        bounded(
-                            timeout,
-                            master.invoke::<i64>("raise the fencing counter", call),
-                        )
-                        .await
+                        master
+                            .invoke::<i64>("raise the fencing counter", call)
+                            .await
                     }
-                }),
-        )
-        .await;
-        raised
-            .iter()
-            .filter(|answer| matches!(answer, Answer::Said(1)))
-            .count()
+                },
+                |answers| {
+                    raised(answers) >= quorum || raised(answers) + not_awaited(answers) < quorum
+                },
+            )
+            .await;
+        raised(&answers)
     }
 }
 
@@ -452,7 +624,7 @@ impl RedlockBackend {
             match answer {
                 Answer::Said(answer) => said.push(answer),
                 Answer::Failed(err) if err.is_final_refusal() => return Err(err),
-                Answer::Failed(_) => {}
+                Answer::Failed(_) | Answer::NotAwaited => {}
             }
         }
         if said.len() < self.quorum() {
@@ -548,12 +720,15 @@ trait QuorumTry: Sync {
         master: &'a RedisBackend,
     ) -> impl Future<Output = Result<Self::Reply, LockError>> + Send + 'a;
 
-    /// Gives back on every master whatever the try may have taken there, waiting for the
-    /// answers (best effort: a master that does not answer lets the lease run out).
+    /// Gives back whatever the try may have taken on the masters in `undo`, waiting for the
+    /// answers of those that answered the try (best effort: a master that does not answer
+    /// lets the lease run out); a master whose answer to the try was not awaited gets the
+    /// undo after the try on its connection, and is not waited for again ([`Undo`]).
     fn undo<'a>(
         &'a self,
         redlock: &'a RedlockBackend,
         timeout: Duration,
+        undo: &'a Undo,
     ) -> impl Future<Output = ()> + Send + 'a;
 
     /// A grant's token per key; `None` when the answer is a refusal.
@@ -597,13 +772,27 @@ impl QuorumTry for Try<'_> {
         master.acquire(self)
     }
 
-    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration) {
+    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) {
         let holding = self.grant();
-        redlock
-            .on_all(timeout, |master| {
-                master.release(holding, self.key, self.owner)
-            })
+        // Owned: an undo not waited for finishes in the background.
+        let (key, owner) = (Arc::new(self.key.clone()), Arc::<str>::from(self.owner));
+        let (_, out) = redlock
+            .until_decided(
+                timeout,
+                |i, master| {
+                    let needed = undo.needed(i);
+                    let (master, key, owner) = (master.clone(), key.clone(), owner.clone());
+                    async move {
+                        match needed {
+                            true => master.release(holding, &key, &owner).await,
+                            false => Ok(false),
+                        }
+                    }
+                },
+                |answers| undo.answered(answers),
+            )
             .await;
+        redlock.finish_in_background(out);
     }
 
     fn granted(reply: &AcquireReply) -> Option<&[Option<FencingToken>]> {
@@ -655,11 +844,27 @@ impl QuorumTry for MultiTry<'_> {
         master.acquire_all(self)
     }
 
-    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration) {
-        let keys: Vec<&LockKey> = self.keys.iter().collect();
-        redlock
-            .on_all(timeout, |master| master.release_all(&keys, self.owner))
+    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) {
+        // Owned: an undo not waited for finishes in the background.
+        let (keys, owner) = (Arc::new(self.keys.to_vec()), Arc::<str>::from(self.owner));
+        let (_, out) = redlock
+            .until_decided(
+                timeout,
+                |i, master| {
+                    let needed = undo.needed(i);
+                    let (master, keys, owner) = (master.clone(), keys.clone(), owner.clone());
+                    async move {
+                        let keys: Vec<&LockKey> = keys.iter().collect();
+                        match needed {
+                            true => master.release_all(&keys, &owner).await,
+                            false => Ok(false),
+                        }
+                    }
+                },
+                |answers| undo.answered(answers),
+            )
             .await;
+        redlock.finish_in_background(out);
     }
 
     fn granted(reply: &MultiReply) -> Option<&[Option<FencingToken>]> {
@@ -707,7 +912,7 @@ fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<
         .iter()
         .filter_map(|answer| match answer {
             Answer::Said(reply) => Q::granted(reply),
-            Answer::Failed(_) => None,
+            Answer::Failed(_) | Answer::NotAwaited => None,
         })
         .filter_map(|tokens| tokens.get(i).copied().flatten())
         .max()
@@ -732,12 +937,31 @@ impl RedlockBackend {
             )));
         }
         let started = Instant::now();
-        // Every master's answer is awaited (each within the node timeout), also after a
-        // majority granted: a late grant must not be left behind by a release that overtakes
-        // it, or by one that a master restarted empty cannot run before it has loaded the
-        // script again.
-        let answers = self.on_all(timeout, |master| attempt.send(master)).await;
         let quorum = attempt.quorum(self);
+        // Decided as soon as enough masters granted, or so many refused that the rest cannot
+        // make a quorum (or one refused for good); failures do not decide early, so the error
+        // says how many answered. A master that answers late still runs the try, before the
+        // release or undo sent to it afterwards, which also gives its late grant back
+        // ([`until_decided`](Self::until_decided)).
+        let refusals_decide = self.masters.len() - quorum;
+        let (answers, _) = self
+            .until_decided(
+                timeout,
+                |_, master| attempt.send(master),
+                |answers| {
+                    let (mut granted, mut refused) = (0, 0);
+                    for answer in answers {
+                        match answer {
+                            Answer::Said(reply) if Q::granted(reply).is_some() => granted += 1,
+                            Answer::Said(_) => refused += 1,
+                            Answer::Failed(err) if err.is_final_refusal() => return true,
+                            _ => {}
+                        }
+                    }
+                    granted >= quorum || refused > refusals_decide
+                },
+            )
+            .await;
         let mut answered = 0;
         let mut granted = 0;
         let mut refusals = Q::Refusals::default();
@@ -766,17 +990,21 @@ impl RedlockBackend {
             return Ok(attempt.acquired(|i| quorum_token::<Q>(&answers, i)));
         }
         // Too few grants, too late, or a token that could not be made to stand: undo
-        // everywhere (also where the answer got lost), then report.
-        if granted > 0 || answered < self.masters.len() {
-            attempt.undo(self, timeout).await;
+        // wherever a grant may be (also where the answer got lost or was not awaited), then
+        // report.
+        let undo = Undo::of::<Q>(&answers);
+        if undo.any() {
+            attempt.undo(self, timeout, &undo).await;
         }
+        let out = not_awaited(&answers);
         if let Some(Answer::Failed(err)) = answers
             .into_iter()
             .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
         {
             return Err(err);
         }
-        if answered < quorum {
+        // Too many masters failed for a quorum (those not awaited might still have granted).
+        if answered + out < quorum {
             let key = &attempt.keys()[0];
             return Err(self.quorum_unavailable_needing(key, answered, granted, quorum));
         }
@@ -844,11 +1072,26 @@ impl LockBackend for RedlockBackend {
         owner: &str,
     ) -> Result<bool, LockError> {
         self.reconnect_missing();
-        let answers = self
-            .on_all(self.node_timeout, |master| {
-                master.release(holding, key, owner)
-            })
+        let quorum = holding.kind().quorum(self.masters.len());
+        let refusals_decide = self.masters.len() - quorum;
+        // Owned: a release not waited for finishes in the background.
+        let (shared_key, shared_owner) = (Arc::new(key.clone()), Arc::<str>::from(owner));
+        let (answers, left) = self
+            .until_decided(
+                self.node_timeout,
+                |_, master| {
+                    let (master, key, owner) =
+                        (master.clone(), shared_key.clone(), shared_owner.clone());
+                    async move { master.release(holding, &key, &owner).await }
+                },
+                |answers| {
+                    count_said(answers, |&was_ours| was_ours) >= quorum
+                        || count_said(answers, |&was_ours| !was_ours) > refusals_decide
+                },
+            )
             .await;
+        self.finish_in_background(left);
+        let out = not_awaited(&answers);
         let mut answered = 0;
         let mut released = 0;
         let mut error = None;
@@ -863,6 +1106,7 @@ impl LockBackend for RedlockBackend {
                     }
                 }
                 Answer::Failed(err) => error = Some(err),
+                Answer::NotAwaited => {}
             }
         }
         // A master that did not hold the grant announced nothing, but waiters may listen
@@ -874,11 +1118,12 @@ impl LockBackend for RedlockBackend {
                     .spawn(async move { master.node().announce(&channel).await });
             }
         }
-        if answered < self.quorum() {
+        // Decided without them, the masters not awaited count as not failed.
+        if answered + out < self.quorum() {
             // Retried by the release path while the lease could still be in force.
             return Err(error.unwrap_or_else(|| self.quorum_unavailable(key, answered, released)));
         }
-        Ok(released >= holding.kind().quorum(self.masters.len()))
+        Ok(released >= quorum)
     }
 
     /// A lease is renewed when a majority renewed it, lost when so many masters said it is not
@@ -892,9 +1137,31 @@ impl LockBackend for RedlockBackend {
             .min()
             .unwrap_or(Duration::MAX);
         let timeout = self.timeout_for(shortest);
-        let answers = self
-            .on_all(timeout, |master| master.extend_many(leases))
+        let quorums: Vec<usize> = leases
+            .iter()
+            .map(|lease| lease.kind.quorum(self.masters.len()))
+            .collect();
+        // Decided when every lease is: renewed by its quorum, or no longer ours on so many
+        // masters that the rest cannot renew it.
+        let masters = self.masters.len();
+        let (answers, _) = self
+            .until_decided(
+                timeout,
+                |_, master| master.extend_many(leases),
+                |answers| {
+                    quorums.iter().enumerate().all(|(i, &quorum)| {
+                        let renewed = count_said(answers, |renewed: &Vec<Renewed>| {
+                            renewed.get(i) == Some(&Renewed::Yes)
+                        });
+                        let lost = count_said(answers, |renewed: &Vec<Renewed>| {
+                            renewed.get(i) == Some(&Renewed::No)
+                        });
+                        renewed >= quorum || lost > masters - quorum
+                    })
+                },
+            )
             .await;
+        let out = not_awaited(&answers);
         let mut answered = 0;
         let mut extended = vec![0usize; leases.len()];
         let mut error = None;
@@ -907,9 +1174,10 @@ impl LockBackend for RedlockBackend {
                     }
                 }
                 Answer::Failed(err) => error = Some(err),
+                Answer::NotAwaited => {}
             }
         }
-        if answered < self.quorum() {
+        if answered + out < self.quorum() {
             let key = leases.first().map(|l| l.key);
             return Err(match (error, key) {
                 (_, Some(key)) => self.quorum_unavailable(key, answered, 0),
@@ -920,10 +1188,9 @@ impl LockBackend for RedlockBackend {
         let unanswered = self.masters.len() - answered;
         Ok(extended
             .into_iter()
-            .zip(leases)
-            .map(|(count, lease)| {
+            .zip(quorums)
+            .map(|(count, quorum)| {
                 // A semaphore permit needs more than a majority, its renewal too.
-                let quorum = lease.kind.quorum(self.masters.len());
                 if count >= quorum {
                     Renewed::Yes
                 } else if count + unanswered < quorum {
@@ -950,9 +1217,36 @@ impl LockBackend for RedlockBackend {
             return Ok(true);
         };
         self.reconnect_missing();
-        let answers = self
-            .on_all(self.node_timeout, |master| master.release_all(keys, owner))
+        let quorum = self.quorum();
+        let refusals_decide = self.masters.len() - quorum;
+        // Owned: a release not waited for finishes in the background.
+        let (shared_keys, shared_owner) = (
+            Arc::new(
+                keys.iter()
+                    .map(|&key| key.clone())
+                    .collect::<Vec<LockKey>>(),
+            ),
+            Arc::<str>::from(owner),
+        );
+        let (answers, left) = self
+            .until_decided(
+                self.node_timeout,
+                |_, master| {
+                    let (master, keys, owner) =
+                        (master.clone(), shared_keys.clone(), shared_owner.clone());
+                    async move {
+                        let keys: Vec<&LockKey> = keys.iter().collect();
+                        master.release_all(&keys, &owner).await
+                    }
+                },
+                |answers| {
+                    count_said(answers, |&all_ours| all_ours) >= quorum
+                        || count_said(answers, |&all_ours| !all_ours) > refusals_decide
+                },
+            )
             .await;
+        self.finish_in_background(left);
+        let out = not_awaited(&answers);
         let mut answered = 0;
         let mut released = 0;
         let mut error = None;
@@ -963,6 +1257,7 @@ impl LockBackend for RedlockBackend {
                     released += usize::from(all_ours);
                 }
                 Answer::Failed(err) => error = Some(err),
+                Answer::NotAwaited => {}
             }
         }
         // Waiters listen on one master, perhaps one that did not hold the grant: announce the
@@ -974,7 +1269,7 @@ impl LockBackend for RedlockBackend {
                     .spawn(async move { master.node().announce(&channel).await });
             }
         }
-        if answered < self.quorum() {
+        if answered + out < self.quorum() {
             return Err(
                 error.unwrap_or_else(|| self.quorum_unavailable(first_key, answered, released))
             );
