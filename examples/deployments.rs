@@ -6,7 +6,7 @@
 //!
 //!     cargo run --example deployments -- cluster    # 3 primaries + 3 replicas; a failover
 //!     cargo run --example deployments -- sentinel   # primary, 2 replicas, 3 sentinels; primary killed
-//!     cargo run --example deployments -- redlock    # 3 masters; one of them down
+//!     cargo run --example deployments -- redlock    # 3 masters; one frozen, then one down
 //!     cargo run --example deployments -- env        # whatever Config::from_env() names
 //!
 //! With `env`, set one of `DISTLOCK_CLUSTER_URLS`, `DISTLOCK_SENTINEL_URLS` (and
@@ -137,7 +137,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let client = Client::new(Config::redlock(
                 masters.iter().map(support::RedisServer::url),
             )?)?;
+            let started = std::time::Instant::now();
             report(contend(&client, key).await?);
+            let all_up = started.elapsed();
+            println!("  {} grants in {:.2} s", TASKS * ROUNDS, all_up.as_secs_f64());
+            // SIGSTOP: the master keeps its connections and takes requests, and answers none.
+            println!("freezing one master: it takes requests and answers none…");
+            masters[2].signal("STOP");
+            let started = std::time::Instant::now();
+            report(contend(&client, key).await?);
+            let frozen = started.elapsed();
+            println!(
+                "  {} grants in {:.2} s ({:.1}× the time with all three up)",
+                TASKS * ROUNDS,
+                frozen.as_secs_f64(),
+                frozen.as_secs_f64() / all_up.as_secs_f64()
+            );
+            masters[2].signal("CONT");
             println!("stopping one master: two of three are still a majority…");
             masters[0].stop();
             after_the_fault(&client, key).await?;
