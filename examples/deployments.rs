@@ -140,7 +140,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let started = std::time::Instant::now();
             report(contend(&client, key).await?);
             let all_up = started.elapsed();
-            println!("  {} grants in {:.2} s", TASKS * ROUNDS, all_up.as_secs_f64());
+            println!(
+                "  {} grants in {:.2} s",
+                TASKS * ROUNDS,
+                all_up.as_secs_f64()
+            );
             // SIGSTOP: the master keeps its connections and takes requests, and answers none.
             println!("freezing one master: it takes requests and answers none…");
             masters[2].signal("STOP");

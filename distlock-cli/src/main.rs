@@ -80,6 +80,9 @@ enum Command {
 enum Outcome {
     Done,
     NotLocked,
+    /// The command was not carried out, and this says why and what to run instead (exit 2, as
+    /// for a usage error): not a [`LockError`], since nothing failed.
+    Refused(String),
 }
 
 fn main() -> ExitCode {
@@ -97,6 +100,10 @@ fn main() -> ExitCode {
     match runtime.block_on(run(&cli)) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::NotLocked) => ExitCode::from(1),
+        Ok(Outcome::Refused(why)) => {
+            eprintln!("distlock: {why}");
+            ExitCode::from(2)
+        }
         Err(err) => {
             eprintln!("distlock: {err}");
             ExitCode::from(match err {
@@ -150,7 +157,7 @@ async fn run(cli: &Cli) -> Result<Outcome, LockError> {
                  holder: only a store fenced with the printed token is safe. Run again with \
                  --force to do it.",
             );
-            Err(LockError::Config(what))
+            Ok(Outcome::Refused(what))
         }
         Command::Unlock { key, force: true } => {
             let forced = client.force_unlock(key.as_str()).await?;

@@ -142,15 +142,15 @@ pub fn state_text(state: &LockState) -> String {
 
 /// `unlock --force` for people.
 pub fn forced_text(forced: &ForcedUnlock) -> String {
-    let mut text = if forced.evicted.is_empty() {
-        format!("{}: was not locked; nothing evicted", forced.key)
-    } else {
-        format!(
-            "{}: unlocked by force, {} holder(s) evicted",
-            forced.key,
-            forced.evicted.len()
-        )
-    };
+    if forced.evicted.is_empty() {
+        // Nobody was evicted, so there is no late writer for a token to keep out.
+        return format!("{}: was not locked; nothing evicted", forced.key);
+    }
+    let mut text = format!(
+        "{}: unlocked by force, {} holder(s) evicted",
+        forced.key,
+        forced.evicted.len()
+    );
     for holder in &forced.evicted {
         text.push_str("\n  evicted ");
         text.push_str(&holder_text(holder));

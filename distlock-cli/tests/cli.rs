@@ -206,6 +206,8 @@ async fn unlock_refuses_without_force_and_with_it_evicts_the_holder() {
         "{}",
         stdout(&again)
     );
+    // And it does not claim holders below a token were evicted (issue 25).
+    assert!(!stdout(&again).contains("token"), "{}", stdout(&again));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -408,6 +408,8 @@ where
         Some(result) => result,
         None => into(
             match leases.iter().find_map(|lease| lease.max_hold_passed()) {
+                // Given back by the client's shutdown: nothing was lost.
+                _ if leases.iter().any(|lease| lease.was_shut_down()) => LockError::ShutDown,
                 Some(max_hold) => LockError::HeldTooLong {
                     key: label,
                     max_hold,

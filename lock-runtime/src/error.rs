@@ -56,6 +56,34 @@ pub enum LockError {
         key: String,
     },
 
+    /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): a request
+    /// made or still waiting then ends with this, and so does an annotated fn whose lock the
+    /// shutdown gave back (with `on_lost = "abort"`, at its next await) — not
+    /// [`LeaseLost`](Self::LeaseLost): nothing was lost, the process is stopping.
+    #[error(
+        "this distlock client was shut down (`Client::shutdown`): it takes no more locks and          gave back the ones it held; make a new client to take locks again"
+    )]
+    ShutDown,
+
+    /// A semaphore's key is in use with another number of permits than the request asked for:
+    /// a semaphore's count is not changed while permits are held.
+    #[error(
+        "lock `{}` is a semaphore of {} in use, and this request asked for {asked}: a \
+         semaphore's count is not changed while permits are held; use the same count \
+         everywhere, or a distinct key for a different count",
+        Shortened(key),
+        held.map_or_else(|| "another number of permits".to_owned(), |held| format!("{held} permits"))
+    )]
+    PermitsMismatch {
+        /// The semaphore's key.
+        key: String,
+        /// The permits the request asked for.
+        asked: u32,
+        /// The permits of the semaphore in use (`None`: not known, e.g. on an older server
+        /// script's answer).
+        held: Option<u32>,
+    },
+
     /// The lock was held for its `max_hold` (renewals included): the watchdog stopped renewing
     /// it and the work under it was cancelled.
     #[error(
@@ -187,7 +215,10 @@ impl LockError {
     /// master that says so speaks for the deployment (a semaphore of another count in use, a
     /// key that holds no lock).
     pub(crate) fn is_final_refusal(&self) -> bool {
-        matches!(self, LockError::Config(_) | LockError::NotALock { .. })
+        matches!(
+            self,
+            LockError::Config(_) | LockError::NotALock { .. } | LockError::PermitsMismatch { .. }
+        )
     }
 }
 

@@ -9,7 +9,7 @@
 //! on the same clock (`watchdog.rs`) — keeps a renewed one. Whoever watches the deadline marks
 //! the lease lost when it passes: the watchdog, and any task that polls [`Lease::lost`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -81,6 +81,8 @@ pub(crate) struct Lease {
     max_hold: Option<(Duration, Instant)>,
     times: Mutex<Times>,
     state: watch::Sender<LeaseState>,
+    /// It ended because the client shut down ([`shut_down`](Self::shut_down)), not by a loss.
+    shut_down: AtomicBool,
     /// Serialises a renewal with the release, so no renewal is sent after the release.
     pub(crate) gate: tokio::sync::Mutex<()>,
     /// The grant as observed: its `hold` span, renewals and end ([`crate::telemetry`]).
@@ -119,6 +121,7 @@ impl Lease {
                 next_renewal: sent + duration / 3,
             }),
             state: watch::Sender::new(LeaseState::Held),
+            shut_down: AtomicBool::new(false),
             gate: tokio::sync::Mutex::new(()),
             hold,
         }
@@ -193,6 +196,12 @@ impl Lease {
         self.leave(LeaseState::Ended, how, || {});
     }
 
+    /// Whether it ended because its client shut down (the holder then gets
+    /// [`LockError::ShutDown`](crate::LockError::ShutDown), not a loss).
+    pub(crate) fn was_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
     /// Records that the lease is lost, unless it already ended or was lost.
     pub(crate) fn mark_lost(&self, why: &str) {
         self.leave(LeaseState::Lost, Ended::Lost, || {
@@ -205,6 +214,7 @@ impl Lease {
     /// the lease is then given back. Returns whether it was held.
     pub(crate) fn shut_down(&self) -> bool {
         self.leave(LeaseState::Lost, Ended::Shutdown, || {
+            self.shut_down.store(true, Ordering::Release);
             tracing::info!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, "giving the lock back: the client is shutting down");
         })
     }

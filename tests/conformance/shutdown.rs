@@ -62,10 +62,7 @@ async fn gives_back_every_lock_and_refuses_new_requests(config: impl Fn() -> Con
         .acquire()
         .await
         .expect_err("shut down");
-    assert!(
-        matches!(&err, LockError::Config(message) if message.contains("shut down")),
-        "{err}"
-    );
+    assert!(matches!(&err, LockError::ShutDown), "{err:?}");
     // Guards dropped or released afterwards are harmless.
     assert!(!writer.release().await.expect("nothing left to release"));
     drop(reader);
@@ -133,9 +130,35 @@ async fn a_waiting_request_ends_at_the_shutdown() {
         .await
         .expect("the waiter ends at its next try, not at its 30 s deadline")
         .expect("join");
-    assert!(
-        matches!(&ended, Err(LockError::Config(message)) if message.contains("shut down")),
-        "{ended:?}"
-    );
+    assert!(matches!(&ended, Err(LockError::ShutDown)), "{ended:?}");
     holder.release().await.expect("release");
+}
+
+/// An annotated fn whose lock the shutdown gives back stops at its next await with
+/// `LockError::ShutDown`, which a caller tells from a lost lease (`LeaseLost`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_body_stopped_by_the_shutdown_says_so() {
+    #[distlock::distributed_lock(key = "shut:body", client = locks, on_lost = "abort")]
+    async fn work(
+        locks: &Client,
+        started: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<(), LockError> {
+        let _ = started.send(());
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+
+    let client = Client::new(Config::in_memory()).expect("client");
+    let (started, running) = tokio::sync::oneshot::channel();
+    let body = tokio::spawn({
+        let client = client.clone();
+        async move { work(&client, started).await }
+    });
+    running.await.expect("the body runs");
+    assert_eq!(client.shutdown().await.expect("shutdown"), 1);
+    let ended = tokio::time::timeout(Duration::from_secs(5), body)
+        .await
+        .expect("the body stops at once")
+        .expect("join");
+    assert!(matches!(ended, Err(LockError::ShutDown)), "{ended:?}");
 }

@@ -101,9 +101,9 @@ impl Client {
     /// refuses new requests. Call it when the process is about to exit, after it has stopped
     /// taking work, so the next holders need not wait for leases to run out.
     ///
-    /// Each held grant is first reported lost to its holder ([`LockGuard::lost`] completes, an
-    /// annotated fn with `on_lost = "abort"` returns [`LockError::LeaseLost`] at its next
-    /// await), then released. Requests made afterwards fail with [`LockError::Config`]; guards
+    /// Each held grant is first reported to its holder as ended ([`LockGuard::lost`] completes,
+    /// an annotated fn with `on_lost = "abort"` returns [`LockError::ShutDown`] at its next
+    /// await), then released. Requests made afterwards fail with [`LockError::ShutDown`]; guards
     /// dropped afterwards cost one request that finds nothing to delete.
     ///
     /// Returns how many grants were held and given back; an error is the first release that
@@ -136,11 +136,7 @@ impl Client {
     }
 
     pub(crate) fn shut_down_error() -> LockError {
-        LockError::Config(
-            "this distlock client was shut down (`Client::shutdown`); make a new client to \
-             take locks again"
-                .to_owned(),
-        )
+        LockError::ShutDown
     }
 }
 

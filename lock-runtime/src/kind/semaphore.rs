@@ -55,17 +55,11 @@ pub(super) fn acquire_call(
 /// The error for a request naming `asked` permits of a key that is a semaphore of `held`
 /// permits while some are held: a count is never changed silently.
 pub(crate) fn count_mismatch(key: &LockKey, asked: u32, held: i64) -> LockError {
-    let held = if held >= 0 {
-        format!("{held} permits")
-    } else {
-        "another number of permits".to_owned()
-    };
-    LockError::Config(format!(
-        "lock `{}` is a semaphore of {held} in use, and this request asked for {asked}: a \
-         semaphore's count is not changed while permits are held; use the same count \
-         everywhere, or a distinct key for a different count",
-        key.name
-    ))
+    LockError::PermitsMismatch {
+        key: key.name.clone(),
+        asked,
+        held: u32::try_from(held).ok(),
+    }
 }
 
 /// The error for a semaphore of zero permits.
