@@ -330,6 +330,9 @@ pub enum BackendErrorKind {
     /// The failover guard ([`Config::replicas`](crate::Config::replicas)): too few replicas
     /// acknowledged a renewal within the guard's timeout, so it does not count.
     Unreplicated,
+    /// What came back is not the Redis protocol: the server at that address is not Redis (an
+    /// HTTP or SSH server on the port, say). Not retried: the URL is wrong.
+    Protocol,
     /// TLS could not be set up or the handshake failed: no rustls crypto provider, a server
     /// certificate that no trusted root vouches for or that names another host, or a server
     /// that does not speak TLS on that port.
@@ -438,6 +441,10 @@ impl fmt::Display for BackendError {
                  or raise the response timeout"
             }
             BackendErrorKind::Server => "Redis rejected the request; check its log and ACLs",
+            BackendErrorKind::Protocol => {
+                "the server does not speak the Redis protocol (an HTTP or SSH server on that \
+                 port, say): check the host and port in the URL"
+            }
             BackendErrorKind::Authentication => {
                 "Redis refused the credentials; check the user name and password in the URL \
                  (and that the user is enabled)"

@@ -677,6 +677,18 @@ async fn a_server_that_is_not_redis_is_a_backend_error_not_a_panic_or_a_hang() {
         );
         eprintln!("{:?}: {err}", String::from_utf8_lossy(reply));
         assert_hides(&err, "SECRETF");
+        // What answers something else than Redis is named as such, with what to check.
+        let answered = !reply.is_empty() && !reply.starts_with(b"$-");
+        if answered {
+            assert!(
+                matches!(&err, LockError::Backend(e) if e.kind() == BackendErrorKind::Protocol)
+                    && err
+                        .to_string()
+                        .contains("does not speak the Redis protocol")
+                    && err.to_string().contains("host and port"),
+                "{reply:?}: {err}"
+            );
+        }
     }
 }
 

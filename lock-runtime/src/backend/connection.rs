@@ -724,11 +724,13 @@ impl Failure {
                 }
                 // Wrong credentials: sent during the handshake, before any request.
                 ErrorKind::AuthenticationFailed => (BackendErrorKind::Authentication, false, false),
+                // Not the Redis protocol: another kind of server on the port. The request may
+                // have reached a Redis that then sent garbage, so it may have run.
+                ErrorKind::Parse => (BackendErrorKind::Protocol, true, true),
                 // An error reply: a script that fails undoes its grant first.
                 ErrorKind::Server(_)
                 | ErrorKind::UnexpectedReturnType
                 | ErrorKind::InvalidClientConfig
-                | ErrorKind::Parse
                 | ErrorKind::Extension
                 | ErrorKind::RESP3NotSupported => (BackendErrorKind::Server, false, false),
                 _ => (BackendErrorKind::Connection, true, true),
