@@ -196,6 +196,12 @@ impl Lease {
         self.leave(LeaseState::Ended, how, || {});
     }
 
+    /// Reported lost by a loss (Redis said it is no longer ours, or its deadline passed
+    /// before a renewal): not by a shutdown, whose leases are still given back.
+    pub(crate) fn is_known_lost(&self) -> bool {
+        self.state() == LeaseState::Lost && !self.was_shut_down()
+    }
+
     /// Whether it ended because its client shut down (the holder then gets
     /// [`LockError::ShutDown`](crate::LockError::ShutDown), not a loss).
     pub(crate) fn was_shut_down(&self) -> bool {
@@ -205,7 +211,7 @@ impl Lease {
     /// Records that the lease is lost, unless it already ended or was lost.
     pub(crate) fn mark_lost(&self, why: &str) {
         self.leave(LeaseState::Lost, Ended::Lost, || {
-            tracing::warn!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, token = ?self.token.map(FencingToken::get), "lease lost: {why}");
+            tracing::warn!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, token = self.token.map(FencingToken::get), "lease lost: {why}");
         });
     }
 

@@ -43,7 +43,16 @@ impl Releaser {
 
     /// Stops the renewals of `lease`, lets a renewal in flight finish, then deletes its key if
     /// it is still ours: `Ok(true)` it was, `Ok(false)` it no longer was.
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool, LockError> {
+    pub(crate) async fn release(self: &Arc<Self>, lease: &Arc<Lease>) -> Result<bool, LockError> {
+        if lease.is_known_lost() && lease.max_hold_passed().is_none() {
+            // Lost: Redis said it is no longer ours, or no renewal reached it before its
+            // deadline (a server that froze, say). The caller is not held up by such a server:
+            // one compare-and-delete goes in the background, for a key still ours when the
+            // server answers again. (A lease that ran into its `max_hold` is given back as
+            // usual: its server is fine, and the key is still ours.)
+            self.give_back_in_background(lease.clone(), Ended::Released);
+            return Ok(false);
+        }
         self.stop_renewing(lease, Ended::Released);
         let _gate = lease.gate.lock().await;
         let release = self
@@ -56,7 +65,12 @@ impl Releaser {
     /// blocks or panics; a failed try is repeated while the lease could still be in force.
     /// (The in-process store's release is done at once instead: it needs no I/O.)
     pub(crate) fn release_in_background(self: &Arc<Self>, lease: Arc<Lease>) {
-        self.stop_renewing(&lease, Ended::Dropped);
+        self.give_back_in_background(lease, Ended::Dropped);
+    }
+
+    /// Stops renewing `lease` (it ended `how`) and deletes its key in the background.
+    fn give_back_in_background(self: &Arc<Self>, lease: Arc<Lease>, how: Ended) {
+        self.stop_renewing(&lease, how);
         if lease.clock == Clock::Tokio && self.release_in_memory_now(&lease) {
             return;
         }

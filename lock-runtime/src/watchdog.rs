@@ -330,10 +330,16 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
     let mut live = Vec::with_capacity(leases.len());
     for lease in &leases {
         if let Ok(gate) = lease.gate.try_lock() {
-            if lease.state() == LeaseState::Held {
-                gates.push(gate);
-                live.push(lease);
+            if lease.state() != LeaseState::Held {
+                continue;
             }
+            // Its deadline passed while it waited for this batch: lost, not renewed.
+            if lease.now() >= lease.deadline() {
+                lease.mark_lost(lease.deadline_passed_why());
+                continue;
+            }
+            gates.push(gate);
+            live.push(lease);
         }
     }
     let mut outcome = Ok(Vec::new());
@@ -368,8 +374,16 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
             }
         }
         Err(err) => {
-            tracing::warn!(target: crate::LOG_TARGET, leases = live.len(), "lease renewal failed, retrying: {err}");
-            for lease in &live {
+            // Only the leases still held are tried again (and said to be): one whose deadline
+            // passed meanwhile is lost, and the watchdog says that once, when it sees it.
+            let held: Vec<_> = live
+                .iter()
+                .filter(|lease| lease.state() == LeaseState::Held && clock.now() < lease.deadline())
+                .collect();
+            if !held.is_empty() {
+                tracing::warn!(target: crate::LOG_TARGET, leases = held.len(), "lease renewal failed, retrying: {err}");
+            }
+            for lease in held {
                 lease.times().next_renewal = clock.now() + retry_delay(lease.duration);
             }
         }

@@ -196,9 +196,11 @@ async fn redis_stopped_and_restarted_gives_clear_errors_then_locks_work_again() 
         .await
         .expect("a lease that cannot be renewed is reported lost");
     assert!(!held.is_held());
+    // Its release does not wait for a Redis that is down (issue 25): nothing of the holder's
+    // is known to be left, and one compare-and-delete goes in the background.
     assert!(
-        held.release().await.is_err(),
-        "the release cannot reach Redis"
+        matches!(held.release().await, Ok(false)),
+        "the release of a lost lease says it was not ours, at once"
     );
 
     server.restart();

@@ -735,3 +735,34 @@ async fn connecting_through_a_proxy_that_forwards_nothing_gives_advice_for_a_fro
     let client = client_through(&proxy);
     assert_frozen_server_advice(&client, "silent-proxy").await;
 }
+
+/// The release of a guard already reported lost returns at once, without asking a server that
+/// froze (the usual reason the lease was lost): there is nothing of the holder's left to
+/// delete, and the caller must not wait out timeouts for it (issue 25).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_guard_reported_lost_does_not_wait_for_a_frozen_server() {
+    let server = RedisServer::start();
+    // Long timeouts: asking the frozen server would hold the release up for seconds.
+    let slow = Duration::from_secs(5);
+    let config = Config::from_url(&server.url())
+        .expect("valid url")
+        .response_timeout(slow)
+        .connect_timeout(slow);
+    let client = Client::new(config).expect("client");
+    let guard = client
+        .lock("lost-then-released")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .expect("free");
+    server.signal("STOP");
+    timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the watchdog reports the loss when the deadline passes");
+    let started = Instant::now();
+    let released = guard.release().await;
+    let took = started.elapsed();
+    server.signal("CONT");
+    assert!(matches!(released, Ok(false)), "{released:?}");
+    assert!(took < slow / 2, "the release of a lost guard took {took:?}");
+}
