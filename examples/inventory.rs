@@ -302,18 +302,19 @@ async fn connect() -> Result<Option<InventoryService>, AppError> {
         client.get_multiplexed_async_connection(),
     )
     .await;
+    // The address tried, without credentials: on a machine whose 6379 is someone else's
+    // Redis, this says where the locks went.
+    let address = client.get_connection_info().addr().to_string();
     match connection {
         Ok(Ok(conn)) => {
+            println!("using Redis at {address} (REDIS_URL, or the default)\n");
             distlock::init(Config::from_url(&url)?)?;
             Ok(Some(InventoryService {
                 store: Store::Redis(conn),
             }))
         }
         _ => {
-            println!(
-                "no Redis answered at REDIS_URL (or {});",
-                distlock::DEFAULT_REDIS_URL
-            );
+            println!("no Redis answered at {address} (REDIS_URL, or the default);");
             Ok(None)
         }
     }

@@ -125,18 +125,30 @@
 /// ```
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    current, init, inspect, is_locked, lock, read_lock, shutdown, try_init, write_lock,
+    current, init, inspect, is_locked, lock, ping, read_lock, shutdown, try_init, write_lock,
     BackendError, BackendErrorKind, Client, Config, FencingToken, ForcedUnlock, Holder, LockError,
     LockGuard, LockInfo, LockMode, LockRequest, LockState, DEFAULT_BACKOFF_MAX,
     DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_HEARTBEAT, DEFAULT_KEY_PREFIX,
-    DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT,
-    ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER,
-    ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, LOG_TARGET, MAX_KEY_LEN, MAX_LEASE, METRICS,
-    MIN_LEASE,
+    DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS,
+    ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS,
+    LOG_TARGET, MAX_KEY_LEN, MAX_LEASE, METRICS, MIN_LEASE,
 };
 
 pub use lock_runtime::fenced;
 pub use lock_runtime::lock_all;
+/// The `redis` crate distlock is built on, re-exported: [`fenced`] writes take its
+/// connections. Use `distlock::redis::…` for them (or depend on `redis` at the same major
+/// version, 1): a connection of another version does not fit their trait bounds.
+///
+/// ```no_run
+/// # async fn f(token: distlock::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
+/// let client = distlock::redis::Client::open("redis://127.0.0.1:6379")?;
+/// let mut conn = client.get_multiplexed_async_connection().await?;
+/// distlock::fenced::set(&mut conn, "order:42:status", "paid", token).await?;
+/// # Ok(()) }
+/// ```
+pub use lock_runtime::redis;
 pub use lock_runtime::semaphore;
 
 #[doc(hidden)]

@@ -61,6 +61,31 @@ pub const ENV_REDLOCK_URLS: &str = "DISTLOCK_REDLOCK_URLS";
 /// [`Config::app_name`]).
 pub const ENV_APP_NAME: &str = "DISTLOCK_APP_NAME";
 
+impl BackendConfig {
+    /// The deployment and the servers it is reached through, without credentials: what a
+    /// client says at start which Redis it uses (`127.0.0.1:6379`; `sentinel mymaster via
+    /// s1:26379, s2:26379`; …).
+    pub(crate) fn describe(&self) -> String {
+        use crate::url::server_address;
+        let list = |clients: &[redis::Client]| {
+            clients
+                .iter()
+                .map(server_address)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            BackendConfig::Redis(client) => server_address(client),
+            BackendConfig::Cluster(nodes) => format!("cluster via {}", list(nodes)),
+            BackendConfig::Sentinel { sentinels, master } => {
+                format!("sentinel `{master}` via {}", list(sentinels))
+            }
+            BackendConfig::Redlock(masters) => format!("redlock over {}", list(masters)),
+            BackendConfig::InMemory(_) => "in-process".to_owned(),
+        }
+    }
+}
+
 /// Where the locks are kept.
 #[derive(Clone)]
 pub(crate) enum BackendConfig {

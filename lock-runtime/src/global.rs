@@ -215,6 +215,12 @@ pub async fn shutdown() -> Result<usize, LockError> {
     }
 }
 
+/// [`Client::ping`] for the global client set up by [`init`]: whether its store answers now,
+/// for a readiness probe. Without [`init`], [`LockError::NotInitialized`].
+pub async fn ping() -> Result<(), LockError> {
+    GLOBAL.get().ok_or(LockError::NotInitialized)?.ping().await
+}
+
 /// [`Client::inspect`] on the global client set up by [`init`]: who holds the lock `key`
 /// (any process), its lease, its waiters and its fencing token ceiling. Without [`init`],
 /// [`LockError::NotInitialized`].

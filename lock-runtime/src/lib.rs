@@ -42,17 +42,22 @@ pub use client::Client;
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAIR_HEARTBEAT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT,
-    DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS,
-    ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS,
-    MAX_LEASE, MIN_LEASE,
+    DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS,
+    ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, MAX_LEASE, MIN_LEASE,
 };
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use global::{
-    init, inspect, is_locked, lock, lock_all, read_lock, semaphore, shutdown, try_init, write_lock,
+    init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown, try_init,
+    write_lock,
 };
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LockState};
 pub use protocol::MAX_KEY_LEN;
+/// The `redis` crate distlock is built on, at the version it uses: [`fenced`] writes take its
+/// connections, so a program that uses this path (or depends on the same major version) cannot
+/// hand them a connection of another version.
+pub use redis;
 pub use request::LockRequest;
 pub use telemetry::METRICS;
 

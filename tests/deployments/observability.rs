@@ -227,3 +227,29 @@ async fn a_redlock_quorum_failure_is_a_warning() {
         Some("redlock")
     );
 }
+
+/// A client says at INFO which Redis it locks on, without credentials: a configuration that
+/// fell back to the default address shows in the log (issue 25).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_logs_the_servers_it_uses_without_the_password() {
+    let captured = capture::install();
+    let server = RedisServer::start();
+    let address = format!("127.0.0.1:{}", server.port());
+    let url = format!("redis://:created-SECRET@{address}");
+    let _client = Client::new(Config::from_url(&url).expect("url")).expect("client");
+    let created: Vec<Record> = captured
+        .records()
+        .into_iter()
+        .filter(|record| {
+            record.kind == "event"
+                && record.name == "distlock client created"
+                && record
+                    .field("servers")
+                    .is_some_and(|servers| servers.starts_with(&address))
+        })
+        .collect();
+    assert_eq!(created.len(), 1, "{:#?}", captured.records());
+    assert_eq!(created[0].level, tracing::Level::INFO);
+    assert_eq!(created[0].field("store"), Some("redis"));
+    assert!(!format!("{created:?}").contains("SECRET"));
+}

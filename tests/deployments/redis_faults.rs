@@ -191,6 +191,13 @@ async fn redis_stopped_and_restarted_gives_clear_errors_then_locks_work_again() 
             other => panic!("expected a backend error while Redis is down, got {other:?}"),
         }
     }
+    // The readiness check says so, naming the server.
+    let down = client.ping().await.expect_err("Redis is down");
+    assert!(
+        down.to_string()
+            .contains(&format!("127.0.0.1:{}", server.port())),
+        "{down}"
+    );
     // The held lease cannot be renewed: the guard must say so before its lease is over.
     tokio::time::timeout(lease * 2, held.lost())
         .await
@@ -211,6 +218,7 @@ async fn redis_stopped_and_restarted_gives_clear_errors_then_locks_work_again() 
         started.elapsed()
     );
     assert!(guard.release().await.expect("release"));
+    client.ping().await.expect("up again");
 }
 
 /// Freezes the server while `key` is being acquired (the acquire times out, its grant

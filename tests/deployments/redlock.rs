@@ -475,3 +475,23 @@ async fn a_frozen_master_costs_one_request_its_node_timeout_and_the_rest_nothing
         .expect("free on a majority");
     assert!(guard.release().await.expect("release"));
 }
+
+/// The readiness check needs a majority: one master of three down still answers; two down is
+/// an error that names each master that did not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_needs_a_majority_and_names_the_masters_that_did_not_answer() {
+    let mut masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    client.ping().await.expect("all up");
+    masters[0].stop();
+    client.ping().await.expect("a majority is up");
+    masters[1].stop();
+    let err = client.ping().await.expect_err("one of three");
+    let message = err.to_string();
+    assert!(
+        message.contains("1 of 3 Redlock masters answered, 2 needed")
+            && message.contains(&format!("127.0.0.1:{}", masters[0].port()))
+            && message.contains(&format!("127.0.0.1:{}", masters[1].port())),
+        "{message}"
+    );
+}

@@ -199,6 +199,32 @@ impl Transport for Cluster {
         Ok(primaries(&slots))
     }
 
+    async fn ping(&self) -> Result<(), LockError> {
+        let mut connection = self.connection().await?;
+        let primaries = self.shards().await?;
+        for (host, port) in primaries {
+            let routed = connection
+                .route_command(
+                    redis::cmd("PING"),
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    }),
+                )
+                .await;
+            if let Err(err) = routed {
+                let kind = Failure::of(&err).kind;
+                return Err(BackendError::new(
+                    "ping",
+                    kind,
+                    format!("Cluster primary {host}:{port}: {err}"),
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
     async fn scan_step(
         &self,
         (host, port): &(String, u16),

@@ -544,6 +544,25 @@ impl Transport for Node {
 
     type Shard = ();
 
+    async fn ping(&self) -> Result<(), LockError> {
+        let named = |kind: BackendErrorKind, err: &dyn std::fmt::Display| {
+            LockError::from(BackendError::new(
+                "ping",
+                kind,
+                format!("{}: {err}", self.server),
+            ))
+        };
+        let InUse { mut connection, .. } =
+            self.in_use().await.map_err(|err| named(err.kind(), &err))?;
+        match redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(err) => Err(named(Failure::of(&err).kind, &err)),
+        }
+    }
+
     /// Whether a first try may be a transaction, as the connection in use found out; a store
     /// that has not connected yet connects first, to ask.
     async fn transactions(&self) -> Result<bool, LockError> {

@@ -159,6 +159,17 @@ impl Backend {
 
 /// The operator's operations, on whichever store the client was configured with.
 impl Backend {
+    /// Whether the store answers now: the node (or Sentinel's primary), every Cluster primary,
+    /// a majority of Redlock masters; the in-process store always does.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        match self {
+            Backend::Redis(b) => b.ping().await,
+            Backend::Cluster(b) => b.ping().await,
+            Backend::Redlock(b) => b.ping().await,
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     /// What the store says of `key`'s lock, read-only.
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
         match self {

@@ -367,6 +367,11 @@ pub(crate) const SCAN_COUNT: u64 = 1000;
 /// one slot, so inspecting or freeing it is one script, on its shard in a Cluster.
 impl<T: Transport> RedisStore<T> {
     /// What the server says of `key`'s lock (read-only).
+    /// Whether the transport's servers answer a `PING` ([`Transport::ping`]).
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        self.transport.ping().await
+    }
+
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
         let call = operator::inspect_call(key, T::ANNOUNCE, self.tokens);
         operator::read_inspect_reply(key, self.invoke("inspect", call).await?)

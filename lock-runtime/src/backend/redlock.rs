@@ -516,6 +516,43 @@ impl RedlockBackend {
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) over the masters:
 /// each runs on every master, and a majority must answer.
 impl RedlockBackend {
+    /// Whether a majority of the masters answer a `PING` (each within the connect timeout,
+    /// connecting where needed); the error names every master that did not, and why.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        let answers = join_all(self.masters.iter().map(|master| async move {
+            tokio::time::timeout(self.connect_timeout, master.ping())
+                .await
+                .unwrap_or_else(|_| Err(node_timed_out(self.connect_timeout)))
+        }))
+        .await;
+        let failures: Vec<String> = answers
+            .iter()
+            .filter_map(|answer| answer.as_ref().err().map(ToString::to_string))
+            .collect();
+        let answered = answers.len() - failures.len();
+        if answered >= self.quorum() {
+            return Ok(());
+        }
+        let kind = answers
+            .into_iter()
+            .find_map(|answer| match answer {
+                Err(LockError::Backend(err)) => Some(err.kind()),
+                _ => None,
+            })
+            .unwrap_or(BackendErrorKind::Connection);
+        Err(BackendError::new(
+            "ping",
+            kind,
+            format!(
+                "{answered} of {} Redlock masters answered, {} needed: {}",
+                self.masters.len(),
+                self.quorum(),
+                failures.join("; ")
+            ),
+        )
+        .into())
+    }
+
     /// What a majority of the masters agree on (see [`merge_views`]).
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
         self.reconnect_missing();

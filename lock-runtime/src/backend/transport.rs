@@ -56,6 +56,11 @@ pub(crate) trait Transport: Send + Sync {
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> impl Future<Output = Result<(R, bool), LockError>> + Send;
 
+    /// Whether the servers that take the locks' writes answer a `PING` now (the node; every
+    /// primary of a Cluster), connecting where needed; the error names the server that did
+    /// not and why.
+    fn ping(&self) -> impl Future<Output = Result<(), LockError>> + Send;
+
     /// The servers that `SCAN` must walk to see every key.
     fn shards(&self) -> impl Future<Output = Result<Vec<Self::Shard>, LockError>> + Send;
 

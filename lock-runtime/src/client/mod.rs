@@ -77,6 +77,9 @@ impl Client {
         let watchdog = Watchdog::start(&io, backend.clone());
         let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
         telemetry::describe();
+        // Which Redis this process locks on, at INFO: a configuration that fell back to the
+        // default address (nothing set in the environment) shows here.
+        tracing::info!(target: crate::LOG_TARGET, store = Backend::name(&config.backend), servers = %config.backend.describe(), "distlock client created");
         Ok(Self {
             inner: Arc::new(ClientInner {
                 store: Backend::name(&config.backend),
@@ -133,6 +136,22 @@ impl Client {
             .find_map(Result::err);
         tracing::info!(target: crate::LOG_TARGET, store = inner.store, released, "client shut down");
         first_error.map_or(Ok(released), Err)
+    }
+
+    /// Whether the store answers now, for a readiness probe: the server (or the primary
+    /// Sentinel names), every primary of a Cluster, a majority of Redlock masters — each asked
+    /// with a `PING`, connecting where needed; the in-process store always answers. The error
+    /// names the server that did not answer and why.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// client.ping().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn ping(&self) -> Result<(), LockError> {
+        let inner = &self.inner;
+        inner.clock.send(&inner.io, inner.backend.ping()).await
     }
 
     pub(crate) fn shut_down_error() -> LockError {
