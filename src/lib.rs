@@ -137,18 +137,6 @@ pub use lock_runtime::{
 
 pub use lock_runtime::fenced;
 pub use lock_runtime::lock_all;
-/// The `redis` crate distlock is built on, re-exported: [`fenced`] writes take its
-/// connections. Use `distlock::redis::…` for them (or depend on `redis` at the same major
-/// version, 1): a connection of another version does not fit their trait bounds.
-///
-/// ```no_run
-/// # async fn f(token: distlock::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
-/// let client = distlock::redis::Client::open("redis://127.0.0.1:6379")?;
-/// let mut conn = client.get_multiplexed_async_connection().await?;
-/// distlock::fenced::set(&mut conn, "order:42:status", "paid", token).await?;
-/// # Ok(()) }
-/// ```
-pub use lock_runtime::redis;
 pub use lock_runtime::semaphore;
 
 #[doc(hidden)]

@@ -54,10 +54,6 @@ pub use global::{
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LockState};
 pub use protocol::MAX_KEY_LEN;
-/// The `redis` crate distlock is built on, at the version it uses: [`fenced`] writes take its
-/// connections, so a program that uses this path (or depends on the same major version) cannot
-/// hand them a connection of another version.
-pub use redis;
 pub use request::LockRequest;
 pub use telemetry::METRICS;
 

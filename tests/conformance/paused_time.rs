@@ -143,6 +143,39 @@ async fn in_memory_a_renewed_lease_survives_hours_of_virtual_time() {
         .expect("free after its release");
 }
 
+/// `tokio::time::advance` in steps keeps a renewed lease, as `sleep` does: the watchdog runs
+/// between the steps. One jump past the lease is different: no task runs during it, as in a
+/// process frozen that long, and the lease is lost — what a real clock does too, and what a
+/// test of a frozen holder needs (README, "Paused time").
+#[tokio::test(start_paused = true)]
+async fn in_memory_advance_in_steps_keeps_a_renewed_lease_and_one_jump_past_it_loses_it() {
+    let client = in_memory();
+    let lease = Duration::from_secs(30);
+    let renewed = client
+        .lock("paused:steps")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    // A hundred seconds in steps of a sixth of the lease (the watchdog renews at a third).
+    for _ in 0..20 {
+        tokio::time::advance(lease / 6).await;
+    }
+    assert!(renewed.is_held(), "advanced in steps, the watchdog renews");
+    assert!(!reported_lost(&renewed).await);
+    let err = try_once(&client, "paused:steps")
+        .await
+        .expect_err("still held");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+
+    tokio::time::advance(lease + Duration::from_secs(1)).await;
+    assert!(!renewed.is_held(), "one jump past the lease is a pause");
+    let next = try_once(&client, "paused:steps")
+        .await
+        .expect("free after the jump");
+    assert!(next.fencing_token() > renewed.fencing_token());
+}
+
 #[tokio::test(start_paused = true)]
 async fn in_memory_max_hold_ends_a_renewed_lease_at_its_virtual_time() {
     let client = in_memory();
