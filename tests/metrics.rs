@@ -142,6 +142,19 @@ async fn metrics_are_exported_per_store() {
         marked.then_some(()).ok_or_else(|| "no mark yet".to_owned())
     })
     .await;
+    // And it listens for the release: a release published before its subscription is made
+    // would reach nobody, and the waiter would get the lock by its backoff instead.
+    support::wait_until_async("the waiter to subscribe", Duration::from_secs(5), || {
+        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("distlock:{m:wake}:released")
+            .query(&mut server.connection())
+            .map_err(|e| e.to_string())?;
+        (listeners > 0)
+            .then_some(())
+            .ok_or_else(|| "no subscriber yet".to_owned())
+    })
+    .await;
     holder.release().await.expect("release");
     let woken = waiter
         .await
