@@ -121,10 +121,18 @@ async fn metrics_are_exported_per_store() {
         "{text}"
     );
 
-    // A waiter woken by the holder's release.
+    // A waiter woken by the holder's release. Its backoff is a minute, so only the release's
+    // wake-up can grant it within the test (a waiter that polled its way in, right after the
+    // release, counted no wake-up: the count was racy).
     let holder = client.lock("m:wake").acquire().await.expect("free");
+    let patient = Client::new(
+        Config::from_url(&server.url())
+            .expect("url")
+            .backoff(Duration::from_secs(60), Duration::from_secs(60)),
+    )
+    .expect("client");
     let waiter = {
-        let client = client.clone();
+        let client = patient.clone();
         tokio::spawn(async move {
             client
                 .lock("m:wake")
