@@ -61,19 +61,22 @@ pub const ENV_REDLOCK_URLS: &str = "DISTLOCK_REDLOCK_URLS";
 /// [`Config::app_name`]).
 pub const ENV_APP_NAME: &str = "DISTLOCK_APP_NAME";
 
+/// The servers' addresses, comma-separated, without credentials.
+fn server_list(clients: &[redis::Client]) -> String {
+    clients
+        .iter()
+        .map(crate::url::server_address)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl BackendConfig {
     /// The deployment and the servers it is reached through, without credentials: what a
     /// client says at start which Redis it uses (`127.0.0.1:6379`; `sentinel mymaster via
     /// s1:26379, s2:26379`; …).
     pub(crate) fn describe(&self) -> String {
         use crate::url::server_address;
-        let list = |clients: &[redis::Client]| {
-            clients
-                .iter()
-                .map(server_address)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = server_list;
         match self {
             BackendConfig::Redis(client) => server_address(client),
             BackendConfig::Cluster(nodes) => format!("cluster via {}", list(nodes)),
@@ -639,13 +642,7 @@ pub(crate) fn lease_out_of_bounds(lease: Duration) -> Option<String> {
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |clients: &[redis::Client]| {
-            clients
-                .iter()
-                .map(server_address)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
+        let list = server_list;
         let backend = match &self.backend {
             BackendConfig::Redis(client) => format!("Redis({})", server_address(client)),
             BackendConfig::Cluster(nodes) => format!("Cluster({})", list(nodes)),

@@ -118,7 +118,7 @@ impl LockGuard {
     /// Which side of the key's read/write lock this guard holds, or
     /// [`LockMode::Semaphore`] for a semaphore permit.
     pub fn mode(&self) -> LockMode {
-        self.lease.kind.into()
+        self.lease.kind().into()
     }
 
     /// The semaphore's number of permits for a permit ([`semaphore`](crate::semaphore)),
@@ -143,7 +143,7 @@ impl LockGuard {
     /// # drop((permit, lock)); Ok(()) }
     /// ```
     pub fn permits(&self) -> Option<u32> {
-        match self.lease.kind {
+        match self.lease.kind() {
             crate::kind::Kind::Semaphore(permits) => Some(permits),
             _ => None,
         }

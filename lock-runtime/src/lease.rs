@@ -65,9 +65,8 @@ pub(crate) struct Times {
 /// One grant's shared state.
 pub(crate) struct Lease {
     pub(crate) id: u64,
-    /// The grant's kind (`held`'s).
-    pub(crate) kind: Kind,
-    /// What its release gives back: the grant, or the seat it was taken through.
+    /// What its release gives back: the grant (of its [`kind`](Self::kind)), or the seat it
+    /// was taken through.
     pub(crate) holding: Holding,
     pub(crate) key: LockKey,
     pub(crate) owner: String,
@@ -107,7 +106,6 @@ impl Lease {
         let max_hold = max_hold.and_then(|max| Some((max, sent.checked_add(max)?)));
         Self {
             id: NEXT_LEASE_ID.fetch_add(1, Ordering::Relaxed),
-            kind: holding.kind(),
             holding,
             key,
             owner,
@@ -125,6 +123,11 @@ impl Lease {
             gate: tokio::sync::Mutex::new(()),
             hold,
         }
+    }
+
+    /// The grant's kind: a seat's is a write grant.
+    pub(crate) fn kind(&self) -> Kind {
+        self.holding.kind()
     }
 
     pub(crate) fn times(&self) -> MutexGuard<'_, Times> {

@@ -350,7 +350,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
         let renewals: Vec<Renewal<'_>> = live
             .iter()
             .map(|lease| Renewal {
-                kind: lease.kind,
+                kind: lease.kind(),
                 key: &lease.key,
                 owner: &lease.owner,
                 lease: lease.duration,

@@ -452,17 +452,6 @@ impl Node {
         }
     }
 
-    /// Whether the server answers a `PING` on the connection in use (or a new one).
-    pub(crate) async fn answers(&self) -> bool {
-        match self.in_use().await {
-            Ok(InUse { mut connection, .. }) => redis::cmd("PING")
-                .query_async::<String>(&mut connection)
-                .await
-                .is_ok(),
-            Err(_) => false,
-        }
-    }
-
     /// Whether a connection is in use (it may still turn out broken).
     pub(crate) fn is_connected(&self) -> bool {
         self.cached(false).is_some()

@@ -335,7 +335,7 @@ impl RedlockBackend {
         let (master, slow) = (master.clone(), slow.clone());
         let pause = self.node_timeout.max(Duration::from_millis(100));
         self.io.spawn(async move {
-            while !master.node().answers().await {
+            while master.ping().await.is_err() {
                 tokio::time::sleep(pause).await;
             }
             slow.store(false, Ordering::Release);
