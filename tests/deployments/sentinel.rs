@@ -12,7 +12,9 @@
 //!   it can fail); with the guard no such grant is handed out, and grants that replicas did
 //!   acknowledge survive the failover;
 //! - the guard on a single primary with replicas: grants need the replicas, and renewals that
-//!   no replica acknowledges do not count, so the lease is reported lost;
+//!   no replica acknowledges do not count, so the lease is reported lost; a grant whose `WAIT`
+//!   waits for frozen replicas holds up none of the client's other requests (it runs on a
+//!   connection of its own);
 //! - a failover is told as an INFO event (target `distlock`) naming the old and new primary;
 //! - configuration errors: an unknown master name, `replicas(0, …)`, a guard timeout not below
 //!   the response timeout.
@@ -450,6 +452,93 @@ async fn the_guard_on_a_single_primary_needs_its_replicas_for_grants_and_renewal
         .expect("the lease is reported lost");
     assert!(!renewed.is_held());
 
+    for replica in &replicas {
+        replica.signal("CONT");
+    }
+    lock_once(&client, "thawed")
+        .await
+        .expect("the replicas acknowledge again");
+}
+
+/// Whether a client of the server on `port` is blocked in `WAIT` now.
+fn waiting_in_wait(port: u16) -> Result<(), String> {
+    let clients: String = query_port(port, redis::cmd("CLIENT").arg("LIST"))?;
+    if clients.lines().any(|client| client.contains(" cmd=wait ")) {
+        Ok(())
+    } else {
+        Err("no client is in WAIT".to_owned())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_waiting_for_lagging_replicas_holds_up_none_of_the_clients_other_requests() {
+    let (primary, replicas) = primary_with_replicas();
+    let guard_timeout = Duration::from_secs(4);
+    let client = Client::new(
+        Config::from_url(&primary.url())
+            .expect("valid url")
+            .response_timeout(Duration::from_secs(10))
+            .replicas(2, guard_timeout),
+    )
+    .expect("client");
+    let other = Client::new(Config::from_url(&primary.url()).expect("valid url")).expect("client");
+    let held = client
+        .lock("held")
+        .acquire()
+        .await
+        .expect("replicas in sync");
+    let _busy = other.lock("busy").acquire().await.expect("free");
+
+    for replica in &replicas {
+        replica.signal("STOP");
+    }
+    let slow = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("slow").wait(Duration::ZERO).acquire().await }
+    });
+    let port = primary.port();
+    tokio::task::spawn_blocking(move || {
+        wait_until(
+            "the grant of `slow` to wait for its replicas",
+            Duration::from_secs(3),
+            || waiting_in_wait(port),
+        )
+    })
+    .await
+    .expect("watcher");
+
+    // Each of these would wait behind the `WAIT` on a shared connection: for seconds.
+    let quick = Duration::from_secs(1);
+    let started = Instant::now();
+    assert!(held.release().await.expect("released"), "it was ours");
+    let released_in = started.elapsed();
+    let started = Instant::now();
+    let refused = client.lock("busy").wait(Duration::ZERO).acquire().await;
+    let refused_in = started.elapsed();
+    let started = Instant::now();
+    client.ping().await.expect("the primary answers");
+    let pinged_in = started.elapsed();
+    let still_waiting = waiting_in_wait(port).is_ok();
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        released_in < quick && refused_in < quick && pinged_in < quick,
+        "release {released_in:?}, refused try {refused_in:?}, ping {pinged_in:?}: held up by \
+         another request's WAIT"
+    );
+    assert!(
+        still_waiting,
+        "the measurements ran while `slow` waited for its replicas"
+    );
+
+    let slow = slow.await.expect("task");
+    assert!(matches!(slow, Err(LockError::Timeout { .. })), "{slow:?}");
+    assert!(
+        !has_lock(port, "slow"),
+        "an unacknowledged grant is given back"
+    );
     for replica in &replicas {
         replica.signal("CONT");
     }

@@ -135,6 +135,16 @@ impl Transport for Cluster {
     /// A primary, by host and port.
     type Shard = (String, u16);
 
+    /// A cluster connection of its own, made on first use.
+    fn sibling(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            nodes: self.nodes.clone(),
+            io: self.io.clone(),
+            connection: tokio::sync::OnceCell::new(),
+        }
+    }
+
     /// Never: `TIME` has no key to route by.
     async fn transactions(&self) -> Result<bool, LockError> {
         Ok(false)

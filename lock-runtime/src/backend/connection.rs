@@ -5,14 +5,16 @@
 //! asks the sentinels and checks that what it reached is a primary (`ROLE`) before using it,
 //! so the store follows a failover. Redlock (`redlock.rs`) runs one per master, with the same
 //! role check. With the failover guard ([`ReplicaGuard`]) `WAIT` follows a grant or renewal on
-//! the same connection. Neighbours: `cluster.rs` is the other transport and reads failures
+//! the same connection, that of a sibling node lent for the write (`guarded.rs`), so the wait
+//! holds up nothing else. Neighbours: `cluster.rs` is the other transport and reads failures
 //! with [`Failure`] too; `eviction.rs` is fired after the first connect to each server.
 //!
 //! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
 //! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
 //!
-//! A connection that failed is replaced, and the replacement first has the server close the
-//! old one (`CLIENT KILL`) before anything is sent on it: a request still under way on the old
+//! A connection that failed is replaced, and the next request to the server — on the
+//! replacement or on a sibling's connection — first has the server close the old one
+//! (`CLIENT KILL`): a request still under way on the old
 //! connection (held up in the network, say) can then no longer run after the requests that
 //! follow, such as the compare-and-delete that gives back a grant whose reply never came.
 //!
@@ -116,6 +118,43 @@ impl ServerSideClient {
     }
 }
 
+/// Connections to one server given up on, which the server must close before it runs
+/// anything else of ours: a request held up on one could otherwise run after the requests
+/// that follow, such as the clean-up of its own try.
+#[derive(Default)]
+struct Replaced {
+    list: Mutex<Vec<ServerSideClient>>,
+    /// Whether the list is not empty: read by every request, before it is sent.
+    pending: AtomicBool,
+}
+
+impl Replaced {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<ServerSideClient>> {
+        self.list.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, old: ServerSideClient) {
+        let mut list = self.list();
+        list.push(old);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Forgets those of `closed` still listed.
+    fn closed(&self, closed: &[ServerSideClient]) {
+        let mut list = self.list();
+        list.retain(|old| {
+            !closed
+                .iter()
+                .any(|gone| gone.id == old.id && gone.addr == old.addr)
+        });
+        self.pending.store(!list.is_empty(), Ordering::Release);
+    }
+
+    fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
 /// Reconnect bookkeeping, behind the `connecting` lock.
 #[derive(Default)]
 struct Connecting {
@@ -139,9 +178,10 @@ pub(crate) struct Node {
     connection_config: AsyncConnectionConfig,
     io: Handle,
     current: Mutex<Option<Current>>,
-    /// Connections given up on that the server may still run requests from: the next
-    /// connection closes them on the server before it is used.
-    replaced: Mutex<Vec<ServerSideClient>>,
+    /// Connections given up on that the server may still run requests from, shared with the
+    /// node's siblings ([`Node::sibling`]): the next request to the server, on whichever of
+    /// them, has the server close them first.
+    replaced: Arc<Replaced>,
     /// Serialises reconnects so a broken connection is replaced once, not by every caller.
     connecting: tokio::sync::Mutex<Connecting>,
     /// What the last connection found out about transactions ([`Transactions`] as a `u8`),
@@ -229,10 +269,30 @@ impl Node {
                 .set_connection_timeout(Some(connect_timeout)),
             io,
             current: Mutex::new(None),
-            replaced: Mutex::new(Vec::new()),
+            replaced: Arc::default(),
             connecting: tokio::sync::Mutex::new(Connecting::default()),
             transactions: AtomicU8::new(Transactions::Unknown as u8),
             warned_transactions: AtomicBool::new(false),
+        }
+    }
+
+    /// Another node for the same server, with a connection of its own (the failover guard's
+    /// writes: `guarded.rs`). The two share what they replaced, so a request on either closes
+    /// a connection the other gave up on before it runs.
+    fn sibling_node(&self) -> Self {
+        Self {
+            endpoint: self.endpoint.clone(),
+            server: self.server.clone(),
+            require_primary: self.require_primary,
+            refusal: Mutex::new(None),
+            asks_transactions: self.asks_transactions,
+            connection_config: self.connection_config.clone(),
+            io: self.io.clone(),
+            current: Mutex::new(None),
+            replaced: self.replaced.clone(),
+            connecting: tokio::sync::Mutex::new(Connecting::default()),
+            transactions: AtomicU8::new(Transactions::Unknown as u8),
+            warned_transactions: AtomicBool::new(self.warned_transactions.load(Ordering::Relaxed)),
         }
     }
 
@@ -342,54 +402,12 @@ impl Node {
 
     /// On a new connection, before it is used: has the server close the connections it
     /// replaces, then asks how the server knows this one. An error means the new connection
-    /// failed too (the replaced ones stay listed); a refusal (an ACL without `CLIENT`, a server
-    /// before 6.2) is logged, and a request held up on a replaced connection may then still run
-    /// later — its grant then lasts until its lease runs out.
+    /// failed too (the replaced ones stay listed).
     async fn close_replaced(
         &self,
         connection: &mut MultiplexedConnection,
     ) -> Result<Option<ServerSideClient>, RedisError> {
-        // Copied, not taken: if this connect is cancelled midway, the list is still there for
-        // the next one. Those closed here are removed below.
-        let replaced = self
-            .replaced
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if !replaced.is_empty() {
-            let mut kills = redis::pipe();
-            for old in &replaced {
-                kills
-                    .cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("ID")
-                    .arg(old.id)
-                    .arg("ADDR")
-                    .arg(&old.addr)
-                    .arg("SKIPME")
-                    .arg("yes")
-                    .ignore();
-            }
-            match kills.exec_async(connection).await {
-                Ok(()) => {}
-                Err(err) if is_refusal(&err) => {
-                    tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
-                        "could not close replaced connections on the server ({err}); a request held \
-                         up on one may still take a lock after its clean-up, which then lasts until \
-                         its lease runs out. Allow the user `CLIENT KILL` to close this gap"
-                    )
-                }
-                Err(err) => return Err(err),
-            }
-            self.replaced
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|old| {
-                    !replaced
-                        .iter()
-                        .any(|closed| closed.id == old.id && closed.addr == old.addr)
-                });
-        }
+        self.kill_replaced(connection).await?;
         match redis::cmd("CLIENT")
             .arg("INFO")
             .query_async::<String>(connection)
@@ -406,6 +424,52 @@ impl Node {
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// Has the server close the connections given up on (this node's or a sibling's) over
+    /// `connection`. An error means `connection` failed (the replaced ones stay listed); a
+    /// refusal (an ACL without `CLIENT`, a server before 6.2) is logged, and a request held up
+    /// on a replaced connection may then still run later — its grant then lasts until its
+    /// lease runs out.
+    async fn kill_replaced(
+        &self,
+        connection: &mut MultiplexedConnection,
+    ) -> Result<(), RedisError> {
+        if !self.replaced.pending() {
+            return Ok(());
+        }
+        // Copied, not taken: if this is cancelled midway, the list is still there for the
+        // next request. Those closed here are removed below.
+        let replaced = self.replaced.list().clone();
+        if replaced.is_empty() {
+            return Ok(());
+        }
+        let mut kills = redis::pipe();
+        for old in &replaced {
+            kills
+                .cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(old.id)
+                .arg("ADDR")
+                .arg(&old.addr)
+                .arg("SKIPME")
+                .arg("yes")
+                .ignore();
+        }
+        match kills.exec_async(connection).await {
+            Ok(()) => {}
+            Err(err) if is_refusal(&err) => {
+                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                    "could not close replaced connections on the server ({err}); a request held \
+                     up on one may still take a lock after its clean-up, which then lasts until \
+                     its lease runs out. Allow the user `CLIENT KILL` to close this gap"
+                )
+            }
+            Err(err) => return Err(err),
+        }
+        self.replaced.closed(&replaced);
+        Ok(())
     }
 
     /// On a new connection, before it is used: whether a first try may be a transaction
@@ -516,10 +580,7 @@ impl Node {
         if current.as_ref().is_some_and(|c| c.generation == generation) {
             tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "discarding broken Redis connection");
             if let Some(old) = current.take().and_then(|c| c.server_side) {
-                self.replaced
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(old);
+                self.replaced.push(old);
             }
         }
     }
@@ -532,6 +593,10 @@ impl Transport for Node {
     const WAITS_AFTER_ANY_REQUEST: bool = true;
 
     type Shard = ();
+
+    fn sibling(&self) -> Self {
+        self.sibling_node()
+    }
 
     async fn ping(&self) -> Result<(), LockError> {
         let named = |kind: BackendErrorKind, err: &dyn std::fmt::Display| {
@@ -592,7 +657,12 @@ impl Transport for Node {
                     .maybe_applied(maybe_applied)
                     .into());
             }
-            let err = match call.query(&mut in_use.connection).await {
+            // A connection given up on (by a sibling, say) is closed on the server first.
+            let sent = match self.kill_replaced(&mut in_use.connection).await {
+                Ok(()) => call.query(&mut in_use.connection).await,
+                Err(err) => Err(err),
+            };
+            let err = match sent {
                 Ok(value) => {
                     let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
                         return Ok((value, true));

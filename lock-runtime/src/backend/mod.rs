@@ -14,6 +14,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod endpoint;
 pub(crate) mod eviction;
+mod guarded;
 pub(crate) mod memory;
 mod open;
 pub(crate) mod redis;

@@ -7,7 +7,8 @@
 //! slots already taken when a later one is held; and with the failover guard
 //! ([`ReplicaGuard`]) a grant or renewal counts only once `WAIT` reports enough replicas have
 //! it (a grant that too few acknowledged is given back and reported as held, so the acquire
-//! loop tries again within its wait; such a renewal is an error). Redlock (`redlock.rs`) runs
+//! loop tries again within its wait; such a renewal is an error); such a write runs on a
+//! transport lent to it alone (`guarded.rs`), as its `WAIT` blocks the connection. Redlock (`redlock.rs`) runs
 //! one of these per master.
 
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use tokio::runtime::Handle;
 
 use super::connection::Node;
 use super::endpoint::Endpoint;
+use super::guarded::Guarded;
 use super::transport::Transport;
 use super::wake::{Announcers, ReleaseListener};
 use super::{
@@ -52,6 +54,8 @@ pub(crate) struct RedisStore<T> {
     transport: T,
     /// The failover guard.
     guard: Option<ReplicaGuard>,
+    /// The transports the guarded writes borrow, so that their `WAIT` holds up nothing else.
+    guarded: Guarded<T>,
     /// Where fencing tokens come from: the clock, or (Redlock's masters) the counter.
     tokens: Tokens,
     /// Wake-ups on release (none on a Redlock master: Redlock listens on any one master).
@@ -100,6 +104,7 @@ impl<T: Transport> RedisStore<T> {
         Self {
             transport,
             guard,
+            guarded: Guarded::new(),
             tokens,
             waker,
         }
@@ -122,6 +127,24 @@ impl<T: Transport> RedisStore<T> {
             .0)
     }
 
+    /// Sends a write under the failover guard, if there is one: then on a transport of its
+    /// own, lent for the write ([`Guarded`]), since its `WAIT` blocks the connection it is
+    /// sent on. The flag says whether enough replicas acknowledged it.
+    async fn call_guarded<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        call: Call<'_>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> Result<(R, bool), LockError> {
+        let Some(guard) = self.guard else {
+            return self.transport.call(operation, call, None, needs_wait).await;
+        };
+        let lent = self.guarded.lend(&self.transport).await;
+        let replied = lent.call(operation, call, Some(guard), needs_wait).await;
+        lent.give_back();
+        replied
+    }
+
     /// Sends a try's request under the failover guard. A transport that hides its own retries
     /// may have run a try that failed: its failure says so, and the acquire loop cleans up.
     async fn send_try<R: FromRedisValue + Send>(
@@ -129,8 +152,7 @@ impl<T: Transport> RedisStore<T> {
         call: Call<'_>,
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> Result<(R, bool), LockError> {
-        self.transport
-            .call("acquire", call, self.guard, needs_wait)
+        self.call_guarded("acquire", call, needs_wait)
             .await
             .map_err(Self::unseen_retries)
     }
@@ -258,11 +280,9 @@ impl<T: Transport> RedisStore<T> {
     /// Renews leases that one call may name (on a Cluster: of one slot).
     async fn renew(&self, batch: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let (extended, replicated) = self
-            .transport
-            .call(
+            .call_guarded(
                 "renew",
                 Call::Script(&kind::extend_many_call(batch)),
-                self.guard,
                 |_| true,
             )
             .await?;

@@ -42,6 +42,12 @@ pub(crate) trait Transport: Send + Sync {
     /// A server that `SCAN` walks: the node itself, or each primary of a Cluster.
     type Shard: Send + Sync;
 
+    /// Another transport to the same servers with connections of its own, for the failover
+    /// guard's writes (`guarded.rs`): its `WAIT` then holds up nothing else.
+    fn sibling(&self) -> Self
+    where
+        Self: Sized;
+
     /// Whether a try may be a transaction (`MULTI` … `EXEC`) now; it may connect to find out.
     fn transactions(&self) -> impl Future<Output = Result<bool, LockError>> + Send;
 
