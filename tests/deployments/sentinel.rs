@@ -15,6 +15,8 @@
 //!   no replica acknowledges do not count, so the lease is reported lost; a grant whose `WAIT`
 //!   waits for frozen replicas holds up none of the client's other requests (it runs on a
 //!   connection of its own);
+//! - wake-ups on release follow a failover: a waiter whose backoff is a minute is still woken
+//!   at once by a release on the new primary;
 //! - a failover is told as an INFO event (target `distlock`) naming the old and new primary;
 //! - configuration errors: an unknown master name, `replicas(0, …)`, a guard timeout not below
 //!   the response timeout.
@@ -175,6 +177,78 @@ async fn a_sentinel_client_follows_a_demoted_primary_with_errors_only_during_the
         "demotion: {} errors during the failover ({tries} tries): {errors:?}",
         errors.len()
     );
+}
+
+/// Hands `name` from `holder` to a waiter of `waiter` (whose backoff is a minute), once the
+/// waiter listens for the release on one of `ports`, and says whether the release woke it
+/// (within a few seconds; its backoff would take far longer).
+async fn handed_over_by_a_wake_up(holder: &Client, waiter: &Client, name: &str, ports: &[u16]) {
+    let held = holder
+        .lock(name)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the holder takes it");
+    let waiting = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        async move {
+            waiter
+                .lock(&name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    let channel = format!("distlock:{{{name}}}:released");
+    let ports = ports.to_vec();
+    support::wait_until_async("the waiter to listen", FAILOVER_TIMEOUT, || {
+        let mut listeners = 0;
+        for &port in &ports {
+            if let Ok((_, n)) =
+                query_port::<(String, u64)>(port, redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
+            {
+                listeners += n;
+            }
+        }
+        (listeners > 0)
+            .then_some(())
+            .ok_or_else(|| "nobody subscribed yet".to_owned())
+    })
+    .await;
+    assert!(
+        held.release().await.expect("release"),
+        "it was the holder's"
+    );
+    let granted = tokio::time::timeout(Duration::from_secs(8), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("the release of `{name}` did not wake the waiter"))
+        .expect("task")
+        .expect("granted");
+    granted.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_a_release_still_wakes_the_waiters() {
+    let setup = SentinelSetup::start("wakeups");
+    let holder = Client::new(sentinel_config(&setup)).expect("client");
+    let waiter = Client::new(
+        sentinel_config(&setup).backoff(Duration::from_secs(60), Duration::from_secs(60)),
+    )
+    .expect("client");
+    let ports = setup.server_ports();
+    handed_over_by_a_wake_up(&holder, &waiter, "before", &ports).await;
+
+    let old_port = setup.current_primary_port();
+    let _: String = query_port(
+        setup.sentinels()[0].port(),
+        redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(setup.master_name()),
+    )
+    .expect("SENTINEL FAILOVER");
+    setup.wait_for_failover(old_port);
+    // Both clients find the new primary with their next requests.
+    handed_over_by_a_wake_up(&holder, &waiter, "after", &ports).await;
 }
 
 /// Sentinel closes a demoted primary's client connections (`CLIENT KILL TYPE normal` with its

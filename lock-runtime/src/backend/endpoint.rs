@@ -7,7 +7,7 @@
 //! masters ([`Endpoint::AnyOf`]): every master announces a release, so one subscription on
 //! whichever answers is enough.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -40,6 +40,10 @@ pub(crate) struct Sentinel {
     last_answered: AtomicUsize,
     /// The primary the sentinels named last (`host:port`), to tell of a failover.
     last_primary: Mutex<Option<String>>,
+    /// How many times the named primary has changed: a connection made before the last
+    /// change is to a server that may no longer be the primary (the wake-ups' subscription
+    /// follows it: `wake.rs`).
+    moves: AtomicU64,
 }
 
 impl Endpoint {
@@ -75,6 +79,15 @@ impl Endpoint {
         }
         Err(last
             .unwrap_or_else(|| RedisError::from((ErrorKind::Client, "no server to connect to"))))
+    }
+
+    /// How many times the server this endpoint names has changed (a Sentinel failover seen by
+    /// any connection to it); always 0 for the other kinds.
+    pub(crate) fn moves(&self) -> u64 {
+        match self {
+            Endpoint::Sentinel(sentinel) => sentinel.moves.load(Ordering::Acquire),
+            _ => 0,
+        }
     }
 
     /// Whether what [`resolve`](Self::resolve) names must be checked to be a primary before
@@ -123,6 +136,7 @@ impl Sentinel {
             response_timeout,
             last_answered: AtomicUsize::new(0),
             last_primary: Mutex::new(None),
+            moves: AtomicU64::new(0),
         }
     }
 
@@ -180,13 +194,16 @@ impl Sentinel {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match last.as_deref() {
-            Some(before) if before != now => tracing::info!(
-                target: crate::LOG_TARGET,
-                master = %self.master,
-                from = before,
-                to = %now,
-                "Sentinel failover: the primary has moved"
-            ),
+            Some(before) if before != now => {
+                tracing::info!(
+                    target: crate::LOG_TARGET,
+                    master = %self.master,
+                    from = before,
+                    to = %now,
+                    "Sentinel failover: the primary has moved"
+                );
+                self.moves.fetch_add(1, Ordering::AcqRel);
+            }
             Some(_) => return,
             None => {}
         }

@@ -24,6 +24,11 @@
 //! subscribed, and when the server unsubscribes a channel (its slot moved), that channel is;
 //! the next wait on it subscribes it again, alone. A cluster error is no reason to drop the
 //! cluster connection (it reconnects to nodes by itself), only to pause.
+//!
+//! Behind Sentinel, the subscription follows a failover: once any connection of the store has
+//! been told of a new primary ([`Endpoint::moves`]), the next wait drops a subscription made
+//! before that (it may sit on a demoted or cut-off server that no release reaches) and
+//! subscribes on the primary the sentinels name now.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -106,18 +111,25 @@ struct Subscriptions {
     generation: u64,
     /// No new tries before this after failures; waiters use their backoff meanwhile.
     pause: Pause,
+    /// The announcers' [`Endpoint::moves`] when the connection was made.
+    moves: u64,
 }
 
 impl Subscriptions {
     /// Drops the pub/sub connection (aborting its reader closes it) after it failed.
     fn reset(&mut self) {
+        self.forget();
+        self.pause.failed();
+    }
+
+    /// Drops the pub/sub connection: the next wait makes a new one.
+    fn forget(&mut self) {
         if let Some(reader) = self.reader.take() {
             reader.abort();
         }
         self.sink = None;
         self.subscribed.clear();
         self.generation += 1;
-        self.pause.failed();
     }
 }
 
@@ -129,6 +141,16 @@ pub(crate) enum Announcers {
     /// Sharded pub/sub (`SSUBSCRIBE`) on a Redis Cluster found through these nodes, each
     /// channel subscribed on its own shard.
     Cluster(Vec<ConnectionInfo>),
+}
+
+impl Announcers {
+    /// How many times the server that announces has changed ([`Endpoint::moves`]).
+    fn moves(&self) -> u64 {
+        match self {
+            Announcers::Node(endpoint) => endpoint.moves(),
+            Announcers::Cluster(_) => 0,
+        }
+    }
 }
 
 /// A live subscription connection.
@@ -355,7 +377,10 @@ impl ReleaseListener {
     /// Starts subscribing to `channel` unless it is known to be subscribed already.
     fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
         if let Ok(subscriptions) = self.inner.state.subscriptions.try_lock() {
-            if subscriptions.subscribed.contains(channel) || subscriptions.pause.active() {
+            let current = subscriptions.moves == self.inner.announcers.moves();
+            if (current && subscriptions.subscribed.contains(channel))
+                || subscriptions.pause.active()
+            {
                 return None;
             }
         }
@@ -372,6 +397,11 @@ impl ReleaseListener {
 impl Inner {
     async fn subscribe(&self, channel: &str) {
         let mut subscriptions = self.state.subscriptions.lock().await;
+        let moves = self.announcers.moves();
+        if subscriptions.sink.is_some() && subscriptions.moves != moves {
+            tracing::debug!(target: crate::LOG_TARGET, "the primary has moved: wake-ups subscribe on the new one");
+            subscriptions.forget();
+        }
         let wanted = self.state.channels().contains_key(channel);
         if !wanted || subscriptions.pause.active() || subscriptions.subscribed.contains(channel) {
             return;
@@ -381,6 +411,8 @@ impl Inner {
                 Ok((sink, reader)) => {
                     subscriptions.sink = Some(sink);
                     subscriptions.reader = Some(reader);
+                    // Read after connecting: the connect asked the sentinels itself.
+                    subscriptions.moves = self.announcers.moves();
                 }
                 Err(err) => {
                     tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release (backoff instead): {err}");
