@@ -82,12 +82,14 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ToRedisArgs, Value};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ToRedisArgs, Value};
+
+use crate::script::LuaScript;
 
 use crate::FencingToken;
 
-static WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/fenced/write.lua")));
+static WRITE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../scripts/fenced/write.lua")));
 
 /// What became of a fenced write.
 ///

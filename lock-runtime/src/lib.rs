@@ -27,6 +27,7 @@ mod operator_scripts;
 mod protocol;
 mod release;
 mod request;
+mod script;
 mod telemetry;
 mod tls;
 mod url;

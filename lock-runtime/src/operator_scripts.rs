@@ -9,16 +9,16 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{millis, Tokens, TwinEntry};
 use crate::protocol::{Announce, LockKey};
 use crate::LockMode;
 
-static INSPECT: LazyLock<Script> =
+static INSPECT: LazyLock<LuaScript> =
     LazyLock::new(|| crate::kind::script(include_str!("../scripts/operator/inspect.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
+static FORCE_UNLOCK: LazyLock<LuaScript> =
     LazyLock::new(|| crate::kind::script(include_str!("../scripts/operator/force_unlock.lua")));
 
 /// How long a fencing counter raised by a force-unlock lives at least ([`Tokens::Counter`]):
@@ -52,11 +52,7 @@ pub(crate) struct RawView {
 }
 
 /// The view's script call. `announce` chooses how subscribers are counted (sharded on Cluster).
-pub(crate) fn inspect_call(
-    key: &LockKey,
-    announce: Announce,
-    tokens: Tokens,
-) -> ScriptInvocation<'static> {
+pub(crate) fn inspect_call(key: &LockKey, announce: Announce, tokens: Tokens) -> ScriptCall {
     let mut call = INSPECT.prepare_invoke();
     crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(match announce {
@@ -70,11 +66,7 @@ pub(crate) fn inspect_call(
 }
 
 /// The force-unlock's script call.
-pub(crate) fn force_unlock_call(
-    key: &LockKey,
-    announce: Announce,
-    tokens: Tokens,
-) -> ScriptInvocation<'static> {
+pub(crate) fn force_unlock_call(key: &LockKey, announce: Announce, tokens: Tokens) -> ScriptCall {
     let mut call = FORCE_UNLOCK.prepare_invoke();
     crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(announce.command())

@@ -114,7 +114,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// an array with error replies kept as values (a refusal can be an answer, not a failure).
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
-    Script(&'a ::redis::ScriptInvocation<'a>),
+    Script(&'a crate::script::ScriptCall),
     Pipeline(&'a ::redis::Pipeline),
 }
 
@@ -124,7 +124,7 @@ impl Call<'_> {
         matches!(self, Call::Pipeline(pipeline) if pipeline.is_transaction())
     }
 
-    /// Sends the request (a script by its SHA, loading it on `NOSCRIPT`).
+    /// Sends the request (a script by its SHA, with its source on `NOSCRIPT`: `script.rs`).
     pub(crate) async fn query<T: ::redis::FromRedisValue>(
         self,
         connection: &mut impl ::redis::aio::ConnectionLike,

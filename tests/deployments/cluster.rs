@@ -431,6 +431,37 @@ async fn locking_and_renewing_work_after_the_script_cache_of_every_node_is_flush
     assert!(held.release().await.expect("release"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_missing_on_the_locks_node_is_sent_again_there_while_another_primary_hangs() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start();
+    let client = client(&cluster, |config| {
+        config.response_timeout(Duration::from_secs(2))
+    });
+    let name = "noscript";
+    let first = client.read_lock(name).acquire().await.expect("read");
+    assert!(first.release().await.expect("release"));
+    let own = cluster.primary_for_key(&lock_key(name));
+    let other = *cluster
+        .primaries()
+        .iter()
+        .find(|&&primary| primary != own)
+        .expect("three primaries");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut cluster.connection_to(own))
+        .expect("SCRIPT FLUSH");
+    // A primary that hangs (well within the node timeout, so no failover starts).
+    cluster.node(other).signal("STOP");
+    let started = Instant::now();
+    let again = client.read_lock(name).wait(Duration::ZERO).acquire().await;
+    let took = started.elapsed();
+    cluster.node(other).signal("CONT");
+    let again = again.expect("the script is sent again to the lock's own primary only");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(again.release().await.expect("release"));
+}
+
 /// Takes `name` with `client` until it succeeds or `within` has passed, tolerating errors
 /// (their times are returned) — for waiters during a failover window.
 async fn acquire_despite_errors(

@@ -11,13 +11,14 @@
 //! With the failover guard ([`ReplicaGuard`]) a script is sent as the pipeline
 //! `[EVALSHA …, WAIT n timeout]`: the cluster connection sends a pipeline to the node of its
 //! first key, so `WAIT` counts the replicas of the very primary that ran the script (a `WAIT`
-//! of its own would go to every primary and say nothing about this write). Pipelines do not
-//! load scripts: on `NOSCRIPT` the script is loaded and the pipeline sent once more.
+//! of its own would go to every primary and say nothing about this write). On `NOSCRIPT` a
+//! script is sent once more with its source (`script.rs`), to the node of its key alone: a
+//! `SCRIPT LOAD` would go to every primary and fail while any is down.
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use redis::{FromRedisValue, RedisError};
 use tokio::runtime::Handle;
 
 use super::connection::Failure;
@@ -168,29 +169,27 @@ impl Transport for Cluster {
                 .map_err(|err| backend_error(operation, err))?;
             return Ok((reply, guard.is_none()));
         };
-        let mut pipeline = redis::pipe();
-        pipeline
-            .invoke_script(invocation)
-            .cmd("WAIT")
-            .arg(guard.replicas)
-            .arg(kind::millis(guard.timeout));
-        let mut loaded = false;
-        let (value, acknowledged) = loop {
-            match pipeline.query_async::<(R, u32)>(&mut connection).await {
-                Ok(reply) => break reply,
-                Err(err)
-                    if !loaded && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
-                {
-                    // After a `SCRIPT FLUSH`, a restart or a failover to a replica that never
-                    // loaded it.
-                    invocation
-                        .load_async(&mut connection)
-                        .await
-                        .map_err(|err| backend_error(operation, err))?;
-                    loaded = true;
-                }
-                Err(err) => return Err(backend_error(operation, err)),
-            }
+        let guarded = |script: redis::Cmd| {
+            let mut pipeline = redis::pipe();
+            pipeline
+                .add_command(script)
+                .cmd("WAIT")
+                .arg(guard.replicas)
+                .arg(kind::millis(guard.timeout));
+            pipeline
+        };
+        let (value, acknowledged) = match guarded(invocation.by_hash())
+            .query_async::<(R, u32)>(&mut connection)
+            .await
+        {
+            Ok(reply) => reply,
+            // After a `SCRIPT FLUSH`, a restart or a failover to a replica that never ran it:
+            // sent with its source, to the same node (`script.rs`).
+            Err(err) if crate::script::is_noscript(&err) => guarded(invocation.with_source())
+                .query_async::<(R, u32)>(&mut connection)
+                .await
+                .map_err(|err| backend_error(operation, err))?,
+            Err(err) => return Err(backend_error(operation, err)),
         };
         let enough = replicated(guard, acknowledged, operation, &self.nodes);
         Ok((value, enough))

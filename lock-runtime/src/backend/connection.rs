@@ -9,8 +9,8 @@
 //! holds up nothing else. Neighbours: `cluster.rs` is the other transport and reads failures
 //! with [`Failure`] too; `eviction.rs` is fired after the first connect to each server.
 //!
-//! Scripts are called by SHA (`EVALSHA`); a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a restart)
-//! loads the script and repeats the call, which the `redis` crate's `Script` does for us.
+//! Scripts are called by SHA (`EVALSHA`); after a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a
+//! restart) the call is sent once more with the script's source (`script.rs`).
 //!
 //! A connection that failed is replaced, and the next request to the server — on the
 //! replacement or on a sibling's connection — first has the server close the old one

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, RedisError, ScriptInvocation};
+use redis::{FromRedisValue, RedisError};
 use tokio::runtime::Handle;
 
 use super::connection::Node;
@@ -118,7 +118,7 @@ impl<T: Transport> RedisStore<T> {
     pub(crate) async fn invoke<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
-        invocation: ScriptInvocation<'_>,
+        invocation: crate::script::ScriptCall,
     ) -> Result<R, LockError> {
         Ok(self
             .transport

@@ -40,9 +40,9 @@ use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use crate::script::LuaScript;
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::Script;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
@@ -58,8 +58,8 @@ use crate::lease::drift;
 use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::FencingToken;
 
-static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/redlock/raise_fence.lua")));
+static RAISE_FENCE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/redlock/raise_fence.lua")));
 
 pub(crate) struct RedlockBackend {
     masters: Vec<Arc<RedisBackend>>,

@@ -21,12 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use super::{millis, write, Tokens, Try, TwinEntry, TwinReply};
 use crate::protocol::Announce;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| super::script(&acquire_script()));
+static ACQUIRE: LazyLock<LuaScript> = LazyLock::new(|| super::script(&acquire_script()));
 
 /// Where `scripts/fair/acquire.lua` takes the write side's try.
 const WRITE_TRY: &str = "--[[ write/acquire.lua ]]";
@@ -42,7 +42,7 @@ fn acquire_script() -> String {
 }
 /// Leaving the queue ([`Holding::Seat`](super::Holding::Seat)): a waiter that gives up, and the
 /// release of a grant taken through a seat, which must also wake the queue's new head.
-pub(super) static LEAVE: LazyLock<Script> =
+pub(super) static LEAVE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/fair/leave.lua")));
 
 /// How many leading characters of a fair request's owner tokens name its waiter (hex digits
@@ -84,11 +84,7 @@ pub(crate) fn waiter_of(owner: &str) -> &str {
     owner.get(..WAITER_ID_LEN).unwrap_or(owner)
 }
 
-pub(super) fn acquire_call(
-    attempt: &Try<'_>,
-    tokens: Tokens,
-    announce: Announce,
-) -> ScriptInvocation<'static> {
+pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce) -> ScriptCall {
     let key = attempt.key;
     let seat = attempt.seat.unwrap_or_default();
     let mut call = ACQUIRE.prepare_invoke();

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
@@ -118,7 +118,7 @@ pub(crate) struct Try<'a> {
 impl Try<'_> {
     /// The script call of this try, on a store whose tokens come from `tokens` and which
     /// announces as `announce` (a fair try may wake its queue's head).
-    pub(crate) fn call(&self, tokens: Tokens, announce: Announce) -> ScriptInvocation<'static> {
+    pub(crate) fn call(&self, tokens: Tokens, announce: Announce) -> ScriptCall {
         if self.seat.is_some() {
             return fair::acquire_call(self, tokens, announce);
         }
@@ -160,13 +160,8 @@ impl Holding {
 
     /// The script call that gives `owner`'s grant (or seat) at `key` back, announcing it as
     /// the store does.
-    pub(crate) fn release_call(
-        self,
-        key: &LockKey,
-        owner: &str,
-        announce: Announce,
-    ) -> ScriptInvocation<'static> {
-        let script: &Script = match self {
+    pub(crate) fn release_call(self, key: &LockKey, owner: &str, announce: Announce) -> ScriptCall {
+        let script: &'static LuaScript = match self {
             Holding::Grant(Kind::Write) => &write::RELEASE,
             Holding::Grant(Kind::Read) => &read::RELEASE,
             Holding::Grant(Kind::Semaphore(_)) => &semaphore::RELEASE,
@@ -270,9 +265,9 @@ pub(crate) struct Renewal<'a> {
 }
 
 /// The renewal of many grants of any kinds in one script call (one slot's worth on Cluster).
-pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptInvocation<'static> {
-    static SCRIPT: LazyLock<Script> =
-        LazyLock::new(|| Script::new(include_str!("../../scripts/extend_many.lua")));
+pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptCall {
+    static SCRIPT: LazyLock<LuaScript> =
+        LazyLock::new(|| LuaScript::new(include_str!("../../scripts/extend_many.lua")));
     let mut call = SCRIPT.prepare_invoke();
     for renewal in renewals {
         call.key(&renewal.key.lock)
@@ -542,8 +537,8 @@ const LOCK_KEY_LUA: &str = include_str!("../../scripts/lock_key.lua");
 /// A script of a lock that reads its lock key or a key beside it: `body` after
 /// [`LOCK_KEY_LUA`]. (Releases and renewals, which only compare a key with the caller's own
 /// owner token, are made with `Script::new` and cost nothing more.)
-pub(crate) fn script(body: &str) -> Script {
-    Script::new(&format!("{LOCK_KEY_LUA}\n{body}"))
+pub(crate) fn script(body: &str) -> LuaScript {
+    LuaScript::new(&format!("{LOCK_KEY_LUA}\n{body}"))
 }
 
 /// The keys a script of `key`'s lock is given — the one place that decides them: the lock key,
@@ -553,7 +548,7 @@ pub(crate) fn script(body: &str) -> Script {
 /// Redlock master's counter, which lives as long as a grant) exists whenever the call matters.
 /// The keys beside the lock — the writer-waiting mark, the fair queue, the release channel —
 /// go as arguments (`scripts/lock_key.lua`).
-pub(crate) fn lock_keys(call: &mut ScriptInvocation<'static>, key: &LockKey, tokens: Tokens) {
+pub(crate) fn lock_keys(call: &mut ScriptCall, key: &LockKey, tokens: Tokens) {
     call.key(&key.lock);
     if tokens == Tokens::Counter {
         call.key(&key.fence);
@@ -562,11 +557,7 @@ pub(crate) fn lock_keys(call: &mut ScriptInvocation<'static>, key: &LockKey, tok
 
 /// A try's call of `script`, which every acquire script takes alike: [`lock_keys`], the owner
 /// token and the lease in ms.
-fn acquire_invocation(
-    script: &'static Script,
-    attempt: &Try<'_>,
-    tokens: Tokens,
-) -> ScriptInvocation<'static> {
+fn acquire_invocation(script: &'static LuaScript, attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
     let mut call = script.prepare_invoke();
     lock_keys(&mut call, attempt.key, tokens);
     call.arg(attempt.owner).arg(millis(attempt.lease));

@@ -11,7 +11,7 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use super::{millis, write::fence_ttl, Tokens, TwinEntry};
 use crate::error::{BackendError, BackendErrorKind, LockError};
@@ -19,10 +19,10 @@ use crate::protocol::{Announce, LockKey};
 use crate::FencingToken;
 use redis::cluster_routing::Slot;
 
-static ACQUIRE: LazyLock<Script> =
+static ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/multi/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/multi/release.lua")));
+static RELEASE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/multi/release.lua")));
 
 /// One try to take every key of a multi-key lock, as the acquire loop sends it to a store.
 /// The fields mean what [`Try`](super::Try)'s do, for every key at once.
@@ -55,7 +55,7 @@ pub(crate) enum MultiReply {
 }
 
 /// The script call of one try, for keys that share a node (or a Cluster slot).
-pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
+pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptCall {
     let mut call = ACQUIRE.prepare_invoke();
     for key in attempt.keys {
         super::lock_keys(&mut call, key, tokens);
@@ -124,7 +124,7 @@ pub(crate) fn release_call<'k>(
     keys: impl IntoIterator<Item = &'k LockKey>,
     owner: &str,
     announce: Announce,
-) -> ScriptInvocation<'static> {
+) -> ScriptCall {
     let mut call = RELEASE.prepare_invoke();
     call.arg(owner).arg(announce.command());
     for key in keys {

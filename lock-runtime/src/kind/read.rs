@@ -9,16 +9,16 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use super::{acquire_invocation, Tokens, Try, TwinEntry, TwinReply};
 
-static ACQUIRE: LazyLock<Script> =
+static ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/read/acquire.lua")));
-pub(super) static RELEASE: LazyLock<Script> =
+pub(super) static RELEASE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/read/release.lua")));
 
-pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
+pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
     let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
     call.arg(&attempt.key.writer_waiting);
     call

@@ -14,16 +14,16 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use super::{Tokens, Try, TwinEntry, TwinReply};
 use crate::error::LockError;
 use crate::protocol::LockKey;
 
-static ACQUIRE: LazyLock<Script> =
+static ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/semaphore/acquire.lua")));
-pub(super) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/semaphore/release.lua")));
+pub(super) static RELEASE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/semaphore/release.lua")));
 
 /// How many of `masters` Redlock masters must grant a permit of a semaphore of `permits`: a
 /// quorum `q` with `q > permits · masters / (permits + 1)`. Each master holds at most
@@ -42,11 +42,7 @@ pub(crate) fn quorum(permits: u32, masters: usize) -> usize {
         .max(masters / 2 + 1)
 }
 
-pub(super) fn acquire_call(
-    attempt: &Try<'_>,
-    permits: u32,
-    tokens: Tokens,
-) -> ScriptInvocation<'static> {
+pub(super) fn acquire_call(attempt: &Try<'_>, permits: u32, tokens: Tokens) -> ScriptCall {
     let mut call = super::acquire_invocation(&ACQUIRE, attempt, tokens);
     call.arg(permits);
     call

@@ -7,14 +7,14 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use crate::script::{LuaScript, ScriptCall};
 
 use super::{acquire_invocation, millis, Tokens, Try, TwinEntry, TwinReply};
 
-static ACQUIRE: LazyLock<Script> =
+static ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
-pub(super) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../scripts/write/release.lua")));
+pub(super) static RELEASE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/write/release.lua")));
 
 /// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
 /// lease, so that no key outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
@@ -24,7 +24,7 @@ pub(crate) fn fence_ttl(lease: Duration) -> Duration {
     lease
 }
 
-pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptInvocation<'static> {
+pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
     let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
     match (attempt.fencing, tokens) {
         (false, _) => call.arg("0"),
