@@ -146,3 +146,26 @@ pub use lock_runtime::__private;
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The examples of the reference pages in `docs/`, compiled as doctests like the README's.
+#[cfg(doctest)]
+pub mod docs_doctests {
+    #[doc = include_str!("../docs/lock-kinds.md")]
+    pub struct LockKinds;
+    #[doc = include_str!("../docs/how-it-works.md")]
+    pub struct HowItWorks;
+    #[doc = include_str!("../docs/guarantees.md")]
+    pub struct Guarantees;
+    #[doc = include_str!("../docs/fenced-writes.md")]
+    pub struct FencedWrites;
+    #[doc = include_str!("../docs/keys-and-acls.md")]
+    pub struct KeysAndAcls;
+    #[doc = include_str!("../docs/operating.md")]
+    pub struct Operating;
+    #[doc = include_str!("../docs/observability.md")]
+    pub struct Observability;
+    #[doc = include_str!("../docs/tls.md")]
+    pub struct Tls;
+    #[doc = include_str!("../docs/development.md")]
+    pub struct Development;
+}

@@ -49,8 +49,10 @@
 //! - **Failures:** a command that fails (e.g. `WRONGTYPE`) is a [`redis::RedisError`]; as in
 //!   `MULTI`/`EXEC`, commands that ran before it are not undone. A fence key that holds no
 //!   token is an error naming it.
-//! - **Any connection:** every function takes a [`redis::aio::ConnectionLike`] — a multiplexed
-//!   connection, a `ConnectionManager`, a Cluster connection of your own. It is a separate
+//! - **Any connection:** every function takes a [`FencedConnection`]: any
+//!   [`redis::aio::ConnectionLike`] of the `redis` crate distlock uses (1.x) — a multiplexed
+//!   connection, a `ConnectionManager`, a Cluster connection of your own. A connection of
+//!   another major version of `redis` is refused at compile time with a message that says so. It is a separate
 //!   connection from distlock's: the data may live on another Redis than the locks.
 //!
 //! # SQL databases
@@ -167,6 +169,20 @@ fn has_hash_tag(key: &str) -> bool {
         .is_some_and(|len| len > 0)
 }
 
+/// A connection a fenced write can be sent on: any [`redis::aio::ConnectionLike`] of the
+/// `redis` crate distlock uses, major version 1. A connection of another major version
+/// (`redis` 0.27, say) is another type, and the compiler says so in these words.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a connection of the `redis` crate distlock uses (major version 1)",
+    label = "not a `redis` 1.x connection",
+    note = "fenced writes take a connection of the `redis` major version distlock depends on: \
+            depend on `redis = \"1\"` (two major versions of `redis` in one build are two \
+            different crates, and their connections are different types)"
+)]
+pub trait FencedConnection: redis::aio::ConnectionLike {}
+
+impl<C: redis::aio::ConnectionLike> FencedConnection for C {}
+
 /// `SET key value`, only if `token` is current for `key` (see the module's "Behavior").
 ///
 /// ```no_run
@@ -182,7 +198,7 @@ pub async fn set<C, V>(
     token: FencingToken,
 ) -> RedisResult<FencedWrite>
 where
-    C: redis::aio::ConnectionLike,
+    C: FencedConnection,
     V: ToRedisArgs,
 {
     let outcome = pipe(key, token)
@@ -309,7 +325,7 @@ impl FencedPipeline {
     /// `T`.
     pub async fn query_async<T: FromRedisValue>(
         &self,
-        conn: &mut impl redis::aio::ConnectionLike,
+        conn: &mut impl FencedConnection,
     ) -> RedisResult<FencedWrite<T>> {
         if self.unsupported_arg {
             return Err(RedisError::from((

@@ -47,7 +47,7 @@ fn redis_cmd<T: redis::FromRedisValue>(server: &RedisServer, args: &[&[u8]]) -> 
 }
 
 /// The Redis key a lock on `key` is kept under (default prefix).
-/// The lock key of `key` (README, "Keys in Redis"): the key in a hash tag, or, for a key that
+/// The lock key of `key` (docs/keys-and-acls.md): the key in a hash tag, or, for a key that
 /// starts with `}` (an empty tag, which Redis ignores), a tag made of the key's 64-bit FNV-1a
 /// hash before it and a `#` after it.
 fn lock_key(key: &str) -> Vec<u8> {

@@ -310,11 +310,11 @@ async fn the_keys_of_a_read_write_lock_expire_and_are_documented() {
         "the writer-waiting mark lives briefly: PTTL {mark}"
     );
     assert!(reader.release().await.expect("release"));
-    let readme = include_str!("../../README.md");
+    let layout = include_str!("../../docs/keys-and-acls.md");
     for suffix in ["sorted set", ":writer-waiting", ":fence", ":released"] {
         assert!(
-            readme.contains(suffix),
-            "README's key layout lacks `{suffix}`"
+            layout.contains(suffix),
+            "the key layout (docs/keys-and-acls.md) lacks `{suffix}`"
         );
     }
 }

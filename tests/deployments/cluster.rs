@@ -1020,9 +1020,9 @@ async fn a_try_held_up_past_its_timeout_grants_nothing_after_its_clean_up() {
     assert!(after.release().await.expect("release"));
 }
 
-// ---- the README's ACL user on the Cluster (issue 23, item 6) ---------------------------------
+// ---- the documented ACL user on the Cluster (issue 23, item 6) ---------------------------------
 
-/// The ACL user the README documents — exactly its command list, on `~distlock:*` keys and
+/// The ACL user docs/keys-and-acls.md documents — exactly its command list, on `~distlock:*` keys and
 /// `&distlock:*` channels — takes, renews and releases every kind of lock on the Cluster
 /// (scripts by slot, sharded pub/sub, the slot map), and the operator's tools work through
 /// it; no node's ACL refuses anything. (ACLs are per node: the user is made on every node.)

@@ -1,6 +1,6 @@
 //! Properties that only a real Redis can show: script cache flushes, restarts of a server that
 //! keeps nothing on disk, keys deleted behind the holder's back, what goes over the wire
-//! (MONITOR), bad credentials, and ACL users: the one the README documents, and ones that
+//! (MONITOR), bad credentials, and ACL users: the one docs/keys-and-acls.md documents, and ones that
 //! lack a command.
 
 use std::time::Duration;
@@ -709,8 +709,8 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
     );
 }
 
-// An ACL user with exactly the commands the README lists (issue 23); the scenario and the
-// README's list are in `support::acl`, which `cluster.rs` runs on the Cluster too.
+// An ACL user with exactly the commands docs/keys-and-acls.md lists (issue 23); the scenario and the
+// documented list are in `support::acl`, which `cluster.rs` runs on the Cluster too.
 
 use crate::support::acl::every_kind_and_the_operator_tools;
 
@@ -743,7 +743,7 @@ fn script_commands() -> std::collections::BTreeSet<String> {
     found
 }
 
-/// Makes `name` an ACL user with the README's commands but those in `without`, on the default
+/// Makes `name` an ACL user with the documented commands but those in `without`, on the default
 /// key prefix's keys and channels; returns its URL.
 fn documented_user(server: &RedisServer, name: &str, without: &[&str]) -> String {
     let rules = support::acl::documented_rules(without);
@@ -801,7 +801,7 @@ fn acl_client(url: &str) -> Client {
 }
 
 #[test]
-fn every_command_the_scripts_run_is_in_the_readme_acl_list() {
+fn every_command_the_scripts_run_is_in_the_documented_acl_list() {
     let documented = support::acl::readme_acl_commands();
     let first_words: Vec<&str> = documented
         .iter()
@@ -813,7 +813,7 @@ fn every_command_the_scripts_run_is_in_the_readme_acl_list() {
         .collect();
     assert!(
         missing.is_empty(),
-        "the scripts run {missing:?}, which README.md (\"Keys in Redis\", the paragraph \
+        "the scripts run {missing:?}, which docs/keys-and-acls.md (the paragraph \
          \"An ACL user for distlock needs\") does not list: {documented:?}"
     );
 }

@@ -1,5 +1,5 @@
-//! An ACL user with exactly the commands the README lists (issue 23, item 6): the list as the
-//! README's ACL paragraph names it, and the scenario that runs every lock kind and the
+//! An ACL user with exactly the commands the docs list (issue 23, item 6): the list as the
+//! ACL paragraph of `docs/keys-and-acls.md` names it, and the scenario that runs every lock kind and the
 //! operator's tools through such a user — on a single server
 //! (`tests/deployments/redis_faults.rs`) and on the Cluster (`tests/deployments/cluster.rs`).
 
@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use distlock::Client;
 
-/// The commands the README's ACL paragraph ("An ACL user for distlock needs …") names: its
-/// backticked spans in capitals, `SCRIPT LOAD` and the like included.
+/// The commands the ACL paragraph of `docs/keys-and-acls.md` ("An ACL user for distlock needs …")
+/// names: its backticked spans in capitals, `CLIENT KILL` and the like included.
 pub fn readme_acl_commands() -> Vec<String> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/keys-and-acls.md");
     let paragraph = readme
         .split("\n\n")
         .find(|p| p.contains("An ACL user for distlock needs"))
-        .expect("the README has its ACL paragraph");
+        .expect("docs/keys-and-acls.md has its ACL paragraph");
     let mut commands: Vec<String> = paragraph
         .split('`')
         .skip(1)
@@ -27,7 +27,7 @@ pub fn readme_acl_commands() -> Vec<String> {
     commands
 }
 
-/// The rules of an ACL user with the README's commands but those in `without`, on the
+/// The rules of an ACL user with the documented commands but those in `without`, on the
 /// default key prefix's keys and channels, password `pw`.
 pub fn documented_rules(without: &[&str]) -> Vec<String> {
     let mut rules: Vec<String> = ["reset", "on", ">pw", "~distlock:*", "&distlock:*"]

@@ -12,7 +12,8 @@
 //! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
 //! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
 //! connection), this client pauses it, for longer after each failure in a row ([`Pause`]),
-//! instead of reconnecting on every wait.
+//! instead of reconnecting on every wait; a waiter tries subscribing again when the pause ends,
+//! within its wait.
 //!
 //! Two kinds of [`Announcers`] carry the subscriptions. On one server: plain pub/sub
 //! (`SUBSCRIBE`) on a connection of its own. On a Redis Cluster a release runs `SPUBLISH` on
@@ -352,16 +353,38 @@ impl ReleaseListener {
         if first.is_ready() {
             return true;
         }
-        let subscribing = self.subscribe(&interest.name);
-        tokio::select! {
-            () = &mut woken => true,
-            () = async {
-                if let Some(subscribing) = subscribing {
+        let listening = async {
+            // A subscription that failed is tried again once its pause ends, within this
+            // wait: a long backoff step would otherwise go without wake-ups (after a failover,
+            // say) although pub/sub is back.
+            loop {
+                if let Some(subscribing) = self.subscribe(&interest.name) {
                     let _ = tokio::time::timeout_at(until, subscribing).await;
                 }
-                tokio::time::sleep_until(until).await;
-            } => false,
+                match self.retry_after_pause(&interest.name).await {
+                    Some(at) if at < until => tokio::time::sleep_until(at).await,
+                    _ => break,
+                }
+            }
+            tokio::time::sleep_until(until).await;
+        };
+        tokio::select! {
+            () = &mut woken => true,
+            () = listening => false,
         }
+    }
+
+    /// When `channel` is not subscribed because pub/sub is paused after a failure: the end of
+    /// the pause, when subscribing may be tried again. `None` when it is subscribed.
+    async fn retry_after_pause(&self, channel: &str) -> Option<Instant> {
+        let subscriptions = self.inner.state.subscriptions.lock().await;
+        if subscriptions.subscribed.contains(channel) {
+            return None;
+        }
+        subscriptions
+            .pause
+            .until
+            .filter(|_| subscriptions.pause.active())
     }
 
     /// Whether releases on `channel` reach this client now (its subscription is up), as far
