@@ -432,6 +432,32 @@ async fn locking_and_renewing_work_after_the_script_cache_of_every_node_is_flush
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_wait_left_rides_out_a_failover_of_its_slot_without_an_error() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster, |config| {
+        config
+            .response_timeout(Duration::from_millis(500))
+            .retry(12, Duration::from_millis(200))
+    });
+    let name = "rides-out";
+    let first = client.lock(name).acquire().await.expect("lock");
+    assert!(first.release().await.expect("release"));
+    let primary = cluster.primary_for_key(&lock_key(name));
+    cluster.kill(primary);
+    // No `acquire_despite_errors`: the request itself retries its failed tries.
+    let guard = client
+        .lock(name)
+        .wait(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("the request's tries are retried until the slot is served again");
+    let promoted = cluster.wait_until_replica_promoted(primary);
+    assert_eq!(cluster.primary_for_key(&lock_key(name)), promoted);
+    assert!(guard.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_missing_on_the_locks_node_is_sent_again_there_while_another_primary_hangs() {
     let _one_at_a_time = DEDICATED.lock().await;
     let cluster = RedisCluster::start();

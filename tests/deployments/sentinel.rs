@@ -15,6 +15,8 @@
 //!   no replica acknowledges do not count, so the lease is reported lost; a grant whose `WAIT`
 //!   waits for frozen replicas holds up none of the client's other requests (it runs on a
 //!   connection of its own);
+//! - a request with `wait` left rides out a failover (SIGKILLed primary) without an error: its
+//!   tries are retried (`Config::retry`) until the sentinels name the new primary;
 //! - wake-ups on release follow a failover: a waiter whose backoff is a minute is still woken
 //!   at once by a release on the new primary;
 //! - a failover is told as an INFO event (target `distlock`) naming the old and new primary;
@@ -177,6 +179,30 @@ async fn a_sentinel_client_follows_a_demoted_primary_with_errors_only_during_the
         "demotion: {} errors during the failover ({tries} tries): {errors:?}",
         errors.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_wait_left_rides_out_a_failover_without_an_error() {
+    let mut setup = SentinelSetup::start("rides-out");
+    let client = Client::new(
+        sentinel_config(&setup)
+            .connect_timeout(Duration::from_millis(500))
+            .retry(12, Duration::from_millis(200)),
+    )
+    .expect("client");
+    lock_once(&client, "before")
+        .await
+        .expect("the primary is up");
+    let old_port = setup.kill_primary();
+    let guard = client
+        .lock("during")
+        .wait(FAILOVER_TIMEOUT)
+        .acquire()
+        .await
+        .expect("the request's tries are retried until the new primary serves them");
+    let new_port = setup.wait_for_failover(old_port);
+    assert!(has_lock(new_port, "during"), "granted by the new primary");
+    assert!(guard.release().await.expect("release"));
 }
 
 /// Hands `name` from `holder` to a waiter of `waiter` (whose backoff is a minute), once the
