@@ -95,6 +95,29 @@ impl Client {
         })
     }
 
+    /// A client on an in-process store of its own ([`Config::in_memory`]) with the default
+    /// settings — for unit tests and single-process programs. Nothing about it can be
+    /// misconfigured, so there is no `Result`: it panics only if the operating system refuses
+    /// the client its I/O thread, as [`std::thread::spawn`] does. Use
+    /// [`Client::new`]`(Config::in_memory().…)` to change a setting.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::Client::in_memory();
+    /// let guard = client.lock("report:7").acquire().await?;
+    /// assert!(guard.release().await?);
+    /// # Ok(()) }
+    /// ```
+    pub fn in_memory() -> Self {
+        match Self::new(Config::in_memory()) {
+            Ok(client) => client,
+            // The default in-process config always validates and opens; only the I/O thread
+            // can fail, when the OS is out of threads.
+            Err(err) => panic!("{err}"),
+        }
+    }
+
     /// Whether `other` is this client or a clone of it: the same grants, watchdog and store.
     pub(crate) fn is_same(&self, other: &Client) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
