@@ -152,6 +152,8 @@ pub struct ReadmeDoctests;
 pub mod docs_doctests {
     #[doc = include_str!("../docs/lock-kinds.md")]
     pub struct LockKinds;
+    #[doc = include_str!("../docs/deployments.md")]
+    pub struct Deployments;
     #[doc = include_str!("../docs/how-it-works.md")]
     pub struct HowItWorks;
     #[doc = include_str!("../docs/guarantees.md")]
