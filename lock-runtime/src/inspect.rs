@@ -437,8 +437,8 @@ mod tests {
                 "{}",
                 key.lock
             );
-            assert_eq!(name_of("p:", &key.fence), None, "{}", key.fence);
-            assert_eq!(name_of("p:", &key.writer_waiting), None);
+            assert_eq!(name_of("p:", &key.fence()), None, "{}", key.fence());
+            assert_eq!(name_of("p:", &key.writer_waiting()), None);
         }
         assert_eq!(scan_patterns("p*:", "order:*"), vec!["p\\*:{order:*}"]);
         assert_eq!(scan_patterns("p:", "*").len(), 2);

@@ -59,9 +59,9 @@ pub(crate) fn inspect_call(key: &LockKey, announce: Announce, tokens: Tokens) ->
         Announce::Publish => "NUMSUB",
         Announce::ShardedPublish => "SHARDNUMSUB",
     })
-    .arg(&key.writer_waiting)
-    .arg(&key.channel)
-    .arg(&key.queue_deadlines);
+    .arg(key.writer_waiting())
+    .arg(key.channel())
+    .arg(key.queue_deadlines());
     call
 }
 
@@ -71,8 +71,8 @@ pub(crate) fn force_unlock_call(key: &LockKey, announce: Announce, tokens: Token
     crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(announce.command())
         .arg(millis(FORCED_FENCE_TTL))
-        .arg(&key.writer_waiting)
-        .arg(&key.channel);
+        .arg(key.writer_waiting())
+        .arg(key.channel());
     call
 }
 

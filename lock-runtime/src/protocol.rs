@@ -25,19 +25,9 @@ pub(crate) struct LockKey {
     pub(crate) name: String,
     /// `{prefix}{{name}}`: while a writer holds the lock, a string with its owner token; while
     /// readers hold it, a sorted set of their owner tokens scored by when their leases end.
+    /// The keys beside it are made from it when a call needs them ([`LockKey::fence`] and
+    /// the others), so a request that needs none (an uncontended write lock) makes none.
     pub(crate) lock: String,
-    /// `{prefix}{{name}}:fence`: the fencing counter.
-    pub(crate) fence: String,
-    /// `{prefix}{{name}}:writer-waiting`: set by a writer that found the lock held; while it
-    /// lives no new reader enters.
-    pub(crate) writer_waiting: String,
-    /// `{prefix}{{name}}:released`: the channel a release is announced on.
-    pub(crate) channel: String,
-    /// `{prefix}{{name}}:queue`: the fair waiters in order (a sorted set of waiter ids).
-    pub(crate) queue: String,
-    /// `{prefix}{{name}}:queue-deadlines`: when each fair waiter is dropped from the queue
-    /// unless it tries again.
-    pub(crate) queue_deadlines: String,
 }
 
 impl LockKey {
@@ -70,15 +60,42 @@ impl LockKey {
         } else {
             format!("{prefix}{{{name}}}")
         };
-        Ok(Self {
-            name,
-            fence: format!("{lock}:fence"),
-            writer_waiting: format!("{lock}:writer-waiting"),
-            channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            queue_deadlines: format!("{lock}:queue-deadlines"),
-            lock,
-        })
+        Ok(Self { name, lock })
+    }
+
+    /// The lock key and `suffix`, one allocation.
+    fn beside(&self, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.lock.len() + suffix.len());
+        key.push_str(&self.lock);
+        key.push_str(suffix);
+        key
+    }
+
+    /// `{prefix}{{name}}:fence`: the fencing counter.
+    pub(crate) fn fence(&self) -> String {
+        self.beside(":fence")
+    }
+
+    /// `{prefix}{{name}}:writer-waiting`: set by a writer that found the lock held; while it
+    /// lives no new reader enters.
+    pub(crate) fn writer_waiting(&self) -> String {
+        self.beside(":writer-waiting")
+    }
+
+    /// `{prefix}{{name}}:released`: the channel a release is announced on.
+    pub(crate) fn channel(&self) -> String {
+        self.beside(":released")
+    }
+
+    /// `{prefix}{{name}}:queue`: the fair waiters in order (a sorted set of waiter ids).
+    pub(crate) fn queue(&self) -> String {
+        self.beside(":queue")
+    }
+
+    /// `{prefix}{{name}}:queue-deadlines`: when each fair waiter is dropped from the queue
+    /// unless it tries again.
+    pub(crate) fn queue_deadlines(&self) -> String {
+        self.beside(":queue-deadlines")
     }
 }
 
@@ -187,11 +204,11 @@ mod tests {
     fn lock_and_fence_keys_share_a_hash_tag() {
         let key = LockKey::new("app:", "order:42".to_owned()).unwrap();
         assert_eq!(key.lock, "app:{order:42}");
-        assert_eq!(key.fence, "app:{order:42}:fence");
-        assert_eq!(key.writer_waiting, "app:{order:42}:writer-waiting");
-        assert_eq!(key.channel, "app:{order:42}:released");
-        assert_eq!(key.queue, "app:{order:42}:queue");
-        assert_eq!(key.queue_deadlines, "app:{order:42}:queue-deadlines");
+        assert_eq!(key.fence(), "app:{order:42}:fence");
+        assert_eq!(key.writer_waiting(), "app:{order:42}:writer-waiting");
+        assert_eq!(key.channel(), "app:{order:42}:released");
+        assert_eq!(key.queue(), "app:{order:42}:queue");
+        assert_eq!(key.queue_deadlines(), "app:{order:42}:queue-deadlines");
     }
 
     #[test]
@@ -216,11 +233,11 @@ mod tests {
             let key = LockKey::new("distlock:", name.to_owned()).unwrap();
             let slot = Slot::for_key(&key.lock);
             for companion in [
-                &key.fence,
-                &key.writer_waiting,
-                &key.channel,
-                &key.queue,
-                &key.queue_deadlines,
+                &key.fence(),
+                &key.writer_waiting(),
+                &key.channel(),
+                &key.queue(),
+                &key.queue_deadlines(),
             ] {
                 assert_eq!(Slot::for_key(companion), slot, "{name:?}: {companion}");
             }

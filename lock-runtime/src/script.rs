@@ -29,29 +29,39 @@ impl LuaScript {
     pub(crate) fn prepare_invoke(&'static self) -> ScriptCall {
         ScriptCall {
             script: self,
-            keys: Vec::new(),
-            args: Vec::new(),
+            keys: 0,
+            body: Cmd::with_capacity(8, 256),
         }
     }
 }
 
-/// One call of a [`LuaScript`]: its keys (`KEYS`) and arguments (`ARGV`).
+/// One call of a [`LuaScript`]: its keys (`KEYS`), then its arguments (`ARGV`), written once
+/// into one buffer (no allocation per argument), copied behind `EVALSHA sha numkeys` when
+/// sent.
 pub(crate) struct ScriptCall {
     script: &'static LuaScript,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    /// How many of the body's first arguments are keys.
+    keys: usize,
+    body: Cmd,
 }
 
 impl ScriptCall {
-    /// Adds a key (`KEYS[n]`).
+    /// Adds a key (`KEYS[n]`). Keys come before every argument (checked in debug builds, which
+    /// the tests run: a key after an argument would be sent as an argument).
     pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
+        debug_assert_eq!(
+            self.keys,
+            self.body.args_iter().len(),
+            "a script call's keys come before its arguments"
+        );
+        key.write_redis_args(&mut self.body);
+        self.keys = self.body.args_iter().len();
         self
     }
 
     /// Adds an argument (`ARGV[n]`).
     pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
+        arg.write_redis_args(&mut self.body);
         self
     }
 
@@ -66,11 +76,21 @@ impl ScriptCall {
     }
 
     fn command(&self, name: &str, script: &str) -> Cmd {
-        let mut cmd = redis::cmd(name);
-        cmd.arg(script)
-            .arg(self.keys.len())
-            .arg(&*self.keys)
-            .arg(&*self.args);
+        let body = self.body.args_iter();
+        let bytes: usize = body
+            .clone()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.len(),
+                _ => 0,
+            })
+            .sum();
+        let mut cmd = Cmd::with_capacity(3 + body.len(), name.len() + script.len() + 20 + bytes);
+        cmd.arg(name).arg(script).arg(self.keys);
+        for arg in body {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
         cmd
     }
 

@@ -494,12 +494,10 @@ impl Plan {
             });
         }
         let waker = inner.backend.waker();
-        let channel = |at: usize| {
-            let keys = self.keys.as_slice();
-            &keys[at.min(keys.len() - 1)].channel
-        };
         let mut delay = match fair {
-            Some(fair) => fair.next_delay(&mut self.backoff, waker, channel(0)),
+            Some(fair) => {
+                fair.next_delay(&mut self.backoff, waker, &self.keys.as_slice()[0].channel())
+            }
             None => self.backoff.next_delay(),
         }
         .min(self.deadline - now);
@@ -514,7 +512,7 @@ impl Plan {
                     Some((held, registration)) if *held == at => registration,
                     registration => {
                         let waiter = fair.map(|fair| fair.waiter.as_str());
-                        let channel = &self.keys.as_slice()[at].channel;
+                        let channel = &self.keys.as_slice()[at].channel();
                         &mut registration
                             .insert((at, waker.interest(channel, self.kind, waiter)))
                             .1

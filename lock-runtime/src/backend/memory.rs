@@ -52,7 +52,7 @@ impl MemoryBackend {
             // No token so far exceeds the live counter or the clock (`next_token`).
             let counter = state
                 .fences
-                .get(&key.fence)
+                .get(&key.fence())
                 .filter(|fence| fence.expires_at > now)
                 .map_or(0, |fence| fence.last);
             view.token_ceiling = counter.max(clock_micros());
@@ -66,7 +66,10 @@ impl MemoryBackend {
         let now = tokio_now();
         self.with_state(|state| {
             let evicted = state.with_entry(&key.lock, |entry| entry.evict(now));
-            (evicted, state.next_token(&key.fence, FORCED_FENCE_TTL, now))
+            (
+                evicted,
+                state.next_token(&key.fence(), FORCED_FENCE_TTL, now),
+            )
         })
     }
 
@@ -117,8 +120,10 @@ impl LockBackend for MemoryBackend {
                     state.count_grant_and_sweep(now);
                     let token = match attempt.kind.token_rule() {
                         _ if !attempt.fencing => None,
-                        TokenRule::Fresh => Some(state.next_token(&key.fence, attempt.lease, now)),
-                        TokenRule::Latest => Some(state.current_token(&key.fence, now)),
+                        TokenRule::Fresh => {
+                            Some(state.next_token(&key.fence(), attempt.lease, now))
+                        }
+                        TokenRule::Latest => Some(state.current_token(&key.fence(), now)),
                     };
                     AcquireReply::Acquired(token.map(FencingToken))
                 }
@@ -175,7 +180,7 @@ impl LockBackend for MemoryBackend {
                 tokens.push(
                     attempt
                         .fencing
-                        .then(|| FencingToken(state.next_token(&key.fence, attempt.lease, now))),
+                        .then(|| FencingToken(state.next_token(&key.fence(), attempt.lease, now))),
                 );
             }
             MultiReply::Acquired(tokens)
@@ -369,7 +374,7 @@ mod tests {
         // clock reading and only the counter keeps their tokens apart.
         backend.with_state(|state| {
             for _ in 0..100_000 {
-                let token = state.next_token(&key.fence, lease, Instant::now());
+                let token = state.next_token(&key.fence(), lease, Instant::now());
                 assert!(
                     token > last,
                     "token {token} after {last} in the same microsecond"
@@ -384,7 +389,7 @@ mod tests {
                 last: ahead,
                 expires_at: counter_expiry(lease, Instant::now()),
             };
-            state.fences.insert(key.fence.clone(), fence);
+            state.fences.insert(key.fence().clone(), fence);
         });
         let token = grant(&backend, &key, lease).await;
         assert_eq!(

@@ -491,7 +491,7 @@ impl RedlockBackend {
                 timeout,
                 |i, master| {
                     let mut call = RAISE_FENCE.prepare_invoke();
-                    call.key(&key.fence)
+                    call.key(key.fence())
                         .arg(token.0)
                         .arg(kind::millis(fence_ttl(lease)));
                     let at_token = at_token.get(i).copied().unwrap_or(false);
@@ -1150,7 +1150,7 @@ impl LockBackend for RedlockBackend {
         // there: announce the release on it too (in the background, off the caller's path).
         if released > 0 {
             for i in silent {
-                let (master, channel) = (self.masters[i].clone(), key.channel.clone());
+                let (master, channel) = (self.masters[i].clone(), key.channel().clone());
                 self.io
                     .spawn(async move { master.node().announce(&channel).await });
             }
@@ -1301,7 +1301,7 @@ impl LockBackend for RedlockBackend {
         // release on every master (in the background, off the caller's path).
         for master in &self.masters {
             for key in keys {
-                let (master, channel) = (master.clone(), key.channel.clone());
+                let (master, channel) = (master.clone(), key.channel().clone());
                 self.io
                     .spawn(async move { master.node().announce(&channel).await });
             }

@@ -97,7 +97,7 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce
     };
     call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
-        .arg(&key.writer_waiting)
+        .arg(key.writer_waiting())
         .arg(millis(seat.heartbeat))
         .arg(match (seat.place, tokens) {
             (0, Tokens::Counter) => seat.requested_at.max(1),
@@ -106,9 +106,9 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce
             (place, _) => place,
         })
         .arg(announce.command())
-        .arg(&key.queue)
-        .arg(&key.queue_deadlines)
-        .arg(&key.channel);
+        .arg(key.queue())
+        .arg(key.queue_deadlines())
+        .arg(key.channel());
     call
 }
 

@@ -172,12 +172,12 @@ impl Holding {
         let mut call = script.prepare_invoke();
         call.key(&key.lock).arg(owner).arg(announce.command());
         match self {
-            Holding::Grant(Kind::Write | Kind::Semaphore(_)) => call.arg(&key.channel),
-            Holding::Grant(Kind::Read) => call.arg(&key.writer_waiting).arg(&key.channel),
+            Holding::Grant(Kind::Write | Kind::Semaphore(_)) => call.arg(key.channel()),
+            Holding::Grant(Kind::Read) => call.arg(key.writer_waiting()).arg(key.channel()),
             Holding::Seat => call
-                .arg(&key.channel)
-                .arg(&key.queue)
-                .arg(&key.queue_deadlines),
+                .arg(key.channel())
+                .arg(key.queue())
+                .arg(key.queue_deadlines()),
         };
         call
     }
@@ -270,8 +270,10 @@ pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptCall {
         LazyLock::new(|| LuaScript::new(include_str!("../../scripts/extend_many.lua")));
     let mut call = SCRIPT.prepare_invoke();
     for renewal in renewals {
-        call.key(&renewal.key.lock)
-            .arg(renewal.kind.tag())
+        call.key(&renewal.key.lock);
+    }
+    for renewal in renewals {
+        call.arg(renewal.kind.tag())
             .arg(renewal.owner)
             .arg(millis(renewal.lease));
     }
@@ -308,20 +310,26 @@ impl FirstTry {
             (true, Tokens::Clock) if transactions => true,
             (true, _) => return None,
         };
-        let mut pipeline = redis::pipe();
+        // Sized up front: one allocation for the command's bytes and one for its argument
+        // offsets, none while it grows (this is every uncontended write lock's request).
+        let mut pipeline = redis::Pipeline::with_capacity(if clock { 2 } else { 1 });
         if clock {
             pipeline.atomic();
         }
-        pipeline
-            .cmd("SET")
+        let mut set =
+            redis::Cmd::with_capacity(7, attempt.key.lock.len() + attempt.owner.len() + 40);
+        set.arg("SET")
             .arg(&attempt.key.lock)
             .arg(attempt.owner)
             .arg("NX")
             .arg("PX")
             .arg(millis(attempt.lease))
             .arg("GET");
+        pipeline.add_command(set);
         if clock {
-            pipeline.cmd("TIME");
+            let mut time = redis::Cmd::with_capacity(1, 4);
+            time.arg("TIME");
+            pipeline.add_command(time);
         }
         pipeline.ignore_errors();
         Some(Self { pipeline, clock })
@@ -551,7 +559,7 @@ pub(crate) fn script(body: &str) -> LuaScript {
 pub(crate) fn lock_keys(call: &mut ScriptCall, key: &LockKey, tokens: Tokens) {
     call.key(&key.lock);
     if tokens == Tokens::Counter {
-        call.key(&key.fence);
+        call.key(key.fence());
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptCall
         .arg(if attempt.refused_before { "1" } else { "0" })
         .arg(if tokens == Tokens::Counter { 2 } else { 1 });
     for key in attempt.keys {
-        call.arg(&key.writer_waiting);
+        call.arg(key.writer_waiting());
     }
     call
 }
@@ -125,10 +125,14 @@ pub(crate) fn release_call<'k>(
     owner: &str,
     announce: Announce,
 ) -> ScriptCall {
+    let keys: Vec<&LockKey> = keys.into_iter().collect();
     let mut call = RELEASE.prepare_invoke();
+    for key in &keys {
+        call.key(&key.lock);
+    }
     call.arg(owner).arg(announce.command());
-    for key in keys {
-        call.key(&key.lock).arg(&key.channel);
+    for key in &keys {
+        call.arg(key.channel());
     }
     call
 }

@@ -20,7 +20,7 @@ pub(super) static RELEASE: LazyLock<LuaScript> =
 
 pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
     let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
-    call.arg(&attempt.key.writer_waiting);
+    call.arg(attempt.key.writer_waiting());
     call
 }
 

@@ -35,7 +35,7 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
         // Zero (no mark) on a writer's last try.
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
-        .arg(&attempt.key.writer_waiting);
+        .arg(attempt.key.writer_waiting());
     call
 }
 
