@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::clock::Clock;
 use crate::kind::{Holding, Kind};
@@ -79,7 +79,11 @@ pub(crate) struct Lease {
     /// The request's `max_hold` and when it runs out: no deadline goes past this.
     max_hold: Option<(Duration, Instant)>,
     times: Mutex<Times>,
-    state: watch::Sender<LeaseState>,
+    /// Where it stands; changed only under this lock, with what tells of the change.
+    state: Mutex<LeaseState>,
+    /// Wakes the tasks waiting in [`lost`](Self::lost) or [`over`](Self::over) when the state
+    /// changes (inline: no allocation per grant).
+    changed: Notify,
     /// It ended because the client shut down ([`shut_down`](Self::shut_down)), not by a loss.
     shut_down: AtomicBool,
     /// Serialises a renewal with the release, so no renewal is sent after the release.
@@ -118,7 +122,8 @@ impl Lease {
                 deadline: deadline_after(sent, duration, max_hold),
                 next_renewal: sent + duration / 3,
             }),
-            state: watch::Sender::new(LeaseState::Held),
+            state: Mutex::new(LeaseState::Held),
+            changed: Notify::new(),
             shut_down: AtomicBool::new(false),
             gate: tokio::sync::Mutex::new(()),
             hold,
@@ -171,7 +176,7 @@ impl Lease {
     }
 
     pub(crate) fn state(&self) -> LeaseState {
-        *self.state.borrow()
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Not lost, not ended, and its deadline not passed.
@@ -183,14 +188,19 @@ impl Lease {
     /// *before* waking its waiters: a holder told of a loss finds it logged and counted.
     /// Returns whether it was held.
     fn leave(&self, to: LeaseState, how: Ended, tell: impl FnOnce()) -> bool {
-        self.state.send_if_modified(|state| {
-            *state == LeaseState::Held && {
-                *state = to;
-                tell();
-                self.hold.ended(how);
-                true
+        {
+            // Held while telling: whoever reads the state meanwhile waits, and finds the
+            // change told when it sees it.
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if *state != LeaseState::Held {
+                return false;
             }
-        })
+            *state = to;
+            tell();
+            self.hold.ended(how);
+        }
+        self.changed.notify_waiters();
+        true
     }
 
     /// Records that the guard let go of the lease (`how`: released or dropped). A lost lease
@@ -242,10 +252,12 @@ impl Lease {
     }
 
     async fn left(&self, or_ended: bool) {
-        let mut state = self.state.subscribe();
         loop {
-            let current = *state.borrow_and_update();
-            match current {
+            // Registered before the state is read: a change after the read wakes it.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.state() {
                 LeaseState::Lost => return,
                 LeaseState::Ended if or_ended => return,
                 LeaseState::Ended => return std::future::pending().await,
@@ -269,12 +281,7 @@ impl Lease {
                     self.mark_lost(self.deadline_passed_why());
                     return;
                 }
-                changed = state.changed() => {
-                    if changed.is_err() {
-                        // Unreachable while `self` lives (it owns the sender).
-                        return std::future::pending().await;
-                    }
-                }
+                () = &mut changed => {}
             }
         }
     }
