@@ -175,6 +175,28 @@ async fn metrics_are_exported_per_store() {
         "{text}"
     );
 
+    // A busy lock found by try_acquire: counted as busy, not as a timeout.
+    let held = client.lock("m:busy").acquire().await.expect("free");
+    let timeouts_before = sample(&render(&handle), "distlock_acquire_timeouts_total", &redis);
+    assert!(client
+        .lock("m:busy")
+        .try_acquire()
+        .await
+        .expect("busy is no error")
+        .is_none());
+    let text = render(&handle);
+    assert_eq!(
+        sample(&text, "distlock_acquire_busy_total", &redis),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "distlock_acquire_timeouts_total", &redis),
+        timeouts_before,
+        "{text}"
+    );
+    held.release().await.expect("release");
+
     // A lease lost: the lock deleted behind the holder's back.
     let lost = client
         .lock("m:lost")

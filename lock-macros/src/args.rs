@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `fencing`, `fair`, `client`, `crate`";
+    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `on_busy`, `fencing`, `fair`, `client`, `crate`";
 
 /// A duration argument as written.
 pub(crate) enum DurationArg {
@@ -46,6 +46,8 @@ pub(crate) struct Args {
     /// about it.
     pub(crate) fair: Option<(Span, LitBool)>,
     pub(crate) on_lost: Option<LitStr>,
+    /// `on_busy = "skip"`: the fn does not run (and returns "skipped") when the lock is held.
+    pub(crate) on_busy: Option<LitStr>,
     pub(crate) krate: Option<LitStr>,
     /// `client = <expr>`: a `&distlock::Client` to lock through instead of the global one.
     pub(crate) client: Option<Expr>,
@@ -112,6 +114,7 @@ impl Args {
             "max_hold" => duration(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
             "client" => client(name, value).and_then(|v| set_once(&mut self.client, name, v)),
             "on_lost" => string(name, value).and_then(|v| set_once(&mut self.on_lost, name, v)),
+            "on_busy" => string(name, value).and_then(|v| set_once(&mut self.on_busy, name, v)),
             "crate" => string(name, value).and_then(|v| set_once(&mut self.krate, name, v)),
             "watchdog" => boolean(name, value).and_then(|v| set_once(&mut self.watchdog, name, v)),
             "fencing" => boolean(name, value).and_then(|v| set_once(&mut self.fencing, name, v)),
@@ -262,6 +265,7 @@ fn example(name: &Ident) -> &'static str {
         "wait" => "`wait = \"5s\"`",
         "max_hold" => "`max_hold = \"5m\"`",
         "on_lost" => "`on_lost = \"abort\"`",
+        "on_busy" => "`on_busy = \"skip\"`",
         _ => "`crate = \"my_locks\"`",
     }
 }

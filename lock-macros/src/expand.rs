@@ -259,6 +259,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             lease_expr: #lease_expr,
             max_hold_expr: #max_hold_expr,
             fair: #fair,
+            busy_expected: false,
         };
     }
 }
@@ -272,8 +273,30 @@ fn locked_call(checked: &Checked, body: TokenStream) -> TokenStream {
         binding("spec"),
         binding("into"),
     );
+    let skipped = binding("skipped");
     quote! {
-        #krate::__private::run_locked(#client, #target, #spec, #into, async move { #body })
+        #krate::__private::run_locked(#client, #target, #spec, #into, #skipped, async move { #body })
+    }
+}
+
+/// `let __distlock_skipped = …;`: with `on_busy = "skip"`, the value the fn returns when it is
+/// skipped — checked to exist for the return type `ty` (`Result<(), E>`, `Result<Option<T>, E>`)
+/// and spanned at the `on_busy` value, so an error is reported there; else `None`.
+fn skipped_binding(checked: &Checked, ty: &Type) -> TokenStream {
+    let skipped = binding("skipped");
+    match checked.skip_on_busy {
+        Some(span) => {
+            let krate = respanned(checked.krate.to_token_stream(), span);
+            // The return type comes in through the binding's type, not the call: the call (the
+            // one place the bound is checked) is all at the argument, so its error is too.
+            let call = quote_spanned! {span=> #krate::__private::skipped_value() };
+            quote! {
+                let #skipped: ::core::option::Option<fn() -> #ty> = ::core::option::Option::Some(#call);
+            }
+        }
+        None => quote! {
+            let #skipped = ::core::option::Option::None;
+        },
     }
 }
 
@@ -404,6 +427,7 @@ fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
     let mut pinned = output.clone();
     ImplTraitToInfer.visit_type_mut(&mut pinned);
     let into = into_binding(checked, &pinned, output.span());
+    let skipped = skipped_binding(checked, &pinned);
     let locals = locals(checked, &quote!(self));
     let fake = binding("fake");
     let stmts = &block.stmts;
@@ -423,6 +447,7 @@ fn expand_async_fn(function: ItemFn, checked: &Checked) -> TokenStream {
         #vis #sig {
             #(#inner)*
             #into
+            #skipped
             #locals
             #call.await
         }
@@ -520,6 +545,7 @@ fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Chec
     let body = &future.stmts[ret.index];
     let ty = ret.ty.map_or(output, |ty| *ty);
     let into = into_binding(checked, &ty, ty.span());
+    let skipped = skipped_binding(checked, &ty);
     let call = locked_call(
         checked,
         quote! {
@@ -530,6 +556,7 @@ fn lock_async_trait_future(future: &mut Block, ret: RetStatement, checked: &Chec
     );
     let replacement: Vec<Stmt> = syn::parse_quote! {
         #into
+        #skipped
         #locals
         let __ret: #ty = #call.await;
     };

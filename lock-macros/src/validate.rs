@@ -29,6 +29,8 @@ pub(crate) struct Checked {
     /// `fair = true`: queued in request order (only on a one-key exclusive lock).
     pub(crate) fair: bool,
     pub(crate) abort_on_lost: bool,
+    /// `on_busy = "skip"`, with the value's span (the return type's check is reported there).
+    pub(crate) skip_on_busy: Option<proc_macro2::Span>,
     pub(crate) krate: syn::Path,
 }
 
@@ -149,6 +151,7 @@ pub(crate) fn check(
     }
     let target = keys.and_then(|keys| keys.target(mode, permits));
     let abort_on_lost = on_lost_rule(&args, &mut errors);
+    let skip_on_busy = on_busy_rule(&args, &mut errors);
     let krate = krate_rule(&args, &mut errors);
     match (errors.0, target) {
         (Some(err), _) => Err(err),
@@ -162,6 +165,7 @@ pub(crate) fn check(
             fencing: args.fencing.map(|lit| lit.value),
             fair: args.fair.is_some_and(|(_, lit)| lit.value),
             abort_on_lost,
+            skip_on_busy,
             krate,
         }),
         (None, None) => Err(syn::Error::new(attribute_span(), "missing `key`")),
@@ -375,6 +379,23 @@ fn permits_rule(args: &Args, errors: &mut Errors) -> Option<Permits> {
             }
         },
         Some(PermitsArg::Expr(expr)) => Some(Permits::Expr(expr.clone())),
+    }
+}
+
+/// `on_busy` is `"skip"` (the fn does not run while the lock is held elsewhere) or `"wait"`
+/// (the default: wait up to `wait`); the value's span when it is `"skip"`.
+fn on_busy_rule(args: &Args, errors: &mut Errors) -> Option<proc_macro2::Span> {
+    let lit = args.on_busy.as_ref()?;
+    match lit.value().as_str() {
+        "skip" => Some(lit.span()),
+        "wait" => None,
+        other => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!("unknown `on_busy` value `{other}`; expected `\"skip\"` or `\"wait\"`"),
+            ));
+            None
+        }
     }
 }
 

@@ -111,6 +111,38 @@ pub fn current() -> Option<LockInfo> {
         .flatten()
 }
 
+/// The fencing token of the innermost lock the current task holds through
+/// `#[distributed_lock]`, for the store it protects:
+/// `fenced::set(&mut conn, key, value, distlock::fencing_token()?)` in one line.
+///
+/// Errors ([`LockError::NoFencingToken`], saying which): called outside an annotated fn (or
+/// in a task it spawned: the lock belongs to the task that took it), or the lock was taken
+/// without a token (`fencing = false`, [`Config::fencing`](crate::Config::fencing)).
+///
+/// ```no_run
+/// # #[derive(Debug)] struct AppError;
+/// # impl From<distlock::LockError> for AppError { fn from(_: distlock::LockError) -> Self { AppError } }
+/// # impl From<redis::RedisError> for AppError { fn from(_: redis::RedisError) -> Self { AppError } }
+/// #[distlock::distributed_lock(key = "stock:{sku}")]
+/// async fn sell(conn: &mut redis::aio::MultiplexedConnection, sku: &str, left: i64) -> Result<(), AppError> {
+///     let token = distlock::fencing_token()?;
+///     distlock::fenced::set(conn, &format!("stock:{sku}"), left, token).await?;
+///     Ok(())
+/// }
+/// ```
+pub fn fencing_token() -> Result<FencingToken, LockError> {
+    let Some(lock) = current() else {
+        return Err(LockError::NoFencingToken(
+            "no lock is held here: call it inside a fn annotated with #[distributed_lock] (not \
+             in a task it spawned), or take the token from the guard (`LockGuard::fencing_token`)",
+        ));
+    };
+    lock.fencing_token().ok_or(LockError::NoFencingToken(
+        "the lock was taken without a fencing token (`fencing = false`, or \
+         `Config::fencing(false)`): turn fencing on for a lock whose writes must be fenced",
+    ))
+}
+
 /// The grant of `key` through `client` the current task already holds through the attribute,
 /// if any.
 fn held_by_this_task(client: &Client, key: &str) -> Option<Held> {
@@ -205,6 +237,10 @@ pub struct LockSpec {
     pub max_hold_expr: Option<&'static str>,
     /// `fair = true`: granted in request order among the key's fair waiters.
     pub fair: bool,
+    /// Set by `on_busy = "skip"` (not by the expansion): a lock held elsewhere is reported as
+    /// busy, not as a timeout.
+    #[doc(hidden)]
+    pub busy_expected: bool,
 }
 
 impl LockSpec {
@@ -227,6 +263,7 @@ impl LockSpec {
         if self.fair {
             request = request.fair();
         }
+        request.busy_expected = self.busy_expected;
         request
     }
 
@@ -312,6 +349,38 @@ impl<T, E> LockResult for Result<T, E> {
     }
 }
 
+/// The return types an annotated fn with `on_busy = "skip"` may have: those with a value that
+/// says "skipped" — `Result<(), E>` (`Ok(())`) and `Result<Option<T>, E>` (`Ok(None)`).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs the fn to return `Result<(), E>` or `Result<Option<T>, E>`: `{Self}` has no value that says the call was skipped",
+    label = "a skipped call would have nothing to return as `{Self}`",
+    note = "return `Result<(), E>` (a skipped call returns `Ok(())`) or `Result<Option<T>, E>` (it returns `Ok(None)`), or drop `on_busy = \"skip\"` to wait for the lock"
+)]
+pub trait Skipped {
+    /// The value a skipped call returns.
+    fn skipped() -> Self;
+}
+
+impl<E> Skipped for Result<(), E> {
+    fn skipped() -> Self {
+        Ok(())
+    }
+}
+
+impl<T, E> Skipped for Result<Option<T>, E> {
+    fn skipped() -> Self {
+        Ok(None)
+    }
+}
+
+/// What a call skipped by `on_busy = "skip"` returns, for the fn's return type `R`: the
+/// expansion's check that `R` has such a value, emitted at the `on_busy` argument.
+#[doc(hidden)]
+pub fn skipped_value<R: Skipped>() -> fn() -> R {
+    R::skipped
+}
+
 /// How a lock failure becomes the fn's return type `R`. The expansion's one check of `R`,
 /// emitted at the return type; [`run_locked`] itself puts no bound on `R`, so a return type
 /// that cannot carry a lock error is reported once.
@@ -346,7 +415,9 @@ enum Grant {
 }
 
 /// Runs `body` under the lock of `target` through `client` (the global client if `None`: not
-/// initialized), as `spec` says; a failure to lock becomes `R` through `into`.
+/// initialized), as `spec` says; a failure to lock becomes `R` through `into`. With `skipped`
+/// (`on_busy = "skip"`) a lock held elsewhere — after one try, or after `wait` when it was given
+/// — is no failure: the body does not run and the call returns `skipped()`.
 ///
 /// The body is boxed at once: a future that moves it through the acquire, the scope and the
 /// select keeps a slot for it at every step, and nested annotated calls multiply that — debug
@@ -357,19 +428,21 @@ pub fn run_locked<R, F>(
     target: LockTarget,
     spec: LockSpec,
     into: fn(LockError) -> R,
+    skipped: Option<fn() -> R>,
     body: F,
 ) -> impl Future<Output = R>
 where
     F: Future<Output = R>,
 {
-    locked(client, target, spec, into, Box::pin(body))
+    locked(client, target, spec, into, skipped, Box::pin(body))
 }
 
 async fn locked<R, F>(
     client: Option<Client>,
     target: LockTarget,
-    spec: LockSpec,
+    mut spec: LockSpec,
     into: fn(LockError) -> R,
+    skipped: Option<fn() -> R>,
     body: Pin<Box<F>>,
 ) -> R
 where
@@ -382,9 +455,15 @@ where
     let Some(client) = client else {
         return into(LockError::NotInitialized);
     };
-    let (held, grant) = match take(&client, &target, spec).await {
-        Ok(taken) => taken,
-        Err(err) => return into(err.for_key(&label)),
+    if skipped.is_some() {
+        // A busy lock skips the call: one try unless a `wait` was given.
+        spec.busy_expected = true;
+        spec.wait.get_or_insert(Duration::ZERO);
+    }
+    let (held, grant) = match (take(&client, &target, spec).await, skipped) {
+        (Ok(taken), _) => taken,
+        (Err(NotTaken::Failed(LockError::Timeout { .. })), Some(skipped)) => return skipped(),
+        (Err(err), _) => return into(err.for_key(&label)),
     };
     let leases: Vec<Arc<Lease>> = held.iter().map(|held| held.lease.clone()).collect();
     // The body runs in the grant's `hold` span: its own events name the lock they ran under.

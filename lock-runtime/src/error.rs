@@ -172,6 +172,11 @@ pub enum LockError {
         reason: String,
     },
 
+    /// [`fencing_token()`](crate::fencing_token) found no token: no lock is held by the
+    /// calling task through the attribute, or it was taken without one. The text says which.
+    #[error("no fencing token: {0}")]
+    NoFencingToken(&'static str),
+
     /// The configuration or a request's settings are unusable.
     #[error("invalid distlock configuration: {0}")]
     Config(String),

@@ -38,7 +38,7 @@ use std::fmt;
 /// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
 pub const LOG_TARGET: &str = "distlock";
 
-pub use attribute::{current, LockInfo};
+pub use attribute::{current, fencing_token, LockInfo};
 pub use client::Client;
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT,
@@ -62,8 +62,8 @@ pub use telemetry::METRICS;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::attribute::{
-        client_of, global_client, lock_error_into, run_locked, LockErrorInto, LockResult, LockSpec,
-        LockTarget, OnLost,
+        client_of, global_client, lock_error_into, run_locked, skipped_value, LockErrorInto,
+        LockResult, LockSpec, LockTarget, OnLost, Skipped,
     };
     pub use crate::LockMode;
     pub use core::time::Duration;

@@ -109,6 +109,9 @@ pub struct LockRequest {
     pub(crate) fencing: Option<bool>,
     /// Queued in request order among fair waiters ([`LockRequest::fair`]).
     pub(crate) fair: bool,
+    /// A lock held elsewhere is an expected outcome, not a timeout ([`LockRequest::try_acquire`],
+    /// `on_busy = "skip"`): the request's span, log and metrics say "busy".
+    pub(crate) busy_expected: bool,
 }
 
 impl LockRequest {
@@ -139,6 +142,7 @@ impl LockRequest {
             watchdog: true,
             fencing: None,
             fair: false,
+            busy_expected: false,
         }
     }
 

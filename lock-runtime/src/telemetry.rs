@@ -40,6 +40,7 @@ use crate::{FencingToken, LockMode, LOG_TARGET};
 /// | `distlock_renewals_total` | counter | store | leases renewed by the watchdog |
 /// | `distlock_wakeups_total` | counter | store | waits ended early by a release announcement |
 /// | `distlock_acquire_retries_total` | counter | store, mode | tries sent again after a failure that may pass ([`Config::retry`](crate::Config::retry)) |
+/// | `distlock_acquire_busy_total` | counter | store, mode | requests that found the lock held and skipped ([`LockRequest::try_acquire`](crate::LockRequest::try_acquire), `on_busy = "skip"`) |
 pub const METRICS: &[&str] = &[
     ACQUIRE_SECONDS,
     WAIT_SECONDS,
@@ -51,11 +52,13 @@ pub const METRICS: &[&str] = &[
     RENEWALS,
     WAKEUPS,
     ACQUIRE_RETRIES,
+    ACQUIRE_BUSY,
 ];
 
 const ACQUIRE_SECONDS: &str = "distlock_acquire_seconds";
 const WAIT_SECONDS: &str = "distlock_wait_seconds";
 const ACQUIRE_TIMEOUTS: &str = "distlock_acquire_timeouts_total";
+const ACQUIRE_BUSY: &str = "distlock_acquire_busy_total";
 const ACQUIRE_ERRORS: &str = "distlock_acquire_errors_total";
 const LOCKS_HELD: &str = "distlock_locks_held";
 const HOLD_SECONDS: &str = "distlock_hold_seconds";
@@ -81,6 +84,10 @@ pub(crate) fn describe() {
             "For requests that found the lock held: time from the first refusal to the outcome."
         );
         describe_counter!(ACQUIRE_TIMEOUTS, "Lock requests that ran out of wait.");
+        describe_counter!(
+            ACQUIRE_BUSY,
+            "Lock requests that found the lock held and skipped (try_acquire, on_busy = \"skip\")."
+        );
         describe_counter!(ACQUIRE_ERRORS, "Lock requests that failed with an error.");
         describe_gauge!(LOCKS_HELD, "Grants held by this process now.");
         describe_histogram!(
@@ -255,6 +262,18 @@ impl Acquire {
         } else {
             tracing::info!(target: LOG_TARGET, parent: &self.span, attempts = self.attempts, waited_ms, "timed out waiting for the lock");
         }
+    }
+
+    /// The lock was held elsewhere and the request expected that might be so (`try_acquire`,
+    /// `on_busy = "skip"`): no timeout, the call is skipped.
+    pub(crate) fn busy(&self) {
+        if self.finished.load(Ordering::Relaxed) {
+            return;
+        }
+        let waited = self.finish("busy");
+        #[cfg(feature = "metrics")]
+        metrics::counter!(ACQUIRE_BUSY, "store" => self.store, "mode" => self.mode).increment(1);
+        tracing::debug!(target: LOG_TARGET, parent: &self.span, attempts = self.attempts, waited_ms = waited.as_millis() as u64, "lock held elsewhere: skipped");
     }
 
     /// The request failed with `err`.

@@ -1,6 +1,7 @@
 //! `#[distributed_lock]` end to end: the attribute's table, fn shapes, re-entrancy and
 //! abort-on-loss (`attribute`), its read/write modes (`attribute_read_write`) and its permits
-//! and key lists (`attribute_kinds`, on clients of their own).
+//! and key lists (`attribute_kinds`, on clients of their own), and what run-once jobs use
+//! (`jobs`: `try_acquire`, `on_busy = "skip"`, `fencing_token()`).
 //!
 //! The global client is per process, so the binary sets it up once ([`init_once`]) for every
 //! test that locks through it: one `redis-server`, each test on keys of its own.
@@ -11,6 +12,7 @@ mod support;
 mod attribute;
 mod attribute_kinds;
 mod attribute_read_write;
+mod jobs;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -51,6 +51,34 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         acquire(self).await
     }
+
+    /// One try, without waiting: `Ok(Some(guard))` when granted, `Ok(None)` when someone else
+    /// holds the lock — busy is no error — and `Err` only for a failure (the backend, the
+    /// request's settings). For work that must not run twice at once and is simply skipped
+    /// when it already runs elsewhere (a scheduled job on every replica, say); the request's
+    /// `wait` is ignored. A busy lock is logged at DEBUG and counted in
+    /// `distlock_acquire_busy_total`, not as a timeout.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// match distlock::lock("report:daily").try_acquire().await? {
+    ///     Some(guard) => {
+    ///         // … the job …
+    ///         guard.release().await?;
+    ///     }
+    ///     None => { /* it runs elsewhere: skip */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
+        self.wait = Some(Duration::ZERO);
+        self.busy_expected = true;
+        match acquire(self).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
 }
 
 /// Takes what `request` asks for, waiting as it says (see [`LockRequest::acquire`]).
@@ -60,6 +88,7 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
         return Err(err);
     }
     let store = client.inner.store;
+    let busy_expected = request.busy_expected;
     let mut observed = match &request.target {
         Target::Key { name, kind } => Acquire::start(name, (*kind).into(), store),
         Target::Keys(names) => Acquire::start(&names.join(","), Kind::Write.into(), store),
@@ -73,6 +102,7 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
     };
     if let Err(err) = &outcome {
         match err {
+            LockError::Timeout { .. } if busy_expected => observed.busy(),
             LockError::Timeout { .. } => observed.timed_out(),
             err => observed.failed(err),
         }
