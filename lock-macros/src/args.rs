@@ -9,7 +9,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitBool, LitStr, Token};
 
 /// The argument names, for "expected one of" messages.
 pub(crate) const NAMES: &str =
-    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `watchdog`, `on_lost`, `on_busy`, `fencing`, `fair`, `client`, `crate`";
+    "`key`, `keys`, `mode`, `permits`, `lease`, `wait`, `max_hold`, `hold_at_least`, `watchdog`, `on_lost`, `on_busy`, `fencing`, `fair`, `client`, `crate`";
 
 /// A duration argument as written.
 pub(crate) enum DurationArg {
@@ -40,6 +40,8 @@ pub(crate) struct Args {
     pub(crate) lease: Option<DurationArg>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) max_hold: Option<DurationArg>,
+    /// `hold_at_least = "30s"`: a release before then keeps the lock to the end of the window.
+    pub(crate) hold_at_least: Option<DurationArg>,
     pub(crate) watchdog: Option<LitBool>,
     pub(crate) fencing: Option<LitBool>,
     /// `fair = true`: the exclusive lock granted in request order; the name's span, for errors
@@ -112,6 +114,9 @@ impl Args {
             "lease" => duration(name, value).and_then(|v| set_once(&mut self.lease, name, v)),
             "wait" => duration(name, value).and_then(|v| set_once(&mut self.wait, name, v)),
             "max_hold" => duration(name, value).and_then(|v| set_once(&mut self.max_hold, name, v)),
+            "hold_at_least" => {
+                duration(name, value).and_then(|v| set_once(&mut self.hold_at_least, name, v))
+            }
             "client" => client(name, value).and_then(|v| set_once(&mut self.client, name, v)),
             "on_lost" => string(name, value).and_then(|v| set_once(&mut self.on_lost, name, v)),
             "on_busy" => string(name, value).and_then(|v| set_once(&mut self.on_busy, name, v)),
@@ -264,6 +269,7 @@ fn example(name: &Ident) -> &'static str {
         "lease" => "`lease = \"15s\"`",
         "wait" => "`wait = \"5s\"`",
         "max_hold" => "`max_hold = \"5m\"`",
+        "hold_at_least" => "`hold_at_least = \"30s\"`",
         "on_lost" => "`on_lost = \"abort\"`",
         "on_busy" => "`on_busy = \"skip\"`",
         _ => "`crate = \"my_locks\"`",

@@ -232,6 +232,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
     let (lease, lease_expr) = duration("lease", &checked.lease);
     let (wait, _) = duration("wait", &checked.wait);
     let (max_hold, max_hold_expr) = duration("max_hold", &checked.max_hold);
+    let (hold_at_least, _) = duration("hold_at_least", &checked.hold_at_least);
     let watchdog = checked.watchdog;
     let fair = checked.fair;
     let fencing = match checked.fencing {
@@ -259,6 +260,7 @@ fn locals(checked: &Checked, receiver: &TokenStream) -> TokenStream {
             lease_expr: #lease_expr,
             max_hold_expr: #max_hold_expr,
             fair: #fair,
+            hold_at_least: #hold_at_least,
             busy_expected: false,
         };
     }

@@ -21,6 +21,7 @@ pub(crate) struct Checked {
     pub(crate) lease: Option<Duration>,
     pub(crate) wait: Option<Duration>,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) hold_at_least: Option<Duration>,
     /// `client = …` as written; unset locks through the global client.
     pub(crate) client: Option<syn::Expr>,
     pub(crate) watchdog: bool,
@@ -137,6 +138,7 @@ pub(crate) fn check(
     let lease_ms = lease_rule(&args, &mut errors);
     let wait_ms = literal(&args.wait).and_then(|lit| errors.check(parse_duration(lit)));
     let max_hold_ms = max_hold_rule(&args, lease_ms, &mut errors);
+    let hold_at_least_ms = hold_at_least_rule(&args, max_hold_ms, &mut errors);
     let mode = match &args.mode {
         None => Mode::Write,
         Some(lit) => errors.check(mode(lit)).unwrap_or(Mode::Write),
@@ -160,6 +162,7 @@ pub(crate) fn check(
             lease: checked_duration(args.lease, lease_ms),
             wait: checked_duration(args.wait, wait_ms),
             max_hold: checked_duration(args.max_hold, max_hold_ms),
+            hold_at_least: checked_duration(args.hold_at_least, hold_at_least_ms),
             client: args.client,
             watchdog: args.watchdog.is_none_or(|lit| lit.value),
             fencing: args.fencing.map(|lit| lit.value),
@@ -285,6 +288,41 @@ fn max_hold_rule(args: &Args, lease_ms: Option<u64>, errors: &mut Errors) -> Opt
                     "`max_hold` ({}) is shorter than the lease ({}): the lock would be given up before its first renewal; make `max_hold` at least the lease",
                     lit.value(),
                     lease_lit.value()
+                ),
+            ));
+        }
+    }
+    Some(ms)
+}
+
+/// A literal `hold_at_least` parses and is at most a literal `max_hold` (against an expression
+/// the runtime checks), and it keeps only the exclusive lock of one key, not fair; its
+/// milliseconds.
+fn hold_at_least_rule(args: &Args, max_hold_ms: Option<u64>, errors: &mut Errors) -> Option<u64> {
+    let arg = args.hold_at_least.as_ref()?;
+    let span = match arg {
+        DurationArg::Literal(lit) => lit.span(),
+        DurationArg::Expr(expr) => syn::spanned::Spanned::span(expr),
+    };
+    let read = args.mode.as_ref().is_some_and(|lit| lit.value() == "read");
+    let fair = args.fair.as_ref().is_some_and(|(_, lit)| lit.value);
+    if read || args.permits.is_some() || args.keys.is_some() || fair {
+        errors.push(syn::Error::new(
+            span,
+            "`hold_at_least` keeps the exclusive lock of one key past its release; it does not \
+             apply to `mode = \"read\"`, `permits`, `keys` or `fair = true`",
+        ));
+    }
+    let lit = literal(&args.hold_at_least)?;
+    let ms = errors.check(parse_duration(lit))?;
+    if let (Some(max_hold), Some(max_lit)) = (max_hold_ms, literal(&args.max_hold)) {
+        if ms > max_hold {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`hold_at_least` ({}) is longer than `max_hold` ({}): the lock could not be held that long; shorten `hold_at_least` or lengthen `max_hold`",
+                    lit.value(),
+                    max_lit.value()
                 ),
             ));
         }

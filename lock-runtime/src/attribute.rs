@@ -237,6 +237,8 @@ pub struct LockSpec {
     pub max_hold_expr: Option<&'static str>,
     /// `fair = true`: granted in request order among the key's fair waiters.
     pub fair: bool,
+    /// `hold_at_least`: a release before the grant plus this keeps the lock to then.
+    pub hold_at_least: Option<Duration>,
     /// Set by `on_busy = "skip"` (not by the expansion): a lock held elsewhere is reported as
     /// busy, not as a timeout.
     #[doc(hidden)]
@@ -262,6 +264,9 @@ impl LockSpec {
         }
         if self.fair {
             request = request.fair();
+        }
+        if let Some(min_hold) = self.hold_at_least {
+            request = request.hold_at_least(min_hold);
         }
         request.busy_expected = self.busy_expected;
         request

@@ -78,6 +78,11 @@ pub(crate) struct Lease {
     pub(crate) clock: Clock,
     /// The request's `max_hold` and when it runs out: no deadline goes past this.
     max_hold: Option<(Duration, Instant)>,
+    /// `hold_at_least`: until when a release keeps the lock instead of deleting it (the
+    /// request's send time plus the window, on the lease's clock).
+    held_until: Option<Instant>,
+    /// When the request that took it was sent.
+    sent: Instant,
     times: Mutex<Times>,
     /// Where it stands; changed only under this lock, with what tells of the change.
     state: Mutex<LeaseState>,
@@ -118,6 +123,8 @@ impl Lease {
             renew,
             clock,
             max_hold,
+            held_until: None,
+            sent,
             times: Mutex::new(Times {
                 deadline: deadline_after(sent, duration, max_hold),
                 next_renewal: sent + duration / 3,
@@ -127,6 +134,24 @@ impl Lease {
             shut_down: AtomicBool::new(false),
             gate: tokio::sync::Mutex::new(()),
             hold,
+        }
+    }
+
+    /// Keeps the lock at least `min_hold` from the grant's request ([`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)).
+    pub(crate) fn held_at_least(mut self, min_hold: Option<Duration>) -> Self {
+        self.held_until = min_hold.and_then(|min_hold| self.sent.checked_add(min_hold));
+        self
+    }
+
+    /// What a release of it gives back now: the grant, or — within its `hold_at_least` window
+    /// — the grant kept for the rest of the window.
+    pub(crate) fn holding_now(&self) -> Holding {
+        match self.held_until {
+            Some(until) => match until.checked_duration_since(self.now()) {
+                Some(left) if !left.is_zero() => Holding::KeptFor(left),
+                _ => self.holding,
+            },
+            None => self.holding,
         }
     }
 

@@ -57,7 +57,7 @@ impl Releaser {
         let _gate = lease.gate.lock().await;
         let release = self
             .backend
-            .release(lease.holding, &lease.key, &lease.owner);
+            .release(lease.holding_now(), &lease.key, &lease.owner);
         lease.clock.send(&self.io, release).await
     }
 
@@ -80,7 +80,7 @@ impl Releaser {
             // Past the deadline (and the drift it allows for) Redis has let the key go.
             let until = lease.deadline() + drift(lease.duration);
             this.delete(
-                lease.holding,
+                lease.holding_now(),
                 &lease.key,
                 &lease.owner,
                 until,
@@ -123,7 +123,7 @@ impl Releaser {
         };
         let release = self
             .backend
-            .release(lease.holding, &lease.key, &lease.owner);
+            .release(lease.holding_now(), &lease.key, &lease.owner);
         let Some(released) = release.now_or_never() else {
             return false;
         };

@@ -112,6 +112,8 @@ pub struct LockRequest {
     /// A lock held elsewhere is an expected outcome, not a timeout ([`LockRequest::try_acquire`],
     /// `on_busy = "skip"`): the request's span, log and metrics say "busy".
     pub(crate) busy_expected: bool,
+    /// Given back earlier, the lock is kept until the grant plus this ([`LockRequest::hold_at_least`]).
+    pub(crate) hold_at_least: Option<Duration>,
 }
 
 impl LockRequest {
@@ -143,6 +145,7 @@ impl LockRequest {
             fencing: None,
             fair: false,
             busy_expected: false,
+            hold_at_least: None,
         }
     }
 
@@ -166,6 +169,33 @@ impl LockRequest {
     /// a maximum number of renewals. At least the lease; none by default.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Holds the lock at least this long from its grant: given back earlier (the guard released
+    /// or dropped, the annotated fn returned), it stays held — not renewed — until the grant
+    /// plus `min_hold`, then expires, so nobody else starts the same job within that window
+    /// (ShedLock's `lockAtLeastFor`: a job that finishes quickly on one node is not run again by
+    /// another whose clock is a little behind). The release shortens the lease to what is left
+    /// of the window instead of deleting the key, checked against the owner like every
+    /// release. Only for the exclusive (write) lock of one key, not fair; at most `max_hold`
+    /// where both are given — otherwise the request fails with [`LockError::Config`].
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// use std::time::Duration;
+    /// if let Some(guard) = distlock::lock("job:every-minute")
+    ///     .hold_at_least(Duration::from_secs(30))
+    ///     .try_acquire()
+    ///     .await?
+    /// {
+    ///     // … a job that may end in a second …
+    ///     guard.release().await?; // held until 30 s after the grant all the same
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_at_least(mut self, min_hold: Duration) -> Self {
+        self.hold_at_least = Some(min_hold);
         self
     }
 
@@ -237,6 +267,9 @@ impl LockRequest {
                 ));
             }
         }
+        if let Some(err) = self.hold_at_least_refusal() {
+            return Some(err);
+        }
         if !self.fair {
             return None;
         }
@@ -258,6 +291,35 @@ impl LockRequest {
              `write_lock`) queues its waiters: drop `.fair()`",
             self.target.label(", ")
         )))
+    }
+
+    /// `hold_at_least` on a request that cannot keep it: another kind than the one-key exclusive
+    /// lock, a fair request, or a window longer than `max_hold`.
+    fn hold_at_least_refusal(&self) -> Option<LockError> {
+        let min_hold = self.hold_at_least?;
+        let name = self.target.label(", ");
+        let exclusive = matches!(
+            self.target,
+            Target::Key {
+                kind: Kind::Write,
+                ..
+            }
+        );
+        if !exclusive || self.fair {
+            return Some(LockError::Config(format!(
+                "lock `{name}`: `hold_at_least` keeps the exclusive lock of one key past its \
+                 release; a read, semaphore, multi-key or fair request cannot be kept: drop \
+                 `hold_at_least`"
+            )));
+        }
+        match self.max_hold {
+            Some(max_hold) if min_hold > max_hold => Some(LockError::Config(format!(
+                "lock `{name}`: `hold_at_least` ({min_hold:?}) is longer than `max_hold` \
+                 ({max_hold:?}): the lock could not be held that long; shorten `hold_at_least` \
+                 or lengthen `max_hold`"
+            ))),
+            _ => None,
+        }
     }
 
     /// A request's `lease`, or the client's default, checked against its bounds and against

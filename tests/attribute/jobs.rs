@@ -2,7 +2,9 @@
 //! lock that is no error (`LockRequest::try_acquire`: `Ok(None)`), an annotated fn that is
 //! skipped while its lock is held elsewhere (`on_busy = "skip"`: `Ok(())` or `Ok(None)`, the
 //! body not run; with a `wait`, skipped only after waiting), and `distlock::fencing_token()`
-//! inside an annotated fn, with the errors that say why there is none elsewhere.
+//! inside an annotated fn, with the errors that say why there is none elsewhere; and
+//! `hold_at_least`: a job that ends early keeps its lock to the end of the window (the release
+//! shortens the lease instead of deleting), so it is not run again within it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +39,12 @@ impl Job {
 
     #[distributed_lock(key = "job:{name}", client = self.locks, on_busy = "skip", wait = "300ms")]
     async fn patient(&self, name: &str) -> Result<(), LockError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    #[distributed_lock(key = "job:{name}", client = self.locks, on_busy = "skip", hold_at_least = "400ms")]
+    async fn at_most_every_400ms(&self, name: &str) -> Result<(), LockError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -106,9 +114,104 @@ async fn busy_is_no_error_and_a_busy_job_is_skipped(locks: Client) {
     job.unfenced("other").await.expect("checked inside");
 }
 
+/// Polls `name` with `try_acquire` until it is free; how long after `since` that was.
+async fn free_after(locks: &Client, name: &str, since: Instant) -> Duration {
+    loop {
+        if let Some(guard) = locks.lock(name).try_acquire().await.expect("no failure") {
+            let after = since.elapsed();
+            assert!(guard.release().await.expect("release"));
+            return after;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "{name} never came free"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn an_early_release_keeps_the_lock_for_hold_at_least(locks: Client) {
+    let window = Duration::from_millis(400);
+    // Taken and given back at once: kept to the end of the window, then free.
+    let sent = Instant::now();
+    let guard = locks
+        .lock("job:min-hold")
+        .hold_at_least(window)
+        .try_acquire()
+        .await
+        .expect("no failure")
+        .expect("free");
+    assert!(guard.release().await.expect("release"), "it was ours");
+    assert!(
+        locks
+            .lock("job:min-hold")
+            .try_acquire()
+            .await
+            .expect("no failure")
+            .is_none(),
+        "kept after an early release"
+    );
+    let free = free_after(&locks, "job:min-hold", sent).await;
+    assert!(
+        free >= window - Duration::from_millis(20) && free < window + Duration::from_secs(2),
+        "free {free:?} after the request, the window is {window:?}"
+    );
+
+    // The attribute: a job that ends at once runs once per window.
+    let job = Job::on(locks.clone());
+    let started = Instant::now();
+    job.at_most_every_400ms("min-hold-job").await.expect("ran");
+    job.at_most_every_400ms("min-hold-job")
+        .await
+        .expect("skipped");
+    assert_eq!(
+        job.runs.load(Ordering::SeqCst),
+        1,
+        "skipped within the window"
+    );
+    let free = free_after(&locks, "job:min-hold-job", started).await;
+    assert!(
+        free >= window - Duration::from_millis(20),
+        "free after {free:?}"
+    );
+
+    // A window longer than max_hold, or on a lock that cannot be kept, is refused.
+    let too_long = locks
+        .lock("job:bad")
+        .max_hold(Duration::from_secs(60))
+        .hold_at_least(Duration::from_secs(61))
+        .try_acquire()
+        .await;
+    assert!(
+        matches!(&too_long, Err(LockError::Config(why)) if why.contains("longer than `max_hold`")),
+        "{too_long:?}"
+    );
+    let read = locks
+        .read_lock("job:bad")
+        .hold_at_least(window)
+        .try_acquire()
+        .await;
+    assert!(
+        matches!(&read, Err(LockError::Config(why)) if why.contains("hold_at_least")),
+        "{read:?}"
+    );
+}
+
 #[tokio::test]
 async fn in_process_busy_is_no_error_and_a_busy_job_is_skipped() {
     busy_is_no_error_and_a_busy_job_is_skipped(Client::in_memory()).await;
+}
+
+#[tokio::test]
+async fn in_process_an_early_release_keeps_the_lock_for_hold_at_least() {
+    an_early_release_keeps_the_lock_for_hold_at_least(Client::in_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_an_early_release_keeps_the_lock_for_hold_at_least() {
+    let server = RedisServer::start();
+    let locks = Client::new(Config::from_url(&server.url()).expect("url")).expect("client");
+    an_early_release_keeps_the_lock_for_hold_at_least(locks).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -313,6 +313,7 @@ struct Plan {
     fencing: bool,
     watchdog: bool,
     max_hold: Option<Duration>,
+    hold_at_least: Option<Duration>,
     /// The wait runs on the caller's clock; leases on the backend's (see `clock`).
     started: Instant,
     deadline: Instant,
@@ -363,6 +364,7 @@ impl Plan {
             fencing: request.fencing.unwrap_or(config.fencing),
             watchdog: request.watchdog,
             max_hold: request.max_hold,
+            hold_at_least: request.hold_at_least,
             started,
             deadline,
             backoff: Backoff::new(config.backoff_min, config.backoff_max),
@@ -437,28 +439,31 @@ impl Plan {
             let hold = hold
                 .take()
                 .unwrap_or_else(|| observed.granted(&key.name, token, self.lease));
-            let lease = Arc::new(Lease::new(
-                // A grant taken through a seat is given back by leaving the queue.
-                if self.fair {
-                    Holding::Seat
-                } else {
-                    Holding::Grant(self.kind)
-                },
-                key,
-                // Moved into the last lease, cloned for the others.
-                if at + 1 == count {
-                    owner.take().unwrap_or_default()
-                } else {
-                    owner.clone().unwrap_or_default()
-                },
-                token,
-                self.lease,
-                self.watchdog,
-                self.max_hold,
-                sent,
-                inner.clock,
-                hold,
-            ));
+            let lease = Arc::new(
+                Lease::new(
+                    // A grant taken through a seat is given back by leaving the queue.
+                    if self.fair {
+                        Holding::Seat
+                    } else {
+                        Holding::Grant(self.kind)
+                    },
+                    key,
+                    // Moved into the last lease, cloned for the others.
+                    if at + 1 == count {
+                        owner.take().unwrap_or_default()
+                    } else {
+                        owner.clone().unwrap_or_default()
+                    },
+                    token,
+                    self.lease,
+                    self.watchdog,
+                    self.max_hold,
+                    sent,
+                    inner.clock,
+                    hold,
+                )
+                .held_at_least(self.hold_at_least),
+            );
             inner.watchdog.watch(lease.clone());
             match first {
                 None => first = Some(lease),

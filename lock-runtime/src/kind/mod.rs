@@ -47,6 +47,9 @@ pub(crate) enum Holding {
     Grant(Kind),
     /// A seat in the key's queue, and the write grant its try may have got.
     Seat,
+    /// A write grant held at least until a moment (`hold_at_least`), given back before it:
+    /// kept, not renewed, for this much longer, then it expires (`scripts/write/keep.lua`).
+    KeptFor(Duration),
 }
 
 impl From<Kind> for LockMode {
@@ -154,7 +157,7 @@ impl Holding {
     pub(crate) fn kind(self) -> Kind {
         match self {
             Holding::Grant(kind) => kind,
-            Holding::Seat => Kind::Write,
+            Holding::Seat | Holding::KeptFor(_) => Kind::Write,
         }
     }
 
@@ -166,6 +169,7 @@ impl Holding {
             Holding::Grant(Kind::Read) => &read::RELEASE,
             Holding::Grant(Kind::Semaphore(_)) => &semaphore::RELEASE,
             Holding::Seat => &fair::LEAVE,
+            Holding::KeptFor(_) => &write::KEEP,
         };
         // Every release script takes the lock key, the owner token and how the store
         // announces, then the keys it reaches beside the lock (arguments: `lock_key.lua`).
@@ -174,6 +178,7 @@ impl Holding {
         match self {
             Holding::Grant(Kind::Write | Kind::Semaphore(_)) => call.arg(key.channel()),
             Holding::Grant(Kind::Read) => call.arg(key.writer_waiting()).arg(key.channel()),
+            Holding::KeptFor(keep) => call.arg(millis(keep)),
             Holding::Seat => call
                 .arg(key.channel())
                 .arg(key.queue())
@@ -189,6 +194,7 @@ impl Holding {
             Holding::Grant(Kind::Read) => read::release_twin(entry, owner, now),
             Holding::Grant(Kind::Semaphore(_)) => semaphore::release_twin(entry, owner, now),
             Holding::Seat => fair::leave_twin(entry, owner, now),
+            Holding::KeptFor(keep) => write::keep_twin(entry, owner, keep, now),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! [`write_lock`](crate::write_lock) take it): one owner at a time and no reader meanwhile.
 //! A writer that finds the lock held sets the writer-waiting mark, which keeps new readers out
 //! (writer preference). Every grant takes the next fencing token. Scripts:
-//! `scripts/write/{acquire,release}.lua`; renewals share `scripts/extend_many.lua`.
+//! `scripts/write/{acquire,release,keep}.lua` (`keep`: a release within `hold_at_least`); renewals share `scripts/extend_many.lua`.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -15,6 +15,8 @@ static ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
 pub(super) static RELEASE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("../../scripts/write/release.lua")));
+pub(super) static KEEP: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/write/keep.lua")));
 
 /// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
 /// lease, so that no key outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
@@ -59,6 +61,18 @@ pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> 
         entry.writer = None;
     }
     ours
+}
+
+/// A release before the end of `hold_at_least`: the grant stays for `keep`, then expires.
+pub(super) fn keep_twin(entry: &mut TwinEntry, owner: &str, keep: Duration, now: Instant) -> bool {
+    entry.purge(now);
+    match &mut entry.writer {
+        Some((o, until)) if o == owner => {
+            *until = now + keep;
+            true
+        }
+        _ => false,
+    }
 }
 
 pub(super) fn extend_twin(
