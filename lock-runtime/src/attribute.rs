@@ -478,29 +478,11 @@ where
         if outcome.is_some() && !guard.is_held() {
             tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lease was lost while the body ran (on_lost = \"continue\")");
         }
-        match guard.release().await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
-            }
-            Err(err) => {
-                tracing::warn!(target: crate::LOG_TARGET, key = %label, "release failed; the lease will expire: {err}")
-            }
-        }
+        give_back(guard, &label).await;
     }
     match outcome {
         Some(result) => result,
-        None => into(
-            match leases.iter().find_map(|lease| lease.max_hold_passed()) {
-                // Given back by the client's shutdown: nothing was lost.
-                _ if leases.iter().any(|lease| lease.was_shut_down()) => LockError::ShutDown,
-                Some(max_hold) => LockError::HeldTooLong {
-                    key: label,
-                    max_hold,
-                },
-                None => LockError::LeaseLost { key: label },
-            },
-        ),
+        None => into(ended_error(&leases, label)),
     }
 }
 
@@ -578,6 +560,79 @@ async fn take(
         })
         .collect();
     Ok((held, Grant::Own(guard)))
+}
+
+/// Releases the call's own grant after its body; a failed release is logged, never returned
+/// (the body's result stands).
+async fn give_back(guard: LockGuard, label: &str) {
+    match guard.release().await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
+        }
+        Err(err) => {
+            tracing::warn!(target: crate::LOG_TARGET, key = %label, "release failed; the lease will expire: {err}")
+        }
+    }
+}
+
+/// Why a body was cancelled: its grant was given back by the client's shutdown (nothing was
+/// lost), held for its `max_hold`, or lost.
+fn ended_error(leases: &[Arc<Lease>], label: String) -> LockError {
+    match leases.iter().find_map(|lease| lease.max_hold_passed()) {
+        _ if leases.iter().any(|lease| lease.was_shut_down()) => LockError::ShutDown,
+        Some(max_hold) => LockError::HeldTooLong {
+            key: label,
+            max_hold,
+        },
+        None => LockError::LeaseLost { key: label },
+    }
+}
+
+impl crate::LockRequest {
+    /// Takes the lock, runs `body` under it and gives it back: the attribute's behaviour as a
+    /// method (node-redlock's `using`), for code without `#[distributed_lock]`. The body runs
+    /// with the lock as the task's current one ([`current`], [`fencing_token`]), and is
+    /// cancelled at its next await if the lease is lost (as `on_lost = "abort"`); the lock is
+    /// released when the body ends, also when it fails. Returns the body's output, or the
+    /// error that kept it from running or finishing: [`LockError::Timeout`] and the others of
+    /// [`acquire`](Self::acquire), [`LockError::LeaseLost`], [`LockError::HeldTooLong`] past
+    /// `max_hold`, [`LockError::ShutDown`]. A failed release is logged; the body's output stands.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), distlock::LockError> {
+    /// let total = distlock::lock("ledger:7")
+    ///     .run(async {
+    ///         let token = distlock::fencing_token()?; // for the writes it makes
+    ///         # let _ = token;
+    ///         Ok::<_, distlock::LockError>(42)
+    ///     })
+    ///     .await??;
+    /// # let _ = total; Ok(()) }
+    /// ```
+    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
+        let Some(client) = self.client.clone() else {
+            return Err(LockError::NotInitialized);
+        };
+        let label = self.target.label(", ");
+        let guard = self.acquire().await?;
+        let leases: Vec<Arc<Lease>> = guard.leases().cloned().collect();
+        let held = leases
+            .iter()
+            .map(|lease| {
+                let info = LockInfo {
+                    key: lease.key.name.clone(),
+                    mode: lease.kind().into(),
+                    fencing_token: lease.token,
+                };
+                Held::new(info, client.clone(), lease.clone())
+            })
+            .collect();
+        let span = leases[0].hold.span().clone();
+        let outcome = run_scoped(held, OnLost::Abort, body).instrument(span).await;
+        give_back(guard, &label).await;
+        outcome.ok_or_else(|| ended_error(&leases, label))
+    }
 }
 
 /// How a nested call's error names what a task holds.

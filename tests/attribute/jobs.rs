@@ -4,7 +4,8 @@
 //! body not run; with a `wait`, skipped only after waiting), and `distlock::fencing_token()`
 //! inside an annotated fn, with the errors that say why there is none elsewhere; and
 //! `hold_at_least`: a job that ends early keeps its lock to the end of the window (the release
-//! shortens the lease instead of deleting), so it is not run again within it.
+//! shortens the lease instead of deleting), so it is not run again within it; and
+//! `LockRequest::run`, the attribute's behaviour as a method.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -229,4 +230,65 @@ async fn outside_an_annotated_fn_there_is_no_fencing_token_and_the_error_says_wh
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// `LockRequest::run`: the attribute's behaviour as a method — the body runs under the lock
+/// (its token at hand), its output comes back and the lock is given back; a body whose lease
+/// runs out is cancelled at its next await with `LeaseLost`; a busy lock is the request's error.
+async fn run_is_the_attribute_as_a_method(locks: Client) {
+    let out = locks
+        .lock("run:report")
+        .run(async {
+            let token = distlock::fencing_token().expect("a token inside run");
+            assert_eq!(distlock::current().expect("held").key(), "run:report");
+            token.get()
+        })
+        .await
+        .expect("ran");
+    assert!(out > 0);
+    assert!(
+        locks
+            .lock("run:report")
+            .try_acquire()
+            .await
+            .expect("no failure")
+            .is_some(),
+        "given back after the body"
+    );
+
+    let started = Instant::now();
+    let lost = locks
+        .lock("run:hard-limit")
+        .lease(Duration::from_millis(150))
+        .watchdog(false)
+        .run(async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            "finished"
+        })
+        .await;
+    assert!(matches!(lost, Err(LockError::LeaseLost { .. })), "{lost:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cancelled at the loss, not after the body's 30 s"
+    );
+
+    let _held = locks.lock("run:busy").acquire().await.expect("free");
+    let busy = locks
+        .lock("run:busy")
+        .wait(Duration::ZERO)
+        .run(async { unreachable!("the body of a lock never taken") })
+        .await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+}
+
+#[tokio::test]
+async fn in_process_run_is_the_attribute_as_a_method() {
+    run_is_the_attribute_as_a_method(Client::in_memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_run_is_the_attribute_as_a_method() {
+    let server = RedisServer::start();
+    let locks = Client::new(Config::from_url(&server.url()).expect("url")).expect("client");
+    run_is_the_attribute_as_a_method(locks).await;
 }
