@@ -6,9 +6,13 @@
 //! of them SIGKILLed while queued: the rest are granted in the order they came, and each dead
 //! waiter holds the queue up for at most two heartbeats (on a single server, Sentinel, Redlock
 //! and a Redis Cluster; the in-process store's twin of this is in `tests/conformance/fair.rs`).
+//! Run-once jobs (issue 27): eight processes run the same every-200-ms job with
+//! `on_busy = "skip"` and `hold_at_least = "150ms"` for 20 s while processes are SIGKILLed and
+//! restarted: never two runs at once, no two starts closer than the window, and no gap longer
+//! than the lease and one period without a run.
 //!
 //! A custom harness (`harness = false`): the binary runs the scenarios, and re-executes itself
-//! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read`, `semaphore` or `fair`, then the
+//! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read`, `semaphore`, `fair` or `job`, then the
 //! server's URL, or `redlock|URL,URL,…` / `cluster|URL,URL,…` / `sentinel|MASTER|URL,URL,…`)
 //! to play the holder (or fair waiter) process.
 
@@ -31,7 +35,7 @@ fn main() {
         hold_until_killed(&role);
         return;
     }
-    let scenarios: [(&str, fn()); 5] = [
+    let scenarios: [(&str, fn()); 6] = [
         (
             "a_crashed_holder_frees_the_lock_within_its_lease",
             a_crashed_holder_frees_the_lock_within_its_lease,
@@ -51,6 +55,10 @@ fn main() {
         (
             "twenty_fair_waiters_keep_their_order_while_three_are_killed",
             twenty_fair_waiters_keep_their_order_while_three_are_killed,
+        ),
+        (
+            "eight_job_processes_run_the_job_once_per_window_while_killed",
+            eight_job_processes_run_the_job_once_per_window_while_killed,
         ),
     ];
     // The scenarios run side by side: each starts its own servers and holder processes, and
@@ -86,6 +94,10 @@ fn hold_until_killed(role: &str) {
     let (mode, url) = role.split_once(':').expect("MODE:URL");
     if mode == "fair" {
         wait_fairly(url);
+        return;
+    }
+    if mode == "job" {
+        run_the_job_until_killed(url);
         return;
     }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -582,5 +594,169 @@ fn fair_waiters_killed_on(store: &str) {
     assert!(
         !state.is_locked() && state.queued == 0,
         "{store}: after the last waiter: {state:?}"
+    );
+}
+
+// ---- run-once jobs (issue 27) -------------------------------------------------------------
+
+/// The job's period in every process, its `hold_at_least` and its lease.
+const JOB_PERIOD: Duration = Duration::from_millis(200);
+const JOB_WINDOW: Duration = Duration::from_millis(150);
+const JOB_LEASE: Duration = Duration::from_millis(1000);
+/// What a start may come before the window's end by: the start is read on entering the body,
+/// the window runs from the request's send, a round trip earlier.
+const JOB_CLOCK_SLACK: Duration = Duration::from_millis(10);
+
+/// A job process: the same job every 200 ms, each run recorded in the list `runs` on the
+/// server (`S:<pid>:<n>:<µs>` on entering, `E:<pid>:<n>:<µs>` on leaving).
+struct Job {
+    locks: Client,
+    recorder: redis::aio::MultiplexedConnection,
+    runs: std::sync::atomic::AtomicU64,
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Job {
+    #[distlock::distributed_lock(
+        key = "every-200ms",
+        client = self.locks,
+        on_busy = "skip",
+        hold_at_least = "150ms",
+        lease = "1s"
+    )]
+    async fn tick(&self) -> Result<(), LockError> {
+        let started = now_micros();
+        let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let pid = std::process::id();
+        let mut recorder = self.recorder.clone();
+        let _: () = redis::cmd("RPUSH")
+            .arg("runs")
+            .arg(format!("S:{pid}:{n}:{started}"))
+            .query_async(&mut recorder)
+            .await
+            .expect("record the start");
+        // Long enough that many kills land inside a run (its lock then lapses with its lease).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _: () = redis::cmd("RPUSH")
+            .arg("runs")
+            .arg(format!("E:{pid}:{n}:{}", now_micros()))
+            .query_async(&mut recorder)
+            .await
+            .expect("record the end");
+        Ok(())
+    }
+}
+
+fn run_the_job_until_killed(url: &str) {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let job = Job {
+            locks: Client::new(Config::from_url(url).expect("url")).expect("client"),
+            recorder: redis::Client::open(url)
+                .expect("url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect"),
+            runs: std::sync::atomic::AtomicU64::new(0),
+        };
+        println!("acquired 1");
+        loop {
+            job.tick().await.expect("a skipped or finished run");
+            tokio::time::sleep(JOB_PERIOD).await;
+        }
+    });
+}
+
+/// One run as recorded: its process, start and (unless the process was killed in it) end.
+struct Run {
+    pid: u64,
+    start: u64,
+    end: Option<u64>,
+}
+
+fn eight_job_processes_run_the_job_once_per_window_while_killed() {
+    let server = RedisServer::start();
+    let store = server.url();
+    let mut workers: Vec<Holder> = (0..8).map(|_| spawn_holder_on(&store, "job").0).collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(1300));
+        let victim = fastrand::usize(..workers.len());
+        workers[victim].kill();
+        kills += 1;
+        workers[victim] = spawn_holder_on(&store, "job").0;
+    }
+    drop(workers);
+    let records: Vec<String> = redis::cmd("LRANGE")
+        .arg("runs")
+        .arg(0)
+        .arg(-1)
+        .query(&mut server.connection())
+        .expect("LRANGE runs");
+    let mut runs: Vec<Run> = Vec::new();
+    let mut open: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    for record in &records {
+        let fields: Vec<&str> = record.split(':').collect();
+        let [what, pid, n, at] = fields[..] else {
+            panic!("record {record:?}");
+        };
+        let (pid, n, at): (u64, u64, u64) = (
+            pid.parse().expect("pid"),
+            n.parse().expect("n"),
+            at.parse().expect("µs"),
+        );
+        match what {
+            "S" => {
+                open.insert((pid, n), runs.len());
+                runs.push(Run {
+                    pid,
+                    start: at,
+                    end: None,
+                });
+            }
+            _ => {
+                let at_run = open.remove(&(pid, n)).expect("an end after its start");
+                runs[at_run].end = Some(at);
+            }
+        }
+    }
+    runs.sort_by_key(|run| run.start);
+    let micros = |d: Duration| d.as_micros() as u64;
+    assert!(
+        runs.len() >= 20,
+        "{} runs in 20 s with {kills} kills: the job must keep running",
+        runs.len()
+    );
+    let killed_in_a_run = runs.iter().filter(|run| run.end.is_none()).count();
+    for pair in runs.windows(2) {
+        let (first, next) = (&pair[0], &pair[1]);
+        if let Some(end) = first.end {
+            assert!(
+                next.start >= end,
+                "two runs at once: {} started at {} before {}'s run ended at {end}",
+                next.pid,
+                next.start,
+                first.pid
+            );
+        }
+        let apart = next.start - first.start;
+        assert!(
+            apart + micros(JOB_CLOCK_SLACK) >= micros(JOB_WINDOW),
+            "starts {apart} µs apart, within the {JOB_WINDOW:?} window"
+        );
+        assert!(
+            apart <= micros(JOB_LEASE + JOB_PERIOD + Duration::from_millis(300)),
+            "{apart} µs without a run: more than the lease and a period"
+        );
+    }
+    println!(
+        "jobs: {} runs, {kills} processes killed, {killed_in_a_run} of them inside a run",
+        runs.len()
     );
 }
