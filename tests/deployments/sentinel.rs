@@ -204,7 +204,10 @@ async fn a_request_with_wait_left_rides_out_a_failover_without_an_error() {
     // Not asserted: that the new primary still has the grant. Under load a failover attempt
     // can time out and be retried with the other replica, which never had it — the hazard the
     // failover guard is for (`with_the_failover_guard_no_lock_is_granted_twice_…`).
-    guard.release().await.expect("the release reaches the new primary");
+    guard
+        .release()
+        .await
+        .expect("the release reaches the new primary");
 }
 
 /// Hands `name` from `holder` to a waiter of `waiter` (whose backoff is a minute), once the
