@@ -127,11 +127,13 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// One request of a lock operation as a store sends it: a script call, or (a first try that
-/// needs no script, [`FirstTry`](crate::kind::FirstTry)) a pipeline built for it, whose reply is
-/// an array with error replies kept as values (a refusal can be an answer, not a failure).
+/// needs no script, [`FirstTry`](crate::kind::FirstTry)) a command or a pipeline built for it,
+/// whose error replies are kept as values (a refusal can be an answer, not a failure): a
+/// command's reply is its value, a pipeline's an array of them.
 #[derive(Clone, Copy)]
 pub(crate) enum Call<'a> {
     Script(&'a crate::script::ScriptCall),
+    Command(&'a ::redis::Cmd),
     Pipeline(&'a ::redis::Pipeline),
 }
 
@@ -148,6 +150,12 @@ impl Call<'_> {
     ) -> ::redis::RedisResult<T> {
         match self {
             Call::Script(invocation) => invocation.invoke_async(connection).await,
+            // The reply as it came, an error reply included (`query_async` would make it an
+            // error of the call).
+            Call::Command(cmd) => {
+                ::redis::FromRedisValue::from_redis_value(connection.req_packed_command(cmd).await?)
+                    .map_err(::redis::RedisError::from)
+            }
             Call::Pipeline(pipeline) => pipeline.query_async(connection).await,
         }
     }

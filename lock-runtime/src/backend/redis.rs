@@ -222,17 +222,19 @@ impl<T: Transport> RedisStore<T> {
 }
 
 /// The first refusal among a pipeline's replies (sent with `ignore_errors`, so that a refused
-/// command is a reply, not the pipeline's error): it means the command did not run.
+/// command is a reply, not the pipeline's error), or a command's own: it did not run.
 fn refusal_in(reply: &redis::Value) -> Option<RedisError> {
-    let redis::Value::Array(items) = reply else {
-        return None;
-    };
-    items.iter().find_map(|item| match item {
+    let refusal = |item: &redis::Value| match item {
         redis::Value::ServerError(err) if err.code() == "NOPERM" => {
             Some(RedisError::from(err.clone()))
         }
         _ => None,
-    })
+    };
+    match reply {
+        redis::Value::Array(items) => items.iter().find_map(refusal),
+        // A command's reply, sent alone.
+        reply => refusal(reply),
+    }
 }
 
 /// The failover guard's rule: a write counts only once enough replicas have it.

@@ -296,10 +296,15 @@ pub(crate) fn extend_many_call(renewals: &[Renewal<'_>]) -> ScriptCall {
 /// (after a lost reply) a grant, as the script does, but without restarting the lease: the
 /// caller's deadline runs from before the first send, so it ends before the key's.
 pub(crate) struct FirstTry {
-    /// `SET … NX PX … GET` alone, or with `TIME` after it in one `MULTI`/`EXEC`.
-    pipeline: redis::Pipeline,
-    /// The token is the clock (`TIME`'s reply); without it, the grant has none.
-    clock: bool,
+    request: FirstRequest,
+}
+
+/// The request of a [`FirstTry`].
+enum FirstRequest {
+    /// `SET … NX PX … GET` alone: the grant has no token.
+    Bare(redis::Cmd),
+    /// That `SET` and `TIME` after it in one `MULTI`/`EXEC`: the token is the clock.
+    Clock(redis::Pipeline),
 }
 
 impl FirstTry {
@@ -318,10 +323,6 @@ impl FirstTry {
         };
         // Sized up front: one allocation for the command's bytes and one for its argument
         // offsets, none while it grows (this is every uncontended write lock's request).
-        let mut pipeline = redis::Pipeline::with_capacity(if clock { 2 } else { 1 });
-        if clock {
-            pipeline.atomic();
-        }
         let mut set =
             redis::Cmd::with_capacity(7, attempt.key.lock.len() + attempt.owner.len() + 40);
         set.arg("SET")
@@ -331,19 +332,29 @@ impl FirstTry {
             .arg("PX")
             .arg(millis(attempt.lease))
             .arg("GET");
-        pipeline.add_command(set);
-        if clock {
-            let mut time = redis::Cmd::with_capacity(1, 4);
-            time.arg("TIME");
-            pipeline.add_command(time);
+        if !clock {
+            return Some(Self {
+                request: FirstRequest::Bare(set),
+            });
         }
+        let mut pipeline = redis::Pipeline::with_capacity(2);
+        pipeline.atomic();
+        pipeline.add_command(set);
+        let mut time = redis::Cmd::with_capacity(1, 4);
+        time.arg("TIME");
+        pipeline.add_command(time);
         pipeline.ignore_errors();
-        Some(Self { pipeline, clock })
+        Some(Self {
+            request: FirstRequest::Clock(pipeline),
+        })
     }
 
     /// The request to send.
     pub(crate) fn call(&self) -> Call<'_> {
-        Call::Pipeline(&self.pipeline)
+        match &self.request {
+            FirstRequest::Bare(set) => Call::Command(set),
+            FirstRequest::Clock(pipeline) => Call::Pipeline(pipeline),
+        }
     }
 
     /// Reads the reply as an acquire script's `{granted, value}`: `{1, token}` (`{1, -1}`
@@ -356,10 +367,12 @@ impl FirstTry {
                 format!("unexpected reply to the first try: {reply:?}"),
             ))
         };
-        // One reply per command: the `SET`'s, and `TIME`'s after it.
-        let (set, clock) = match (reply, self.clock) {
-            (redis::Value::Array(items), false) if items.len() == 1 => (&items[0], None),
-            (redis::Value::Array(items), true) if items.len() == 2 => (&items[0], Some(&items[1])),
+        // The `SET`'s reply, and `TIME`'s after it in the transaction's.
+        let (set, clock) = match (reply, &self.request) {
+            (set, FirstRequest::Bare(_)) => (set, None),
+            (redis::Value::Array(items), FirstRequest::Clock(_)) if items.len() == 2 => {
+                (&items[0], Some(&items[1]))
+            }
             _ => return Err(unexpected()),
         };
         let granted = match set {
