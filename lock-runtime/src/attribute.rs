@@ -548,18 +548,7 @@ async fn take(
         .acquire()
         .await
         .map_err(NotTaken::Failed)?;
-    let held = guard
-        .leases()
-        .map(|lease| {
-            let info = LockInfo {
-                key: lease.key.name.clone(),
-                mode,
-                fencing_token: lease.token,
-            };
-            Held::new(info, client.clone(), lease.clone())
-        })
-        .collect();
-    Ok((held, Grant::Own(guard)))
+    Ok((held_of(&guard, client), Grant::Own(guard)))
 }
 
 /// Releases the call's own grant after its body; a failed release is logged, never returned
@@ -617,22 +606,29 @@ impl crate::LockRequest {
         let label = self.target.label(", ");
         let guard = self.acquire().await?;
         let leases: Vec<Arc<Lease>> = guard.leases().cloned().collect();
-        let held = leases
-            .iter()
-            .map(|lease| {
-                let info = LockInfo {
-                    key: lease.key.name.clone(),
-                    mode: lease.kind().into(),
-                    fencing_token: lease.token,
-                };
-                Held::new(info, client.clone(), lease.clone())
-            })
-            .collect();
         let span = leases[0].hold.span().clone();
-        let outcome = run_scoped(held, OnLost::Abort, body).instrument(span).await;
+        let outcome = run_scoped(held_of(&guard, &client), OnLost::Abort, body)
+            .instrument(span)
+            .await;
         give_back(guard, &label).await;
         outcome.ok_or_else(|| ended_error(&leases, label))
     }
+}
+
+/// What the task holds while the body of `guard`'s grant runs: each of its leases, with the
+/// key, mode and token [`current`] gives.
+fn held_of(guard: &LockGuard, client: &Client) -> Vec<Held> {
+    guard
+        .leases()
+        .map(|lease| {
+            let info = LockInfo {
+                key: lease.key.name.clone(),
+                mode: lease.kind().into(),
+                fencing_token: lease.token,
+            };
+            Held::new(info, client.clone(), lease.clone())
+        })
+        .collect()
 }
 
 /// How a nested call's error names what a task holds.

@@ -81,8 +81,6 @@ pub(crate) struct Lease {
     /// `hold_at_least`: until when a release keeps the lock instead of deleting it (the
     /// request's send time plus the window, on the lease's clock).
     held_until: Option<Instant>,
-    /// When the request that took it was sent.
-    sent: Instant,
     times: Mutex<Times>,
     /// Where it stands; changed only under this lock, with what tells of the change.
     state: Mutex<LeaseState>,
@@ -124,7 +122,6 @@ impl Lease {
             clock,
             max_hold,
             held_until: None,
-            sent,
             times: Mutex::new(Times {
                 deadline: deadline_after(sent, duration, max_hold),
                 next_renewal: sent + duration / 3,
@@ -137,9 +134,10 @@ impl Lease {
         }
     }
 
-    /// Keeps the lock at least `min_hold` from the grant's request ([`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)).
-    pub(crate) fn held_at_least(mut self, min_hold: Option<Duration>) -> Self {
-        self.held_until = min_hold.and_then(|min_hold| self.sent.checked_add(min_hold));
+    /// Keeps the lock until `until` when it is given back earlier
+    /// ([`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)).
+    pub(crate) fn held_until(mut self, until: Option<Instant>) -> Self {
+        self.held_until = until;
         self
     }
 

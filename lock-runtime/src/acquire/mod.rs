@@ -462,7 +462,10 @@ impl Plan {
                     inner.clock,
                     hold,
                 )
-                .held_at_least(self.hold_at_least),
+                .held_until(
+                    self.hold_at_least
+                        .and_then(|min_hold| sent.checked_add(min_hold)),
+                ),
             );
             inner.watchdog.watch(lease.clone());
             match first {

@@ -657,8 +657,14 @@ impl Transport for Node {
                     .maybe_applied(maybe_applied)
                     .into());
             }
-            // A connection given up on (by a sibling, say) is closed on the server first.
-            let sent = match self.kill_replaced(&mut in_use.connection).await {
+            // A connection given up on (by a sibling, say) is closed on the server first; the
+            // flag is read here, so a request with nothing to close awaits nothing more.
+            let closed = if self.replaced.pending() {
+                self.kill_replaced(&mut in_use.connection).await
+            } else {
+                Ok(())
+            };
+            let sent = match closed {
                 Ok(()) => call.query(&mut in_use.connection).await,
                 Err(err) => Err(err),
             };
