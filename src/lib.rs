@@ -125,14 +125,15 @@
 /// ```
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    current, fencing_token, init, inspect, is_locked, lock, ping, read_lock, shutdown, try_init,
-    write_lock, BackendError, BackendErrorKind, Client, Config, FencingToken, ForcedUnlock, Holder,
-    LockError, LockGuard, LockInfo, LockMode, LockRequest, LockState, DEFAULT_BACKOFF_MAX,
-    DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_HEARTBEAT, DEFAULT_KEY_PREFIX,
-    DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS,
-    ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS,
-    LOG_TARGET, MAX_KEY_LEN, MAX_LEASE, METRICS, MIN_LEASE,
+    current, election, fencing_token, init, inspect, is_locked, lock, ping, read_lock, shutdown,
+    try_init, write_lock, BackendError, BackendErrorKind, Client, Config, Election, FencingToken,
+    ForcedUnlock, Holder, LeaderChanges, LeaderInfo, Leadership, LockError, LockGuard, LockInfo,
+    LockMode, LockRequest, LockState, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_HEARTBEAT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL,
+    ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, LOG_TARGET,
+    MAX_KEY_LEN, MAX_LEASE, METRICS, MIN_LEASE,
 };
 
 pub use lock_runtime::fenced;

@@ -40,7 +40,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Who holds the lock KEY: its writer or readers (app, host, pid, since when), the lease
-    /// left, waiters, and the fencing token ceiling. Exits 1 when it is not locked.
+    /// left, waiters, the fencing token ceiling, and for an election its leader's epoch and
+    /// published value. Exits 1 when it is not locked.
     Status {
         /// The lock's name, as the application passes it (without the prefix).
         key: String,

@@ -49,6 +49,17 @@ pub struct JsonState {
     /// Fair waiters in the lock's queue.
     queued: u64,
     token_ceiling: u64,
+    /// The leader when the lock is an election's; null otherwise.
+    leader: Option<JsonLeader>,
+}
+
+/// An election's leader, as `--json` shows it (the holder is the lock's).
+#[derive(Debug, Serialize)]
+pub struct JsonLeader {
+    epoch: u64,
+    /// The published value as text (bytes that are not UTF-8 as `\xNN` escapes); null
+    /// when none was published.
+    value: Option<String>,
 }
 
 impl From<&LockState> for JsonState {
@@ -64,8 +75,18 @@ impl From<&LockState> for JsonState {
             waiting_processes: state.waiting_processes,
             queued: state.queued,
             token_ceiling: state.token_ceiling.get(),
+            leader: state.leader.as_ref().map(|leader| JsonLeader {
+                epoch: leader.epoch().get(),
+                value: leader.value().map(value_text),
+            }),
         }
     }
+}
+
+/// A published value as text: UTF-8 as it is, anything else with its bytes escaped
+/// (`\xNN`).
+fn value_text(value: &[u8]) -> String {
+    std::str::from_utf8(value).map_or_else(|_| value.escape_ascii().to_string(), str::to_owned)
 }
 
 /// `unlock --force`, as `--json` shows it.
@@ -129,6 +150,15 @@ pub fn state_text(state: &LockState) -> String {
     for holder in &state.holders {
         text.push_str("\n  ");
         text.push_str(&holder_text(holder));
+    }
+    if let Some(leader) = &state.leader {
+        text.push_str(&format!(
+            "\n  election leader: epoch {}, value {}",
+            leader.epoch(),
+            leader
+                .value()
+                .map_or_else(|| "none".to_owned(), |v| format!("\"{}\"", value_text(v)))
+        ));
     }
     text.push_str(&format!(
         "\n  writer waiting: {}, waiting processes: {}, fair waiters queued: {}, token ceiling: {}",

@@ -352,3 +352,42 @@ async fn status_counts_the_fair_waiters_queued() {
     let granted = waiting.await.unwrap().expect("the fair waiter is granted");
     granted.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_names_an_elections_leader_epoch_and_value() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let scheduler = client(&url, "scheduler");
+    let leadership = scheduler
+        .election("cron")
+        .value("10.0.0.7:8080")
+        .campaign()
+        .await
+        .unwrap();
+    let epoch = leadership.epoch().get();
+
+    let text = distlock(&["--url", &url, "status", "cron"], &[]);
+    assert_exit(&text, 0);
+    let shown = stdout(&text);
+    assert!(shown.contains("cron: locked (write)"), "{shown}");
+    assert!(shown.contains("app=scheduler"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "election leader: epoch {epoch}, value \"10.0.0.7:8080\""
+        )),
+        "{shown}"
+    );
+    let parsed = json(&distlock(&["--url", &url, "--json", "status", "cron"], &[]));
+    assert_eq!(parsed["leader"]["epoch"], epoch, "{parsed}");
+    assert_eq!(parsed["leader"]["value"], "10.0.0.7:8080", "{parsed}");
+
+    // A plain lock has no leader.
+    let guard = scheduler.lock("order:1").acquire().await.unwrap();
+    let parsed = json(&distlock(
+        &["--url", &url, "--json", "status", "order:1"],
+        &[],
+    ));
+    assert!(parsed["leader"].is_null(), "{parsed}");
+    guard.release().await.unwrap();
+    leadership.resign().await.unwrap();
+}

@@ -40,7 +40,7 @@ use crate::{FencingToken, LockMode};
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    lease: Arc<Lease>,
+    pub(crate) lease: Arc<Lease>,
     /// The other keys of a multi-key grant ([`lock_all`](crate::lock_all)), in the order
     /// taken; empty otherwise.
     more: Vec<Arc<Lease>>,

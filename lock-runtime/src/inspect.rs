@@ -13,6 +13,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::election::LeaderInfo;
 use crate::{FencingToken, LockMode};
 
 /// Longest host name kept in an owner token, in bytes.
@@ -119,6 +120,9 @@ pub struct LockState {
     /// reject every holder so far — [`Client::force_unlock`](crate::Client::force_unlock)
     /// returns such a token after freeing the lock.
     pub token_ceiling: FencingToken,
+    /// The leader, when the lock is an [election](crate::Election)'s and its holder has
+    /// written its leader record (epoch, value); `None` otherwise.
+    pub leader: Option<LeaderInfo>,
 }
 
 impl LockState {

@@ -15,6 +15,7 @@ mod backend;
 mod client;
 mod clock;
 mod config;
+mod election;
 mod error;
 pub mod fenced;
 mod global;
@@ -47,10 +48,11 @@ pub use config::{
     DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS,
     ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, MAX_LEASE, MIN_LEASE,
 };
+pub use election::{Election, LeaderChanges, LeaderInfo, Leadership};
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use global::{
-    init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown, try_init,
-    write_lock,
+    election, init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown,
+    try_init, write_lock,
 };
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LockState};

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::script::{LuaScript, ScriptCall};
 
+use crate::election::RawRecord;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{millis, Tokens, TwinEntry};
 use crate::protocol::{Announce, LockKey};
@@ -49,6 +50,9 @@ pub(crate) struct RawView {
     pub(crate) permits: Option<u32>,
     /// Fair waiters in the key's queue.
     pub(crate) queued: u64,
+    /// The leader record beside the lock, if the key is an election's; trusted only while
+    /// its owner is the holder ([`LeaderInfo::from_view`](crate::election::LeaderInfo::from_view)).
+    pub(crate) record: Option<RawRecord>,
 }
 
 /// The view's script call. `announce` chooses how subscribers are counted (sharded on Cluster).
@@ -61,7 +65,8 @@ pub(crate) fn inspect_call(key: &LockKey, announce: Announce, tokens: Tokens) ->
     })
     .arg(key.writer_waiting())
     .arg(key.channel())
-    .arg(key.queue_deadlines());
+    .arg(key.queue_deadlines())
+    .arg(key.leader());
     call
 }
 
@@ -88,12 +93,24 @@ type InspectReply = (
     Option<String>,
     Option<u32>,
     u64,
+    Option<(String, String, Option<Vec<u8>>)>,
 );
 
 /// Reads the inspect script's reply.
 pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<RawView, LockError> {
-    let (held, pttl, holders, waiting, subscribers, seconds, micros, counter, permits, queued) =
-        reply;
+    let (
+        held,
+        pttl,
+        holders,
+        waiting,
+        subscribers,
+        seconds,
+        micros,
+        counter,
+        permits,
+        queued,
+        record,
+    ) = reply;
     let mode = match held.as_str() {
         "none" => None,
         "string" => Some(LockMode::Write),
@@ -114,6 +131,13 @@ pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<R
         token_ceiling: clock.max(counter),
         permits,
         queued,
+        record: record.and_then(|(epoch, owner, value)| {
+            Some(RawRecord {
+                epoch: epoch.parse().ok()?,
+                owner,
+                value,
+            })
+        }),
     })
 }
 
@@ -190,6 +214,8 @@ impl TwinEntry {
                 .queue
                 .as_ref()
                 .map_or(0, |queue| queue.len().try_into().unwrap_or(u64::MAX)),
+            // The store's to fill in, as `token_ceiling`: records are kept beside the entries.
+            record: None,
         }
     }
 

@@ -87,6 +87,12 @@ impl LockKey {
         self.beside(":released")
     }
 
+    /// `{prefix}{{name}}:leader`: an election's leader record (a hash: epoch, owner, value),
+    /// written by the leader beside the lock it leads by (`election/`).
+    pub(crate) fn leader(&self) -> String {
+        self.beside(":leader")
+    }
+
     /// `{prefix}{{name}}:queue`: the fair waiters in order (a sorted set of waiter ids).
     pub(crate) fn queue(&self) -> String {
         self.beside(":queue")

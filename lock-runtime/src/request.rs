@@ -21,6 +21,11 @@ impl Client {
         LockRequest::new(Some(self.clone()), key.into(), Kind::Write)
     }
 
+    /// The leader election `name` through this client: see [`Election`](crate::Election).
+    pub fn election(&self, name: impl Into<String>) -> crate::Election {
+        crate::Election::new(Some(self.clone()), name.into())
+    }
+
     /// Starts a request for the write side of the read/write lock `key`: the same lock as
     /// [`Client::lock`]. See [`write_lock`].
     pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {

@@ -15,6 +15,7 @@ mod support;
 
 mod bad_input;
 mod behaviour;
+mod elections;
 mod fair;
 mod fenced_writes;
 mod fencing_keys;

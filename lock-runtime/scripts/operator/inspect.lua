@@ -6,17 +6,20 @@
 -- KEYS[2]  fencing counter, only with counter tokens (Redlock)
 -- ARGV[1]  how subscribers are counted: 'NUMSUB', or 'SHARDNUMSUB' on Cluster
 -- ARGV[2]  writer-waiting mark's key, ARGV[3] the lock's release channel, ARGV[4] the fair
---          queue's deadlines (fair/acquire.lua) (arguments, not keys: lock_key.lua)
+--          queue's deadlines (fair/acquire.lua), ARGV[5] an election's leader record
+--          (election/proclaim.lua) (arguments, not keys: lock_key.lua)
 --
 -- A key that holds anything but a lock is a NOTALOCK error (lock_key.lua).
 --
 -- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter,
--- permits, queued}: the lock key's TYPE ('none', 'string' or 'zset'), its
+-- permits, queued, record}: the lock key's TYPE ('none', 'string' or 'zset'), its
 -- PTTL, the live holders as {{owner, remaining ms}, ...} (a semaphore's permit owners, never
 -- its '#permits:N' marker, semaphore/acquire.lua), the writer-waiting mark's PTTL (-2: none),
 -- the release channel's subscriber count, the server's TIME, the counter's value (nil when
--- there is none), N when the key is a semaphore (nil otherwise), and the number of fair
--- waiters whose deadline has not passed.
+-- there is none), N when the key is a semaphore (nil otherwise), the number of fair
+-- waiters whose deadline has not passed, and the leader record {epoch, owner, value} if the
+-- key is an election's (nil otherwise; whether its owner still holds the lock is the
+-- caller's to compare, with the holders read here in the same script).
 
 local held = lock_held(KEYS[1])
 local types = {none = 'none', writer = 'string', readers = 'zset', permits = 'zset'}
@@ -52,5 +55,12 @@ local queued = 0
 if own_queue(ARGV[4], true) then
   queued = redis.call('ZCOUNT', ARGV[4], '(' .. now_ms, '+inf')
 end
+-- Leniently: something else at the record key (or the key on the other node of a slot
+-- migration) only means no record is shown.
+local record = false
+local fields = redis.pcall('HMGET', ARGV[5], 'epoch', 'owner', 'value')
+if type(fields) == 'table' and not fields.err and fields[1] and fields[2] then
+  record = fields
+end
 return {types[held], pttl, holders, writer_waiting(ARGV[2]), subscribers, now[1], now[2], counter,
-  permits, queued}
+  permits, queued, record}

@@ -22,6 +22,7 @@ use super::{
     AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::clock::tokio_now;
+use crate::election::RawRecord;
 use crate::error::LockError;
 use crate::kind::twins::{clock_micros, MemoryStore, State};
 use crate::kind::{multi, TokenRule, TwinReply};
@@ -56,6 +57,7 @@ impl MemoryBackend {
                 .filter(|fence| fence.expires_at > now)
                 .map_or(0, |fence| fence.last);
             view.token_ceiling = counter.max(clock_micros());
+            view.record = state.records.get(&key.lock).cloned();
             view
         })
     }
@@ -70,6 +72,40 @@ impl MemoryBackend {
                 evicted,
                 state.next_token(&key.fence(), FORCED_FENCE_TTL, now),
             )
+        })
+    }
+
+    /// Keeps an election's leader record beside `key`'s lock if its owner is the lock's
+    /// writer (the twin of `scripts/election/proclaim.lua`; no announcement: this store has
+    /// no channels, its observers read at a period).
+    pub(crate) fn proclaim(&self, key: &LockKey, record: &RawRecord) -> bool {
+        let now = tokio_now();
+        self.with_state(|state| {
+            let holds = state.with_entry(&key.lock, |entry| {
+                entry.purge(now);
+                entry
+                    .writer
+                    .as_ref()
+                    .is_some_and(|(owner, _)| *owner == record.owner)
+            });
+            if holds {
+                state.records.insert(key.lock.clone(), record.clone());
+            }
+            holds
+        })
+    }
+
+    /// Deletes `key`'s leader record if `owner` wrote it.
+    pub(crate) fn withdraw(&self, key: &LockKey, owner: &str) -> bool {
+        self.with_state(|state| {
+            let own = state
+                .records
+                .get(&key.lock)
+                .is_some_and(|record| record.owner == owner);
+            if own {
+                state.records.remove(&key.lock);
+            }
+            own
         })
     }
 

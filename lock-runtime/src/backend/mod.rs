@@ -25,6 +25,7 @@ pub(crate) mod wake;
 use std::future::Future;
 
 use crate::clock::Clock;
+use crate::election::RawRecord;
 use crate::error::LockError;
 pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
 pub(crate) use crate::kind::Renewal;
@@ -221,6 +222,34 @@ impl Backend {
         }
         found.truncate(limit);
         Ok(found)
+    }
+}
+
+/// An election's leader record (`election/record.rs`), on whichever store.
+impl Backend {
+    /// Writes `record` beside `key`'s lock and announces it, if the record's owner holds the
+    /// lock: `false` when it does not (any more). On Redlock, on a majority.
+    pub(crate) async fn proclaim(
+        &self,
+        key: &LockKey,
+        record: &RawRecord,
+    ) -> Result<bool, LockError> {
+        match self {
+            Backend::Redis(b) => b.proclaim(key, record).await,
+            Backend::Cluster(b) => b.proclaim(key, record).await,
+            Backend::Redlock(b) => b.proclaim(key, record).await,
+            Backend::Memory(b) => Ok(b.proclaim(key, record)),
+        }
+    }
+
+    /// Deletes `key`'s record if `owner` wrote it.
+    pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        match self {
+            Backend::Redis(b) => b.withdraw(key, owner).await,
+            Backend::Cluster(b) => b.withdraw(key, owner).await,
+            Backend::Redlock(b) => b.withdraw(key, owner).await,
+            Backend::Memory(b) => Ok(b.withdraw(key, owner)),
+        }
     }
 }
 

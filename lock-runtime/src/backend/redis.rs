@@ -28,6 +28,7 @@ use super::{
     AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
 use crate::config::ReplicaGuard;
+use crate::election::{self, RawRecord};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 use crate::operator_scripts::{self as operator, RawHolder, RawView};
@@ -408,6 +409,22 @@ impl<T: Transport> RedisStore<T> {
         Ok(operator::read_force_unlock_reply(
             self.invoke("force unlock", call).await?,
         ))
+    }
+
+    /// Writes an election's leader record if its owner holds the lock (`election/record.rs`).
+    pub(crate) async fn proclaim(
+        &self,
+        key: &LockKey,
+        record: &RawRecord,
+    ) -> Result<bool, LockError> {
+        let call = election::proclaim_call(key, record, T::ANNOUNCE, self.tokens);
+        election::read_proclaim_reply(key, self.invoke("proclaim", call).await?)
+    }
+
+    /// Deletes an election's leader record if `owner` wrote it.
+    pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let call = election::withdraw_call(key, owner, self.tokens);
+        Ok(self.invoke::<i64>("withdraw", call).await? == 1)
     }
 
     /// Adds the keys matching `pattern` to `found` (`SCAN` on the server, or on every primary

@@ -52,6 +52,7 @@ use super::wake::{Announcers, ReleaseListener};
 use super::{
     AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
 };
+use crate::election::RawRecord;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::lease::drift;
@@ -625,6 +626,32 @@ impl RedlockBackend {
         Ok((evicted, token))
     }
 
+    /// Writes an election's leader record on every master whose lock its owner holds; it
+    /// stands when a majority wrote it (the masters where the leader holds the lock).
+    pub(crate) async fn proclaim(
+        &self,
+        key: &LockKey,
+        record: &RawRecord,
+    ) -> Result<bool, LockError> {
+        self.reconnect_missing();
+        let answers = self
+            .on_all(self.node_timeout, |master| master.proclaim(key, record))
+            .await;
+        let written = self.answered(key, answers)?;
+        Ok(written.iter().filter(|&&written| written).count() >= self.quorum())
+    }
+
+    /// Deletes an election's leader record on every master where `owner` wrote it; `true`
+    /// when any did.
+    pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        let answers = self
+            .on_all(self.node_timeout, |master| master.withdraw(key, owner))
+            .await;
+        Ok(answers
+            .iter()
+            .any(|answer| matches!(answer, Answer::Said(true))))
+    }
+
     /// Adds the keys matching `pattern` on the masters to `found` (the union: a key on any
     /// master), stopping once it holds `limit` keys or more.
     pub(crate) async fn scan(
@@ -713,6 +740,13 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
         .find(|view| view.mode == mode && view.permits.is_some())
         .and_then(|view| view.permits)
         .filter(|_| mode.is_some());
+    // The leader's record, from a master where the quorum's holder wrote it (each master has
+    // the same); a stale minority record is not the leader's.
+    let record = views
+        .iter()
+        .filter_map(|view| view.record.as_ref())
+        .find(|record| holders.iter().any(|(owner, _)| *owner == record.owner))
+        .cloned();
     RawView {
         mode,
         permits,
@@ -727,6 +761,7 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
             .map(|view| view.token_ceiling)
             .max()
             .unwrap_or(0),
+        record,
     }
 }
 

@@ -8,7 +8,9 @@
 //! so each client wakes one of its waiters for it. A fair lock's release names the head of its
 //! queue (`f:` and its waiter id): only that waiter wakes, in whichever client it waits; any
 //! other release also wakes one of the client's fair waiters. So a handoff costs about one round
-//! trip and many writers do not all retry at once. Anything lost here (a message, the
+//! trip and many writers do not all retry at once. An election's observers (`election/`)
+//! register as observers: every message on the channel wakes each of them, and a new leader's
+//! announcement (`e:` and its epoch) wakes only them. Anything lost here (a message, the
 //! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
 //! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
 //! connection), this client pauses it, for longer after each failure in a row ([`Pause`]),
@@ -60,8 +62,12 @@ struct Channel {
     /// Wakes every waiting reader: each sees the version change once, also when it was busy
     /// with a try when the release came.
     readers: watch::Sender<()>,
+    /// Wakes every observer of an election ([`ReleaseListener::observe`]): each sees every
+    /// message once, whatever it says.
+    observers: watch::Sender<()>,
     waiting_writers: usize,
     waiting_readers: usize,
+    observing: usize,
 }
 
 impl Channel {
@@ -71,6 +77,11 @@ impl Channel {
     /// writer waits, and one of its fair waiters (which, finding the lock free but not at the
     /// head, wakes the head by name).
     fn wake(&self, payload: &[u8]) {
+        self.observers.send_replace(());
+        // A new leader's record (election/proclaim.lua): for observers alone.
+        if payload.starts_with(crate::election::PROCLAIMED_PREFIX) {
+            return;
+        }
         if let Some(waiter) = payload.strip_prefix(crate::kind::fair::WAKE_PREFIX) {
             let waiter = std::str::from_utf8(waiter).unwrap_or_default();
             if let Some(notify) = self.fair.get(waiter) {
@@ -266,6 +277,8 @@ enum Side {
     /// A fair waiter, with its id: woken by name.
     Fair(String, Arc<Notify>),
     Reader(watch::Receiver<()>),
+    /// An election's observer: woken by every message on the channel.
+    Observer(watch::Receiver<()>),
 }
 
 impl ReleaseListener {
@@ -298,18 +311,7 @@ impl ReleaseListener {
         kind: Kind,
         waiter: Option<&str>,
     ) -> WaitRegistration {
-        let inner = &self.inner;
-        let mut channels = inner.state.channels();
-        let entry = channels
-            .entry(channel.to_owned())
-            .or_insert_with(|| Channel {
-                fair: HashMap::new(),
-                writers: Arc::new(Notify::new()),
-                readers: watch::Sender::new(()),
-                waiting_writers: 0,
-                waiting_readers: 0,
-            });
-        let side = match (waiter, kind.wake_rule()) {
+        self.register(channel, |entry| match (waiter, kind.wake_rule()) {
             (Some(waiter), _) => {
                 let notify = Arc::new(Notify::new());
                 entry.fair.insert(waiter.to_owned(), notify.clone());
@@ -323,7 +325,33 @@ impl ReleaseListener {
                 entry.waiting_readers += 1;
                 Side::Reader(entry.readers.subscribe())
             }
-        };
+        })
+    }
+
+    /// Registers an election's observer on `channel`: woken by every release and every new
+    /// leader's record announced there, never taking a wake-up from a waiter.
+    pub(crate) fn observe(&self, channel: &str) -> WaitRegistration {
+        self.register(channel, |entry| {
+            entry.observing += 1;
+            Side::Observer(entry.observers.subscribe())
+        })
+    }
+
+    fn register(&self, channel: &str, side: impl FnOnce(&mut Channel) -> Side) -> WaitRegistration {
+        let inner = &self.inner;
+        let mut channels = inner.state.channels();
+        let entry = channels
+            .entry(channel.to_owned())
+            .or_insert_with(|| Channel {
+                fair: HashMap::new(),
+                writers: Arc::new(Notify::new()),
+                readers: watch::Sender::new(()),
+                observers: watch::Sender::new(()),
+                waiting_writers: 0,
+                waiting_readers: 0,
+                observing: 0,
+            });
+        let side = side(entry);
         WaitRegistration {
             inner: inner.clone(),
             name: channel.to_owned(),
@@ -339,7 +367,7 @@ impl ReleaseListener {
         let woken = async {
             match &mut interest.side {
                 Side::Writer(notify) | Side::Fair(_, notify) => notify.notified().await,
-                Side::Reader(release) => {
+                Side::Reader(release) | Side::Observer(release) => {
                     if release.changed().await.is_err() {
                         // Unreachable while the interest lives (the channel keeps the sender).
                         std::future::pending::<()>().await;
@@ -590,11 +618,12 @@ impl Drop for WaitRegistration {
         match &self.side {
             Side::Writer(_) => entry.waiting_writers -= 1,
             Side::Reader(_) => entry.waiting_readers -= 1,
+            Side::Observer(_) => entry.observing -= 1,
             Side::Fair(waiter, _) => {
                 entry.fair.remove(waiter);
             }
         }
-        if entry.waiting_writers + entry.waiting_readers + entry.fair.len() > 0 {
+        if entry.waiting_writers + entry.waiting_readers + entry.observing + entry.fair.len() > 0 {
             return;
         }
         channels.remove(&self.name);

@@ -5,6 +5,7 @@
 
 use crate::backend::LockKey;
 use crate::client::Client;
+use crate::election::LeaderInfo;
 use crate::error::LockError;
 use crate::inspect::{scan_patterns, ForcedUnlock, Holder, LockState};
 use crate::FencingToken;
@@ -40,13 +41,15 @@ impl Client {
             .clock
             .send(&inner.io, inner.backend.inspect(&key))
             .await?;
+        let holders: Vec<Holder> = view
+            .holders
+            .into_iter()
+            .map(|(owner, remaining)| Holder::parse(owner, remaining))
+            .collect();
         Ok(LockState {
+            leader: LeaderInfo::from_view(view.record, view.mode, &holders),
             mode: view.mode,
-            holders: view
-                .holders
-                .into_iter()
-                .map(|(owner, remaining)| Holder::parse(owner, remaining))
-                .collect(),
+            holders,
             remaining: view.remaining,
             writer_waiting: view.writer_waiting,
             waiting_processes: view.subscribers,

@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::TwinEntry;
+use crate::election::RawRecord;
 
 /// Grants between two sweeps, at least.
 pub(crate) const MIN_SWEEP_AFTER: usize = 1024;
@@ -33,6 +34,9 @@ pub(crate) struct State {
     /// Holders and marks of each key that has any, by lock key.
     pub(crate) locks: HashMap<String, TwinEntry>,
     pub(crate) fences: HashMap<String, Fence>,
+    /// Elections' leader records, by lock key (kept like Redis keeps them: until the next
+    /// leader's record or its leader's resignation; trusted only beside their holder).
+    pub(crate) records: HashMap<String, RawRecord>,
     /// Grants left before the next sweep.
     pub(crate) grants_to_sweep: usize,
 }
@@ -42,6 +46,7 @@ impl Default for State {
         Self {
             locks: HashMap::new(),
             fences: HashMap::new(),
+            records: HashMap::new(),
             grants_to_sweep: MIN_SWEEP_AFTER,
         }
     }

@@ -1,0 +1,405 @@
+//! Leader election on a lock: [`Election`] (`distlock::election(name)`,
+//! [`Client::election`]) campaigns for the write lock `name`, fenced, renewed by the watchdog;
+//! the grant's fencing token is the leader's **epoch**, so every leader's epoch is greater than
+//! every earlier leader's, on every store, and a resource fenced with it ([`crate::fenced`])
+//! refuses a deposed leader's writes. A new leader writes its record — epoch, owner token and
+//! the value it publishes — beside the lock (`record.rs`), and announces it on the lock's
+//! release channel; [`Election::leader`] reads the lock's holder and the record in one
+//! request and trusts the record only while its writer holds the lock, and
+//! [`Election::observe`] (`observe.rs`) follows the changes, woken by those announcements and
+//! by releases. Neighbours: the acquire loop and the watchdog do the locking, the stores in
+//! `backend/` run the record's scripts, `client/operator.rs` shows the record in
+//! [`LockState::leader`](crate::LockState::leader).
+
+mod observe;
+mod record;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+pub use observe::LeaderChanges;
+pub(crate) use record::{
+    proclaim_call, read_proclaim_reply, withdraw_call, RawRecord, PROCLAIMED_PREFIX,
+};
+
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::inspect::Holder;
+use crate::protocol::LockKey;
+use crate::{Client, FencingToken, LockMode};
+
+/// How long one acquire of an unbounded campaign waits before it starts over (the campaign
+/// itself goes on): a bound on a single request's wait, not on the campaign.
+const CAMPAIGN_ROUND: Duration = Duration::from_secs(60);
+/// The first pause after a failure a campaign outlives (Redis unreachable, a quorum short);
+/// it doubles up to [`MAX_FAILURE_PAUSE`].
+const FIRST_FAILURE_PAUSE: Duration = Duration::from_millis(100);
+const MAX_FAILURE_PAUSE: Duration = Duration::from_secs(2);
+
+/// A leader election on one name: a cheap handle (clone it, move it into tasks) that
+/// campaigns for leadership ([`campaign`](Self::campaign)), tells who leads
+/// ([`leader`](Self::leader)) and follows the changes ([`observe`](Self::observe)).
+///
+/// Leadership is the write lock of the election's name, fenced, and renewed by the watchdog
+/// for as long as the leader lives; its fencing token is the leader's [epoch](Leadership::epoch),
+/// greater than every earlier leader's. The leader writes a record beside the lock — its
+/// epoch, its holder record (app, host, pid, since) and an optional [`value`](Self::value),
+/// such as its address (etcd's "proclaim") — which [`leader`](Self::leader) and
+/// [`observe`](Self::observe) read. The name is a lock name: do not also lock it as a lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::in_memory();
+/// let election = client.election("scheduler").value("10.0.0.7:8080");
+/// let leadership = election.campaign().await?;
+/// let leader = election.leader().await?.expect("we lead");
+/// assert_eq!(leader.epoch(), leadership.epoch());
+/// assert_eq!(leader.value(), Some(&b"10.0.0.7:8080"[..]));
+/// leadership.resign().await?;
+/// assert!(election.leader().await?.is_none());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "an election does nothing until `.campaign()`, `.leader()` or `.observe()`"]
+pub struct Election {
+    client: Option<Client>,
+    name: Arc<str>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    value: Option<Arc<[u8]>>,
+}
+
+impl Election {
+    /// The election `name`, through `client` (`None`: the global client was not set up, and
+    /// every request says so).
+    pub(crate) fn new(client: Option<Client>, name: String) -> Self {
+        Self {
+            client,
+            name: name.into(),
+            lease: None,
+            wait: None,
+            value: None,
+        }
+    }
+
+    /// The election's name: the name of the lock its leaders hold.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The lease of a leader's term: how long after a leader dies (or is frozen, or cut off
+    /// from Redis) another can take over. The watchdog renews it at a third of its length
+    /// while the leader lives. Defaults to the client's
+    /// [`Config::default_lease`](crate::Config::default_lease).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The longest [`campaign`](Self::campaign) waits to lead before it returns
+    /// [`LockError::Timeout`]; without it a campaign waits for as long as it takes, also
+    /// through Redis being unreachable for a while (it tries again, logging at WARN).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// What a leader publishes with its leadership (its address, say), readable through
+    /// [`leader`](Self::leader) and [`observe`](Self::observe) as [`LeaderInfo::value`].
+    pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
+        self.value = Some(value.into().into());
+        self
+    }
+
+    fn client(&self) -> Result<&Client, LockError> {
+        self.client.as_ref().ok_or(LockError::NotInitialized)
+    }
+
+    fn key(&self, client: &Client) -> Result<LockKey, LockError> {
+        LockKey::new(&client.inner.config.key_prefix, self.name.to_string())
+    }
+
+    /// Waits until this process leads (at most [`wait`](Self::wait), if given), and returns
+    /// the [`Leadership`], which lasts until it is [resigned](Leadership::resign) or dropped,
+    /// or [lost](Leadership::lost).
+    ///
+    /// A campaign takes the election's lock like any waiter: it is woken when the leader
+    /// resigns, and takes over within a lease of a leader that died. Once it holds the lock it
+    /// writes its record and announces it; a lease lost before that starts the campaign over.
+    ///
+    /// Errors: [`LockError::Timeout`] when [`wait`](Self::wait) passed; what a lock request
+    /// fails with otherwise ([`LockError::InvalidKey`], [`LockError::Config`],
+    /// [`LockError::ShutDown`], …). Failures that may pass (Redis unreachable, a Redlock
+    /// quorum short, a Cluster failover) are tried again until the wait ends; without a wait,
+    /// for as long as they last.
+    pub async fn campaign(&self) -> Result<Leadership, LockError> {
+        let client = self.client()?;
+        let started = tokio::time::Instant::now();
+        let deadline = self.wait.and_then(|wait| started.checked_add(wait));
+        let mut pause = FIRST_FAILURE_PAUSE;
+        loop {
+            let round = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(tokio::time::Instant::now()),
+                None => CAMPAIGN_ROUND,
+            };
+            let mut request = client.lock(self.name.to_string()).fencing(true).wait(round);
+            if let Some(lease) = self.lease {
+                request = request.lease(lease);
+            }
+            let failure = match request.acquire().await {
+                Ok(guard) => match self.proclaim(client, guard).await {
+                    Ok(Some(leadership)) => return Ok(leadership),
+                    // The lease ran out before the record was written: start over.
+                    Ok(None) => continue,
+                    Err(err) => err,
+                },
+                Err(LockError::Timeout { .. }) if deadline.is_none() => continue,
+                Err(err) => err,
+            };
+            let now = tokio::time::Instant::now();
+            let retry = failure.is_transient() && deadline.is_none_or(|d| now + pause < d);
+            if !retry {
+                return Err(match failure {
+                    LockError::Timeout { key, .. } => LockError::Timeout {
+                        key,
+                        waited: now - started,
+                    },
+                    other => other,
+                });
+            }
+            tracing::warn!(target: crate::LOG_TARGET, election = %self.name, error = %failure,
+                "campaign failed; trying again in {pause:?}");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_FAILURE_PAUSE);
+        }
+    }
+
+    /// Writes this leader's record beside the lock `guard` holds; `None` when the lock was
+    /// no longer ours by then.
+    async fn proclaim(
+        &self,
+        client: &Client,
+        guard: LockGuard,
+    ) -> Result<Option<Leadership>, LockError> {
+        let lease = guard.lease.clone();
+        let Some(epoch) = lease.token else {
+            return Err(LockError::Config(format!(
+                "election `{}`: its lock was granted without a fencing token; elections need \
+                 fencing, which `fencing(false)` turned off",
+                self.name
+            )));
+        };
+        let record = RawRecord {
+            epoch: epoch.get(),
+            owner: lease.owner.clone(),
+            value: self.value.as_deref().map(<[u8]>::to_vec),
+        };
+        let inner = &client.inner;
+        let written = inner
+            .clock
+            .send(&inner.io, inner.backend.proclaim(&lease.key, &record))
+            .await;
+        match written {
+            Ok(true) => {
+                tracing::info!(target: crate::LOG_TARGET, election = %self.name, epoch = epoch.get(),
+                    "leading");
+                Ok(Some(Leadership {
+                    guard: Some(guard),
+                    client: client.clone(),
+                    name: self.name.clone(),
+                    epoch,
+                }))
+            }
+            Ok(false) => Ok(None),
+            Err(err) => {
+                // Not leading after all: the next leader need not wait for the lease.
+                let _ = guard.release().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Who leads now: the leader's epoch, holder record and value, or `None` when nobody
+    /// leads (or a new leader has its lock but has not written its record yet: it does so
+    /// within one round trip). One read-only request (on Redlock, one per master: a leader is
+    /// one whose lock and record a majority agree on).
+    ///
+    /// Errors: [`LockError::NotInitialized`], [`LockError::InvalidKey`],
+    /// [`LockError::Backend`], [`LockError::QuorumUnavailable`].
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>, LockError> {
+        Ok(self.client()?.inspect(self.name.to_string()).await?.leader)
+    }
+
+    /// The changes of leader, as a [`Stream`](futures_core::Stream) of [`LeaderInfo`]: the
+    /// leader when it starts (if any), then each new leader once, in epoch order. It is woken
+    /// by the announcements of new leaders and by releases, and reads again at a third of the
+    /// lease besides (a leader that died is noticed when its lease ends, and a lost
+    /// announcement costs at most that). A leader that came and went between two reads is
+    /// not shown. Failures to read are logged at WARN and tried again; the stream never ends.
+    ///
+    /// ```no_run
+    /// # async fn f() {
+    /// let mut changes = distlock::election("scheduler").observe();
+    /// while let Some(leader) = changes.next().await {
+    ///     println!("epoch {}: {:?} on {:?}", leader.epoch(), leader.holder().pid, leader.holder().host);
+    /// }
+    /// # }
+    /// ```
+    pub fn observe(&self) -> LeaderChanges {
+        LeaderChanges::new(self.clone())
+    }
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .field("value", &self.value.as_ref().map(|value| value.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// This process's leadership of an [`Election`], from [`Election::campaign`]: the election's
+/// lock, renewed by the watchdog, and the epoch that fences the leader's writes.
+///
+/// It owns what it needs (move it into a task). Dropping it resigns, in the background;
+/// [`resign`](Self::resign) does so and waits for it.
+#[must_use = "dropping a Leadership resigns at once"]
+pub struct Leadership {
+    /// `None` once resigned.
+    guard: Option<LockGuard>,
+    client: Client,
+    name: Arc<str>,
+    epoch: FencingToken,
+}
+
+impl Leadership {
+    /// The leader's epoch: its lock's fencing token, greater than every earlier leader's.
+    /// Hand it to a fenced store ([`crate::fenced`]) with every write, so that a deposed
+    /// leader's late writes are refused.
+    pub fn epoch(&self) -> FencingToken {
+        self.epoch
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this process still leads, as far as it can tell (its lease is neither lost
+    /// nor past its deadline).
+    pub fn is_leader(&self) -> bool {
+        self.guard.as_ref().is_some_and(LockGuard::is_held)
+    }
+
+    /// Completes when the leadership ends for any reason but [`resign`](Self::resign): the
+    /// lease could not be renewed in time (Redis unreachable, this process frozen), the lock
+    /// was freed by force, or the client shut down. Stop acting as the leader then; the
+    /// epoch already fences what comes late.
+    pub async fn lost(&self) {
+        match &self.guard {
+            Some(guard) => guard.lost().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Hands the leadership over at once: deletes this leader's record and gives the lock
+    /// back, which wakes the next campaigner. `Ok(false)` when it had been lost already.
+    ///
+    /// Errors: [`LockError::Backend`] (and the like) when Redis could not be asked; the lease
+    /// then runs out by itself.
+    pub async fn resign(mut self) -> Result<bool, LockError> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(false);
+        };
+        withdraw_and_release(&self.client, guard).await
+    }
+}
+
+/// Deletes the record (if still this leader's) and gives the lock back.
+async fn withdraw_and_release(client: &Client, guard: LockGuard) -> Result<bool, LockError> {
+    let inner = &client.inner;
+    let lease = guard.lease.clone();
+    let withdrawn = inner
+        .clock
+        .send(&inner.io, inner.backend.withdraw(&lease.key, &lease.owner))
+        .await;
+    let released = guard.release().await;
+    withdrawn?;
+    released
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            let client = self.client.clone();
+            // On the client's runtime: the caller's may be ending.
+            self.client.inner.io.spawn(async move {
+                if let Err(err) = withdraw_and_release(&client, guard).await {
+                    tracing::warn!(target: crate::LOG_TARGET, error = %err,
+                        "resigning a dropped leadership failed; its lease runs out by itself");
+                }
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("name", &self.name)
+            .field("epoch", &self.epoch)
+            .field("leader", &self.is_leader())
+            .finish()
+    }
+}
+
+/// Who leads an election: the epoch, the leader's holder record and the value it published
+/// ([`Election::leader`], [`Election::observe`], [`LockState::leader`](crate::LockState::leader)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    epoch: FencingToken,
+    holder: Holder,
+    value: Option<Vec<u8>>,
+}
+
+impl LeaderInfo {
+    /// The leader record in `view`, if its writer holds the lock.
+    pub(crate) fn from_view(
+        record: Option<RawRecord>,
+        mode: Option<LockMode>,
+        holders: &[Holder],
+    ) -> Option<Self> {
+        let record = record?;
+        match (mode, holders) {
+            (Some(LockMode::Write), [holder]) if holder.owner == record.owner => Some(Self {
+                epoch: FencingToken(record.epoch),
+                holder: holder.clone(),
+                value: record.value,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The leader's epoch: its grant's fencing token.
+    pub fn epoch(&self) -> FencingToken {
+        self.epoch
+    }
+
+    /// The leader's holder record: app, host, pid, since when, and its remaining lease.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    /// When the leader's campaign took the lock, on the leader's clock.
+    pub fn since(&self) -> Option<SystemTime> {
+        self.holder.since
+    }
+
+    /// What the leader published ([`Election::value`]).
+    pub fn value(&self) -> Option<&[u8]> {
+        self.value.as_deref()
+    }
+}

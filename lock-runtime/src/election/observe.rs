@@ -1,0 +1,137 @@
+//! Following an election's leaders: [`LeaderChanges`], the stream [`Election::observe`]
+//! returns. It reads the leader ([`Election::leader`]) whenever the lock's channel carries a
+//! message — a new leader's announcement (`record.rs`) or a release — through the client's
+//! wake-ups (`backend/wake.rs`, as an observer that never takes a waiter's wake-up), and at a
+//! third of the lease besides, which notices a leader whose lease ran out (nothing announces
+//! an expiry) and stands in for a lost message. The in-process store has no channel: there it
+//! reads at that period, at most every 100 ms. Only a greater epoch than the last one yielded
+//! is a change, so each leader is yielded once and in epoch order.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+
+use super::{Election, LeaderInfo};
+use crate::backend::wake::WaitRegistration;
+use crate::error::LockError;
+use crate::protocol::LockKey;
+use crate::FencingToken;
+
+/// The longest the in-process store's observers go between reads (it has no wake-ups).
+const IN_PROCESS_PERIOD: Duration = Duration::from_millis(100);
+
+/// The changes of an election's leader ([`Election::observe`]): a
+/// [`Stream`](futures_util::Stream) of [`LeaderInfo`], each new leader once, in epoch order.
+/// It ends only when the election cannot be read at all (no global client, an invalid name:
+/// logged at ERROR); failures that may pass are logged at WARN and read again.
+#[must_use = "a stream does nothing unless polled"]
+pub struct LeaderChanges {
+    changes: Pin<Box<dyn Stream<Item = LeaderInfo> + Send>>,
+}
+
+impl LeaderChanges {
+    pub(super) fn new(election: Election) -> Self {
+        let watch = Watch {
+            election,
+            last: None,
+            registration: None,
+            failing: false,
+        };
+        let changes = futures_util::stream::unfold(watch, |mut watch| async move {
+            let change = watch.next_change().await?;
+            Some((change, watch))
+        });
+        Self {
+            changes: Box::pin(changes),
+        }
+    }
+
+    /// The next new leader (`None`: the stream ended, see above); the same as
+    /// `StreamExt::next`, without importing it.
+    pub async fn next(&mut self) -> Option<LeaderInfo> {
+        futures_util::StreamExt::next(self).await
+    }
+}
+
+impl Stream for LeaderChanges {
+    type Item = LeaderInfo;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderInfo>> {
+        self.changes.as_mut().poll_next(cx)
+    }
+}
+
+impl std::fmt::Debug for LeaderChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderChanges").finish_non_exhaustive()
+    }
+}
+
+/// The stream's state between items.
+struct Watch {
+    election: Election,
+    /// The epoch yielded last.
+    last: Option<FencingToken>,
+    /// Made before the first read, so a change announced between a read and the wait after
+    /// it still wakes that wait.
+    registration: Option<WaitRegistration>,
+    /// The last read failed (logged once per run of failures).
+    failing: bool,
+}
+
+impl Watch {
+    async fn next_change(&mut self) -> Option<LeaderInfo> {
+        let client = match self.election.client() {
+            Ok(client) => client.clone(),
+            Err(err) => return self.give_up(err),
+        };
+        let key = match self.election.key(&client) {
+            Ok(key) => key,
+            Err(err) => return self.give_up(err),
+        };
+        let lease = self
+            .election
+            .lease
+            .unwrap_or(client.inner.config.default_lease);
+        let waker = client.inner.backend.waker();
+        let period = match waker {
+            Some(_) => lease / 3,
+            None => (lease / 3).min(IN_PROCESS_PERIOD),
+        };
+        if let (None, Some(waker)) = (&self.registration, waker) {
+            self.registration = Some(waker.observe(&LockKey::channel(&key)));
+        }
+        loop {
+            match self.election.leader().await {
+                Ok(leader) => {
+                    self.failing = false;
+                    if let Some(leader) = leader.filter(|l| self.last.is_none_or(|e| l.epoch > e)) {
+                        self.last = Some(leader.epoch);
+                        return Some(leader);
+                    }
+                }
+                Err(err) => {
+                    if !self.failing {
+                        tracing::warn!(target: crate::LOG_TARGET, election = %self.election.name,
+                            error = %err, "reading the leader failed; reading again in {period:?}");
+                    }
+                    self.failing = true;
+                }
+            }
+            match (waker, self.registration.as_mut()) {
+                (Some(waker), Some(registration)) => {
+                    waker.wait(registration, period).await;
+                }
+                _ => tokio::time::sleep(period).await,
+            }
+        }
+    }
+
+    fn give_up(&self, err: LockError) -> Option<LeaderInfo> {
+        tracing::error!(target: crate::LOG_TARGET, election = %self.election.name, error = %err,
+            "cannot observe the election");
+        None
+    }
+}

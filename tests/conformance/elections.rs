@@ -1,0 +1,271 @@
+//! Leader elections on every store (issue 27): a campaign leads with an epoch that the next
+//! leader's exceeds; `leader()` names the leader (epoch, holder record, value) and nobody once
+//! it resigned; a dropped leadership resigns; `observe()` yields each leader once, in epoch
+//! order, and on the Redis stores is woken by the new leader's announcement (well within its
+//! polling period); a record whose writer no longer holds the lock is not the leader; a record key
+//! holding someone else's data is refused, not overwritten.
+
+use std::time::Duration;
+
+use crate::support::stores::Harness;
+use distlock::LockError;
+use tokio::time::Instant;
+
+mod every_store {
+    use super::*;
+
+    crate::support::stores::on_every_store!(
+        a_leader_is_named_with_its_epoch_and_value_until_it_resigns,
+        a_dropped_leadership_hands_over,
+        observers_see_each_leader_once_in_epoch_order,
+        a_record_whose_writer_lost_the_lock_is_not_the_leader,
+        a_bounded_campaign_times_out_while_another_leads,
+    );
+}
+
+mod redis_stores {
+    use super::*;
+
+    crate::support::stores::on_every_redis_store!(
+        a_foreign_record_key_is_refused_untouched,
+        an_observer_is_woken_by_the_new_leaders_announcement,
+    );
+}
+
+/// A lease long enough that nothing in these tests waits for it: every handover is a
+/// resignation, and observers' polling period (a third of it) is far longer than the test.
+const LONG_LEASE: Duration = Duration::from_secs(30);
+
+async fn a_leader_is_named_with_its_epoch_and_value_until_it_resigns(h: Harness) {
+    let (a, b) = (h.app_client("alpha"), h.app_client("beta"));
+    let first = a
+        .election("scheduler")
+        .lease(LONG_LEASE)
+        .value("10.0.0.1:80");
+    let second = b
+        .election("scheduler")
+        .lease(LONG_LEASE)
+        .value(vec![0xff, 0x00]);
+    assert!(first.leader().await.expect("read").is_none(), "nobody yet");
+
+    let leading = first.campaign().await.expect("leads");
+    assert!(leading.is_leader());
+    let leader = second.leader().await.expect("read").expect("a leader");
+    assert_eq!(leader.epoch(), leading.epoch());
+    assert_eq!(leader.value(), Some(&b"10.0.0.1:80"[..]));
+    assert_eq!(leader.holder().app.as_deref(), Some("alpha"));
+    assert_eq!(leader.holder().pid, Some(std::process::id()));
+    assert!(leader.since().is_some());
+    let state = b.inspect("scheduler").await.expect("inspect");
+    let shown = state.leader.expect("status shows the leader");
+    assert_eq!(shown.epoch(), leader.epoch());
+    assert_eq!(shown.holder().owner, leader.holder().owner);
+
+    let waiting = tokio::spawn(async move { second.campaign().await });
+    let epoch = leading.epoch();
+    assert!(leading.resign().await.expect("resign"), "it was ours");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting campaign leads at once")
+        .expect("task")
+        .expect("leads");
+    assert!(next.epoch() > epoch, "{} after {}", next.epoch(), epoch);
+    let leader = first.leader().await.expect("read").expect("a leader");
+    assert_eq!(leader.epoch(), next.epoch());
+    assert_eq!(leader.value(), Some(&[0xff, 0x00][..]));
+    assert_eq!(leader.holder().app.as_deref(), Some("beta"));
+    assert!(next.resign().await.expect("resign"));
+    assert!(
+        first.leader().await.expect("read").is_none(),
+        "nobody leads"
+    );
+}
+
+async fn a_dropped_leadership_hands_over(h: Harness) {
+    let (a, b) = (h.client(), h.client());
+    let leading = a
+        .election("dropped")
+        .lease(LONG_LEASE)
+        .campaign()
+        .await
+        .expect("leads");
+    let epoch = leading.epoch();
+    let started = Instant::now();
+    drop(leading);
+    let next = b
+        .election("dropped")
+        .lease(LONG_LEASE)
+        .wait(Duration::from_secs(10))
+        .campaign()
+        .await
+        .expect("the next leads once the dropped one resigned");
+    assert!(next.epoch() > epoch);
+    assert!(
+        started.elapsed() < LONG_LEASE / 3,
+        "handed over by the drop, not by the lease running out: {:?}",
+        started.elapsed()
+    );
+}
+
+async fn observers_see_each_leader_once_in_epoch_order(h: Harness) {
+    let (a, b, watcher) = (h.client(), h.client(), h.client());
+    let mut changes = watcher.election("observed").lease(LONG_LEASE).observe();
+    let mut epochs = Vec::new();
+    for (round, client) in [&a, &b, &a].into_iter().enumerate() {
+        let leading = client
+            .election("observed")
+            .lease(LONG_LEASE)
+            .value(format!("round {round}"))
+            .campaign()
+            .await
+            .expect("leads");
+        let seen = tokio::time::timeout(Duration::from_secs(5), changes.next())
+            .await
+            .expect("the new leader is seen")
+            .expect("the stream goes on");
+        assert_eq!(seen.epoch(), leading.epoch(), "round {round}");
+        assert_eq!(seen.value(), Some(format!("round {round}").as_bytes()));
+        epochs.push(seen.epoch());
+        leading.resign().await.expect("resign");
+    }
+    assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
+    // Nothing more: no leader now, and the last one is not yielded twice.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), changes.next())
+            .await
+            .is_err(),
+        "no change without a new leader"
+    );
+}
+
+async fn a_record_whose_writer_lost_the_lock_is_not_the_leader(h: Harness) {
+    let (a, operator) = (h.client(), h.client());
+    let leading = a
+        .election("deposed")
+        .lease(LONG_LEASE)
+        .campaign()
+        .await
+        .expect("leads");
+    let forced = operator.force_unlock("deposed").await.expect("force");
+    assert_eq!(forced.evicted.len(), 1);
+    assert!(forced.token > leading.epoch());
+    // Its record is still there, but it no longer holds the lock: no leader.
+    assert!(operator
+        .election("deposed")
+        .leader()
+        .await
+        .expect("read")
+        .is_none());
+    // A plain lock of the name is no leader either.
+    let plain = operator.lock("deposed").acquire().await.expect("lock");
+    assert!(operator
+        .election("deposed")
+        .leader()
+        .await
+        .expect("read")
+        .is_none());
+    plain.release().await.expect("release");
+    // The deposed leader learns it at its next renewal; its release changes nothing.
+    drop(leading);
+}
+
+async fn a_bounded_campaign_times_out_while_another_leads(h: Harness) {
+    let (a, b) = (h.client(), h.client());
+    let _leading = a
+        .election("busy")
+        .lease(LONG_LEASE)
+        .campaign()
+        .await
+        .expect("leads");
+    let started = Instant::now();
+    let err = b
+        .election("busy")
+        .wait(Duration::from_millis(200))
+        .campaign()
+        .await
+        .expect_err("someone else leads");
+    assert!(
+        matches!(err, LockError::Timeout { ref key, waited } if key == "busy" && waited >= Duration::from_millis(200)),
+        "{err:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+async fn a_foreign_record_key_is_refused_untouched(h: Harness) {
+    let client = h.client();
+    let record = format!("{}:leader", h.lock_key("taken"));
+    h.raw(redis::cmd("SET").arg(&record).arg("someone else's"));
+    let err = client
+        .election("taken")
+        .wait(Duration::from_secs(1))
+        .campaign()
+        .await
+        .expect_err("the record key holds something else");
+    assert!(
+        matches!(err, LockError::NotALock { ref redis_key, .. } if *redis_key == record),
+        "{err:?}"
+    );
+    for reply in h.raw(redis::cmd("GET").arg(&record)) {
+        assert_eq!(
+            reply,
+            redis::Value::BulkString(b"someone else's".to_vec()),
+            "untouched"
+        );
+    }
+    assert!(
+        !client.is_locked("taken").await.expect("inspect"),
+        "the lock was given back"
+    );
+}
+
+/// The lock freed behind the store's back (as by an expiry: nothing is announced), the next
+/// leader's announcement is what wakes the observer: without it (its `PUBLISH` taken out of
+/// `proclaim.lua`) the observer sees the new leader only at its next read, a third of the
+/// lease later, and this fails.
+async fn an_observer_is_woken_by_the_new_leaders_announcement(h: Harness) {
+    let (a, b, watcher) = (h.client(), h.client(), h.client());
+    let first = a
+        .election("woken")
+        .lease(LONG_LEASE)
+        .campaign()
+        .await
+        .expect("leads");
+    let mut changes = watcher.election("woken").lease(LONG_LEASE).observe();
+    let seen = changes.next().await.expect("the first leader");
+    assert_eq!(seen.epoch(), first.epoch());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let observer = tokio::spawn(async move {
+        while let Some(change) = changes.next().await {
+            let _ = tx.send(change);
+        }
+    });
+    // The observer listens once its client has subscribed to the lock's channel.
+    let started = Instant::now();
+    while watcher
+        .inspect("woken")
+        .await
+        .expect("inspect")
+        .waiting_processes
+        == 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    h.raw(redis::cmd("DEL").arg(h.lock_key("woken")));
+    let second = b
+        .election("woken")
+        .lease(LONG_LEASE)
+        .campaign()
+        .await
+        .expect("leads");
+    let seen = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("woken by the announcement, not by its polling a third of the lease later")
+        .expect("the observer goes on");
+    assert_eq!(seen.epoch(), second.epoch());
+    observer.abort();
+    drop(first);
+}
