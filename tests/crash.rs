@@ -9,10 +9,16 @@
 //! Run-once jobs (issue 27): eight processes run the same every-200-ms job with
 //! `on_busy = "skip"` and `hold_at_least = "150ms"` for 20 s while processes are SIGKILLed and
 //! restarted: never two runs at once, no two starts closer than the window, and no gap longer
-//! than the lease and one period without a run.
+//! than the lease and one period without a run. Leader elections (issue 27): six campaigner
+//! processes on one election for 30 s while the leader is SIGKILLed or SIGSTOPped past its
+//! term and others are SIGKILLed and restarted, each leader writing to a fenced list with its
+//! epoch — on a single node, on Redlock with a master killed, and on a Cluster whose primary
+//! is killed and replaced by its replica: epochs strictly increase, one leader's writes per
+//! epoch are accepted, a new leader comes within a term of the leader's death, and every
+//! campaigner observes every leader of its lifetime in order.
 //!
 //! A custom harness (`harness = false`): the binary runs the scenarios, and re-executes itself
-//! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read`, `semaphore`, `fair` or `job`, then the
+//! with `DISTLOCK_CRASH_HOLDER` set (to `write`, `read`, `semaphore`, `fair`, `job` or `leader`, then the
 //! server's URL, or `redlock|URL,URL,…` / `cluster|URL,URL,…` / `sentinel|MASTER|URL,URL,…`)
 //! to play the holder (or fair waiter) process.
 
@@ -35,7 +41,7 @@ fn main() {
         hold_until_killed(&role);
         return;
     }
-    let scenarios: [(&str, fn()); 6] = [
+    let scenarios: [(&str, fn()); 9] = [
         (
             "a_crashed_holder_frees_the_lock_within_its_lease",
             a_crashed_holder_frees_the_lock_within_its_lease,
@@ -60,9 +66,32 @@ fn main() {
             "eight_job_processes_run_the_job_once_per_window_while_killed",
             eight_job_processes_run_the_job_once_per_window_while_killed,
         ),
+        (
+            "six_campaigners_on_a_single_node",
+            six_campaigners_on_a_single_node,
+        ),
+        (
+            "six_campaigners_on_redlock_with_a_master_killed",
+            six_campaigners_on_redlock_with_a_master_killed,
+        ),
+        (
+            "six_campaigners_on_a_cluster_failing_over",
+            six_campaigners_on_a_cluster_failing_over,
+        ),
     ];
+    // `cargo test --test crash -- NAME` runs the scenarios whose name contains NAME (the
+    // options libtest would take are ignored).
+    let filter = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
     // The scenarios run side by side: each starts its own servers and holder processes, and
     // spends most of its time waiting for leases to run out.
+    let scenarios: Vec<_> = scenarios
+        .into_iter()
+        .filter(|(name, _)| {
+            filter
+                .as_ref()
+                .is_none_or(|filter| name.contains(filter.as_str()))
+        })
+        .collect();
     let total = scenarios.len();
     let running: Vec<_> = scenarios
         .into_iter()
@@ -98,6 +127,10 @@ fn hold_until_killed(role: &str) {
     }
     if mode == "job" {
         run_the_job_until_killed(url);
+        return;
+    }
+    if mode == "leader" {
+        campaign_until_killed(url);
         return;
     }
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -759,4 +792,416 @@ fn eight_job_processes_run_the_job_once_per_window_while_killed() {
         "jobs: {} runs, {kills} processes killed, {killed_in_a_run} of them inside a run",
         runs.len()
     );
+}
+
+// ---- leader elections (issue 27) ----------------------------------------------------------
+
+/// The election's name, its term's lease and the campaigners' longest backoff step.
+const ELECTION: &str = "chaos";
+const TERM: Duration = Duration::from_millis(1000);
+const CAMPAIGN_BACKOFF: Duration = Duration::from_millis(100);
+/// How long the elections run on each deployment, and how often the harness strikes.
+const ELECTION_RUN: Duration = Duration::from_secs(30);
+const STRIKE_EVERY: Duration = Duration::from_millis(2500);
+/// What a takeover may take beyond a term and a backoff step on this loaded 2-core machine
+/// (18 campaigners and three deployments' servers share it).
+const TAKEOVER_SLACK: Duration = Duration::from_millis(1000);
+/// Where campaigners find the recorder: a server of its own, outside the deployment under
+/// test, holding the event log (`events`) and the fenced resource (`accepted`).
+const RECORDER_ENV: &str = "DISTLOCK_CRASH_RECORDER";
+
+async fn record(recorder: &mut redis::aio::MultiplexedConnection, event: String) {
+    let _: Result<(), _> = redis::cmd("RPUSH")
+        .arg("events")
+        .arg(event)
+        .query_async(recorder)
+        .await;
+}
+
+/// A campaigner process: observes the election (logging each leader it sees, `O:pid:epoch`),
+/// and campaigns; while it leads it appends `pid:epoch` to the fenced list `accepted` every
+/// 50 ms through the fenced-write helper with its epoch (logging `L` when it starts to lead,
+/// `W`/`R` for each write accepted or refused as stale, `X` when the leadership is lost), and
+/// campaigns again once it is lost.
+fn campaign_until_killed(store: &str) {
+    let recorder_url = std::env::var(RECORDER_ENV).expect("the recorder's URL");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let pid = std::process::id();
+        let config = store_config(store)
+            .backoff(Duration::from_millis(1), CAMPAIGN_BACKOFF)
+            .app_name("campaigner");
+        let client = Client::new(config).expect("client");
+        let election = client.election(ELECTION).lease(TERM).value(pid.to_string());
+        let mut recorder = redis::Client::open(recorder_url)
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the recorder");
+        record(&mut recorder, format!("B:{pid}:0:{}", now_micros())).await;
+        let mut changes = election.observe();
+        let mut observed = recorder.clone();
+        tokio::spawn(async move {
+            while let Some(leader) = changes.next().await {
+                let event = format!("O:{pid}:{}:{}", leader.epoch(), now_micros());
+                record(&mut observed, event).await;
+            }
+        });
+        println!("acquired 1");
+        loop {
+            let leadership = match election.campaign().await {
+                Ok(leadership) => leadership,
+                Err(err) => {
+                    eprintln!("campaign: {err}");
+                    tokio::time::sleep(CAMPAIGN_BACKOFF).await;
+                    continue;
+                }
+            };
+            let epoch = leadership.epoch();
+            record(&mut recorder, format!("L:{pid}:{epoch}:{}", now_micros())).await;
+            loop {
+                // The write first when both are ready: a leader frozen past its term writes
+                // once more on waking before it learns it was deposed, as a real one may;
+                // the fence must refuse that write.
+                tokio::select! {
+                    biased;
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    () = leadership.lost() => break,
+                }
+                let write = distlock::fenced::pipe("accepted", epoch)
+                    .cmd(
+                        redis::cmd("RPUSH")
+                            .arg("accepted")
+                            .arg(format!("{pid}:{epoch}")),
+                    )
+                    .query_async::<(u64,)>(&mut recorder)
+                    .await;
+                let what = match write {
+                    Ok(outcome) if outcome.is_applied() => "W",
+                    Ok(_) => "R",
+                    Err(_) => continue,
+                };
+                record(
+                    &mut recorder,
+                    format!("{what}:{pid}:{epoch}:{}", now_micros()),
+                )
+                .await;
+            }
+            record(&mut recorder, format!("X:{pid}:{epoch}:{}", now_micros())).await;
+        }
+    });
+}
+
+/// Starts a campaigner process on `store`; returns it once it runs, with its pid.
+fn spawn_campaigner(store: &str, recorder: &str) -> (Holder, u32) {
+    let mut process = Command::new(std::env::current_exe().expect("own path"))
+        .env(HOLDER_ENV, format!("leader:{store}"))
+        .env(RECORDER_ENV, recorder)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn a campaigner");
+    let mut line = String::new();
+    BufReader::new(process.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the campaigner's report");
+    assert_eq!(line.trim(), "acquired 1", "the campaigner said {line:?}");
+    let pid = process.id();
+    (Holder(process), pid)
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// One logged event: what, the process, the epoch and when (µs on the shared clock).
+struct Event {
+    what: String,
+    pid: u32,
+    epoch: u64,
+    at: u64,
+}
+
+fn events(recorder: &RedisServer, list: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(list)
+        .arg(0)
+        .arg(-1)
+        .query(&mut recorder.connection())
+        .unwrap_or_else(|err| panic!("LRANGE {list}: {err}"))
+}
+
+fn parse_events(recorder: &RedisServer) -> Vec<Event> {
+    events(recorder, "events")
+        .iter()
+        .map(|event| {
+            let fields: Vec<&str> = event.split(':').collect();
+            let [what, pid, epoch, at] = fields[..] else {
+                panic!("event {event:?}");
+            };
+            Event {
+                what: what.to_owned(),
+                pid: pid.parse().expect("pid"),
+                epoch: epoch.parse().expect("epoch"),
+                at: at.parse().expect("µs"),
+            }
+        })
+        .collect()
+}
+
+/// What the harness did to a process and when (µs): the leader killed or frozen for longer
+/// than its term (until `resumed`), or another campaigner killed.
+struct Strike {
+    pid: u32,
+    at: u64,
+    leader: bool,
+    resumed: Option<u64>,
+}
+
+/// Six campaigners on `store` for [`ELECTION_RUN`] while the harness, every
+/// [`STRIKE_EVERY`], SIGKILLs the leader, SIGSTOPs it past its term (then SIGCONTs it), or
+/// SIGKILLs another campaigner, restarting the killed; `fault` runs once, a third of the way
+/// in, and returns when the deployment is whole again. Then: epochs strictly increase from
+/// leader to leader; the fenced list holds one process's writes per epoch, in epoch order (a
+/// frozen leader's late writes are refused); a new leader comes within a term, a backoff step
+/// and some slack of the leader's death or freezing (except around `fault`); and every
+/// campaigner observed every leader of its lifetime, in order.
+fn campaigners_elect_one_leader_at_a_time(
+    deployment: &str,
+    store: &str,
+    fault: impl FnOnce() + Send,
+) {
+    let recorder = RedisServer::start();
+    let recorder_url = recorder.url();
+    let mut campaigners: Vec<(Holder, u32)> = (0..6)
+        .map(|_| spawn_campaigner(store, &recorder_url))
+        .collect();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let harness = Client::new(store_config(store)).expect("client");
+    let election = harness.election(ELECTION);
+    let started = Instant::now();
+    let mut strikes: Vec<Strike> = Vec::new();
+    let mut fault = Some(fault);
+    let mut fault_window = (0, 0);
+    let mut round = 0;
+    while started.elapsed() < ELECTION_RUN {
+        std::thread::sleep(STRIKE_EVERY);
+        round += 1;
+        if round == 4 {
+            let from = now_micros();
+            (fault.take().expect("once"))();
+            // The campaigners' connections may take a few retries to find the new layout.
+            fault_window = (from, now_micros() + 3_000_000);
+            continue;
+        }
+        // The leader, once it has logged that it leads (so that freezing it cannot hold back
+        // its own log line past its successor's).
+        let leader = runtime.block_on(election.leader()).ok().flatten();
+        let leader = leader.and_then(|leader| {
+            let pid = leader.holder().pid?;
+            let logged = format!("L:{pid}:{}:", leader.epoch());
+            events(&recorder, "events")
+                .iter()
+                .any(|event| event.starts_with(&logged))
+                .then_some(pid)
+        });
+        let at = campaigners.iter().position(|&(_, pid)| Some(pid) == leader);
+        match (round % 3, at) {
+            (0, Some(at)) => {
+                // Frozen past its term, then resumed: it must find itself deposed.
+                let pid = campaigners[at].1;
+                let from = now_micros();
+                signal(pid, "STOP");
+                std::thread::sleep(TERM * 2);
+                signal(pid, "CONT");
+                strikes.push(Strike {
+                    pid,
+                    at: from,
+                    leader: true,
+                    resumed: Some(now_micros()),
+                });
+            }
+            (1, Some(at)) => {
+                let pid = campaigners[at].1;
+                let at_us = now_micros();
+                campaigners[at].0.kill();
+                strikes.push(Strike {
+                    pid,
+                    at: at_us,
+                    leader: true,
+                    resumed: None,
+                });
+                campaigners[at] = spawn_campaigner(store, &recorder_url);
+            }
+            _ => {
+                let others: Vec<usize> = (0..campaigners.len())
+                    .filter(|&i| Some(campaigners[i].1) != leader)
+                    .collect();
+                let victim = others[fastrand::usize(..others.len())];
+                let pid = campaigners[victim].1;
+                let at_us = now_micros();
+                campaigners[victim].0.kill();
+                strikes.push(Strike {
+                    pid,
+                    at: at_us,
+                    leader: false,
+                    resumed: None,
+                });
+                campaigners[victim] = spawn_campaigner(store, &recorder_url);
+            }
+        }
+    }
+    // The last strike's successor comes within the bound checked below.
+    std::thread::sleep(TERM + CAMPAIGN_BACKOFF + TAKEOVER_SLACK);
+    let ended = now_micros();
+    drop(campaigners);
+    drop(runtime);
+
+    let events = parse_events(&recorder);
+    let leads: Vec<&Event> = events.iter().filter(|e| e.what == "L").collect();
+    assert!(
+        leads.len() >= 5,
+        "{deployment}: {} leaders in {ELECTION_RUN:?}: the harness deposes one every few seconds",
+        leads.len()
+    );
+    for pair in leads.windows(2) {
+        assert!(
+            pair[0].epoch < pair[1].epoch,
+            "{deployment}: epoch {} (pid {}) led after epoch {} (pid {})",
+            pair[1].epoch,
+            pair[1].pid,
+            pair[0].epoch,
+            pair[0].pid
+        );
+    }
+    // The fenced resource: its writes in the order they were accepted.
+    let accepted: Vec<(u32, u64)> = crate::events(&recorder, "accepted")
+        .iter()
+        .map(|write| {
+            let (pid, epoch) = write.split_once(':').expect("pid:epoch");
+            (pid.parse().expect("pid"), epoch.parse().expect("epoch"))
+        })
+        .collect();
+    assert!(!accepted.is_empty(), "{deployment}: no leader wrote");
+    for pair in accepted.windows(2) {
+        let ((pid_a, epoch_a), (pid_b, epoch_b)) = (pair[0], pair[1]);
+        assert!(
+            epoch_a < epoch_b || (epoch_a == epoch_b && pid_a == pid_b),
+            "{deployment}: {pid_b} wrote with epoch {epoch_b} after {pid_a} with epoch {epoch_a}"
+        );
+    }
+    for &(pid, epoch) in &accepted {
+        assert!(
+            leads.iter().any(|l| l.pid == pid && l.epoch == epoch),
+            "{deployment}: {pid} wrote with epoch {epoch}, which it never led with"
+        );
+    }
+    let refused = events.iter().filter(|e| e.what == "R").count();
+    let frozen = strikes.iter().filter(|s| s.resumed.is_some()).count();
+    assert!(
+        frozen == 0 || refused > 0,
+        "{deployment}: {frozen} leaders were frozen past their term and woke, and none wrote \
+         late: the fence was not put to the test"
+    );
+    // Takeovers: after the leader died or froze, the next leader within a term, a backoff
+    // step and the slack.
+    let bound = (TERM + CAMPAIGN_BACKOFF + TAKEOVER_SLACK).as_micros() as u64;
+    let (fault_from, fault_to) = fault_window;
+    let mut takeovers = Vec::new();
+    for strike in strikes.iter().filter(|s| s.leader) {
+        if strike.at + bound >= fault_from && strike.at <= fault_to {
+            continue;
+        }
+        let next = leads
+            .iter()
+            .find(|l| l.at > strike.at && l.pid != strike.pid)
+            .unwrap_or_else(|| panic!("{deployment}: no leader after {} was struck", strike.pid));
+        let took = next.at - strike.at;
+        assert!(
+            took <= bound,
+            "{deployment}: {} µs from the leader's death to the next leader (bound {bound} µs)",
+            took
+        );
+        takeovers.push(took);
+    }
+    assert!(!takeovers.is_empty(), "{deployment}: no leader was struck");
+    // Observers: each campaigner saw, in order, every leader that led for a while within its
+    // lifetime (from a second after it started, as its subscription may still be coming up,
+    // to when it was killed), except while it was frozen.
+    let leaders_at: Vec<(u64, u64)> = leads.iter().map(|l| (l.epoch, l.at)).collect();
+    for start in events.iter().filter(|e| e.what == "B") {
+        let pid = start.pid;
+        let end = strikes
+            .iter()
+            .find(|s| s.pid == pid && s.resumed.is_none())
+            .map_or(ended, |s| s.at);
+        let frozen: Vec<(u64, u64)> = strikes
+            .iter()
+            .filter(|s| s.pid == pid)
+            .filter_map(|s| Some((s.at, s.resumed? + 1_000_000)))
+            .collect();
+        let seen: Vec<u64> = events
+            .iter()
+            .filter(|e| e.what == "O" && e.pid == pid)
+            .map(|e| e.epoch)
+            .collect();
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "{deployment}: {pid} observed {seen:?}, not in epoch order"
+        );
+        for (i, &(epoch, at)) in leaders_at.iter().enumerate() {
+            // A leader that led for at least a second, well inside the observer's life.
+            let until = leaders_at.get(i + 1).map_or(ended, |&(_, next)| next);
+            let steady = at > start.at + 1_000_000 && until < end && until - at >= 1_000_000;
+            let thawed = frozen.iter().all(|&(from, to)| until < from || at > to);
+            let in_fault = at <= fault_to && until >= fault_from;
+            if steady && thawed && !in_fault {
+                assert!(
+                    seen.contains(&epoch),
+                    "{deployment}: {pid} never observed epoch {epoch}, which led from {at} to \
+                     {until} µs within its life; it saw {seen:?}"
+                );
+            }
+        }
+    }
+    takeovers.sort_unstable();
+    println!(
+        "elections on {deployment}: {} leaders, {} fenced writes accepted, {refused} refused as \
+         stale, {} strikes; takeover after the leader's death or freeze: median {} ms, max {} ms",
+        leads.len(),
+        accepted.len(),
+        strikes.len(),
+        takeovers[takeovers.len() / 2] / 1000,
+        takeovers[takeovers.len() - 1] / 1000
+    );
+}
+
+fn six_campaigners_on_a_single_node() {
+    let server = RedisServer::start();
+    // The fault: a restart of nothing; a single node's own outage is `redis_faults`' to test.
+    campaigners_elect_one_leader_at_a_time("a single node", &server.url(), || {});
+}
+
+fn six_campaigners_on_redlock_with_a_master_killed() {
+    let mut masters = start_masters(3);
+    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    let store = format!("redlock|{}", urls.join(","));
+    let first = &mut masters[0];
+    campaigners_elect_one_leader_at_a_time("Redlock", &store, move || first.stop());
+}
+
+fn six_campaigners_on_a_cluster_failing_over() {
+    let mut cluster = RedisCluster::start();
+    let store = format!("cluster|{}", cluster.urls().join(","));
+    let key = format!("{}{{{ELECTION}}}", distlock::DEFAULT_KEY_PREFIX);
+    let cluster_ref = &mut cluster;
+    campaigners_elect_one_leader_at_a_time("a Cluster", &store, move || {
+        let primary = cluster_ref.primary_for_key(&key);
+        cluster_ref.kill(primary);
+        cluster_ref.wait_until_replica_promoted(primary);
+    });
 }
