@@ -411,6 +411,12 @@ impl BackendError {
         self.kind
     }
 
+    /// The failure underneath, without the operation or the advice (for an error that wraps
+    /// this one and gives its own).
+    pub(crate) fn cause(&self) -> &(dyn std::error::Error + Send + Sync) {
+        &*self.source
+    }
+
     /// The operation that failed: `"connect"`, `"acquire"`, `"release"` or `"renew"`.
     pub fn operation(&self) -> &'static str {
         self.operation

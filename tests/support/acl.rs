@@ -44,7 +44,8 @@ pub fn documented_rules(without: &[&str]) -> Vec<String> {
 
 /// Every kind — the exclusive lock, write then read, readers then a writer, a semaphore,
 /// `lock_all`, a fair lock — held, renewed by the watchdog, waited for by the other client,
-/// released and granted to the waiter; then `list`, `is_locked` and `force_unlock`. `a` and
+/// released and granted to the waiter; an election led, observed and handed over; then
+/// `list`, `is_locked` and `force_unlock`. `a` and
 /// `b` are two clients as the user under test.
 pub async fn every_kind_and_the_operator_tools(a: &Client, b: &Client) {
     // Short enough that the watchdog renews within a few hundred ms.
@@ -125,6 +126,40 @@ pub async fn every_kind_and_the_operator_tools(a: &Client, b: &Client) {
             );
         }
     }
+    // An election: a leader's record written, read and withdrawn, an observer woken.
+    let leading = a
+        .election("leader")
+        .lease(lease)
+        .value("a")
+        .campaign()
+        .await
+        .expect("campaign");
+    renewed(a, &["leader"]).await;
+    let mut changes = b.election("leader").observe();
+    let seen = changes.next().await.expect("the leader");
+    assert_eq!(seen.epoch(), leading.epoch());
+    assert_eq!(seen.value(), Some(&b"a"[..]));
+    let next = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.election("leader")
+                .lease(lease)
+                .wait(wait)
+                .campaign()
+                .await
+        }
+    });
+    assert!(leading.resign().await.expect("resign"), "still ours");
+    let next = next.await.expect("task").expect("the next leader");
+    let seen = changes.next().await.expect("the next leader");
+    assert_eq!(seen.epoch(), next.epoch());
+    assert!(next.resign().await.expect("resign"));
+    assert!(b
+        .election("leader")
+        .leader()
+        .await
+        .expect("leader")
+        .is_none());
     // The operator's tool that breaks a lock.
     let hung = a.read_lock("hung").acquire().await.expect("acquire");
     let forced = b.force_unlock("hung").await.expect("force_unlock");

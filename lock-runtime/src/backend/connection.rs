@@ -606,8 +606,11 @@ impl Transport for Node {
                 format!("{}: {err}", self.server),
             ))
         };
-        let InUse { mut connection, .. } =
-            self.in_use().await.map_err(|err| named(err.kind(), &err))?;
+        // The connect failure's cause alone: the ping's error gives the advice once.
+        let InUse { mut connection, .. } = self
+            .in_use()
+            .await
+            .map_err(|err| named(err.kind(), &err.cause()))?;
         match redis::cmd("PING")
             .query_async::<String>(&mut connection)
             .await

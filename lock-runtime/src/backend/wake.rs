@@ -402,6 +402,15 @@ impl ReleaseListener {
         }
     }
 
+    /// Subscribes `registration`'s channel now, unless it is already, waiting for it at most
+    /// `within`: an election's observer (`election/observe.rs`) listens before its first read,
+    /// so that no change announced after that read goes unheard.
+    pub(crate) async fn listen(&self, registration: &WaitRegistration, within: Duration) {
+        if let Some(subscribing) = self.subscribe(&registration.name) {
+            let _ = tokio::time::timeout(within, subscribing).await;
+        }
+    }
+
     /// When `channel` is not subscribed because pub/sub is paused after a failure: the end of
     /// the pause, when subscribing may be tried again. `None` when it is subscribed.
     async fn retry_after_pause(&self, channel: &str) -> Option<Instant> {

@@ -74,8 +74,8 @@ struct Watch {
     election: Election,
     /// The epoch yielded last.
     last: Option<FencingToken>,
-    /// Made before the first read, so a change announced between a read and the wait after
-    /// it still wakes that wait.
+    /// Made, and its channel subscribed, before the first read, so a change announced after
+    /// a read wakes the wait after it.
     registration: Option<WaitRegistration>,
     /// The last read failed (logged once per run of failures).
     failing: bool,
@@ -101,7 +101,11 @@ impl Watch {
             None => (lease / 3).min(IN_PROCESS_PERIOD),
         };
         if let (None, Some(waker)) = (&self.registration, waker) {
-            self.registration = Some(waker.observe(&LockKey::channel(&key)));
+            let registration = waker.observe(&LockKey::channel(&key));
+            waker
+                .listen(&registration, client.inner.config.response_timeout)
+                .await;
+            self.registration = Some(registration);
         }
         loop {
             match self.election.leader().await {
