@@ -32,6 +32,19 @@ mod redis_stores {
     );
 }
 
+/// The handles move into spawned tasks: `Election` is a cheap shared handle, `Leadership`
+/// owns what it needs.
+#[test]
+fn elections_and_leaderships_are_send_sync_and_static() {
+    fn shared<T: Clone + Send + Sync + 'static>() {}
+    fn owned<T: Send + Sync + 'static>() {}
+    shared::<distlock::Election>();
+    owned::<distlock::Leadership>();
+    owned::<distlock::LeaderInfo>();
+    fn stream<T: futures_util::Stream<Item = distlock::LeaderInfo> + Send + 'static>() {}
+    stream::<distlock::LeaderChanges>();
+}
+
 /// A lease long enough that nothing in these tests waits for it: every handover is a
 /// resignation, and observers' polling period (a third of it) is far longer than the test.
 const LONG_LEASE: Duration = Duration::from_secs(30);
