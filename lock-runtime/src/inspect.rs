@@ -1,5 +1,6 @@
 //! Who holds a lock: the holder record every grant carries in its owner token, and the
 //! operator's views built from it — [`LockState`] ([`Client::inspect`](crate::Client::inspect)),
+//! an election's [`LeaderInfo`] (the record beside the lock, shown only beside its holder),
 //! [`ForcedUnlock`] ([`Client::force_unlock`](crate::Client::force_unlock)) and the key names
 //! [`Client::list`](crate::Client::list) finds. Neighbours: `operator_scripts.rs` has the scripts
 //! and reads their replies into raw views, the stores in `backend/` run them (and merge the
@@ -13,7 +14,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::election::LeaderInfo;
+use crate::protocol::RawRecord;
 use crate::{FencingToken, LockMode};
 
 /// Longest host name kept in an owner token, in bytes.
@@ -129,6 +130,55 @@ impl LockState {
     /// Whether anyone holds the lock.
     pub fn is_locked(&self) -> bool {
         !self.holders.is_empty()
+    }
+}
+
+/// Who leads an election: the epoch, the leader's holder record and the value it published
+/// ([`Election::leader`](crate::Election::leader), [`Election::observe`](crate::Election::observe),
+/// [`LockState::leader`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    epoch: FencingToken,
+    holder: Holder,
+    value: Option<Vec<u8>>,
+}
+
+impl LeaderInfo {
+    /// The leader record in `view`, if its writer holds the lock.
+    pub(crate) fn from_view(
+        record: Option<RawRecord>,
+        mode: Option<LockMode>,
+        holders: &[Holder],
+    ) -> Option<Self> {
+        let record = record?;
+        match (mode, holders) {
+            (Some(LockMode::Write), [holder]) if holder.owner == record.owner => Some(Self {
+                epoch: FencingToken(record.epoch),
+                holder: holder.clone(),
+                value: record.value,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The leader's epoch: its grant's fencing token.
+    pub fn epoch(&self) -> FencingToken {
+        self.epoch
+    }
+
+    /// The leader's holder record: app, host, pid, since when, and its remaining lease.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    /// When the leader's campaign took the lock, on the leader's clock.
+    pub fn since(&self) -> Option<SystemTime> {
+        self.holder.since
+    }
+
+    /// What the leader published ([`Election::value`](crate::Election::value)).
+    pub fn value(&self) -> Option<&[u8]> {
+        self.value.as_deref()
     }
 }
 

@@ -16,6 +16,7 @@ mod client;
 mod clock;
 mod config;
 mod election;
+mod election_scripts;
 mod error;
 pub mod fenced;
 mod global;
@@ -48,14 +49,14 @@ pub use config::{
     DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS,
     ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, MAX_LEASE, MIN_LEASE,
 };
-pub use election::{Election, LeaderChanges, LeaderInfo, Leadership};
+pub use election::{Election, LeaderChanges, Leadership};
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use global::{
     election, init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown,
     try_init, write_lock,
 };
 pub use guard::LockGuard;
-pub use inspect::{ForcedUnlock, Holder, LockState};
+pub use inspect::{ForcedUnlock, Holder, LeaderInfo, LockState};
 pub use protocol::MAX_KEY_LEN;
 pub use request::LockRequest;
 pub use telemetry::METRICS;

@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::script::{LuaScript, ScriptCall};
 
-use crate::election::RawRecord;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{millis, Tokens, TwinEntry};
-use crate::protocol::{Announce, LockKey};
+use crate::protocol::{Announce, LockKey, RawRecord};
 use crate::LockMode;
 
 static INSPECT: LazyLock<LuaScript> =
@@ -51,7 +50,7 @@ pub(crate) struct RawView {
     /// Fair waiters in the key's queue.
     pub(crate) queued: u64,
     /// The leader record beside the lock, if the key is an election's; trusted only while
-    /// its owner is the holder ([`LeaderInfo::from_view`](crate::election::LeaderInfo::from_view)).
+    /// its owner is the holder ([`LeaderInfo::from_view`](crate::LeaderInfo)).
     pub(crate) record: Option<RawRecord>,
 }
 

@@ -105,6 +105,22 @@ impl LockKey {
     }
 }
 
+/// How an election's new leader announces itself (`e:` and the epoch,
+/// `scripts/election/proclaim.lua`), so that the wake-ups
+/// (`backend/wake.rs`) tell it from a release and wake only observers with it.
+pub(crate) const PROCLAIMED_PREFIX: &[u8] = b"e:";
+
+/// An election's leader record as a store keeps it, beside the lock (`LockKey::leader`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawRecord {
+    /// The leader's epoch: its grant's fencing token.
+    pub(crate) epoch: u64,
+    /// The owner token of the leader's grant.
+    pub(crate) owner: String,
+    /// What the leader publishes with its leadership.
+    pub(crate) value: Option<Vec<u8>>,
+}
+
 /// How a store's release scripts announce a release to waiters: plain pub/sub, or sharded
 /// pub/sub on Cluster (where the channel lives on the lock's own shard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal, Renewed,
+    Try,
 };
 use crate::clock::tokio_now;
-use crate::election::RawRecord;
 use crate::error::LockError;
 use crate::kind::twins::{clock_micros, MemoryStore, State};
 use crate::kind::{multi, TokenRule, TwinReply};

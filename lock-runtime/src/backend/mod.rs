@@ -25,13 +25,12 @@ pub(crate) mod wake;
 use std::future::Future;
 
 use crate::clock::Clock;
-use crate::election::RawRecord;
 use crate::error::LockError;
 pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
 pub(crate) use crate::kind::Renewal;
 pub(crate) use crate::kind::{Holding, Kind, Try};
 use crate::operator_scripts::{RawHolder, RawView};
-pub(crate) use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
+pub(crate) use crate::protocol::{AcquireReply, Announce, Call, LockKey, RawRecord, Renewed};
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
 /// owner token.
@@ -225,7 +224,7 @@ impl Backend {
     }
 }
 
-/// An election's leader record (`election/record.rs`), on whichever store.
+/// An election's leader record (`election_scripts.rs`), on whichever store.
 impl Backend {
     /// Writes `record` beside `key`'s lock and announces it, if the record's owner holds the
     /// lock: `false` when it does not (any more). On Redlock, on a majority.

@@ -25,10 +25,11 @@ use super::guarded::Guarded;
 use super::transport::Transport;
 use super::wake::{Announcers, ReleaseListener};
 use super::{
-    AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+    AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal,
+    Renewed, Try,
 };
 use crate::config::ReplicaGuard;
-use crate::election::{self, RawRecord};
+use crate::election_scripts as election;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 use crate::operator_scripts::{self as operator, RawHolder, RawView};
@@ -411,7 +412,7 @@ impl<T: Transport> RedisStore<T> {
         ))
     }
 
-    /// Writes an election's leader record if its owner holds the lock (`election/record.rs`).
+    /// Writes an election's leader record if its owner holds the lock (`election_scripts.rs`).
     pub(crate) async fn proclaim(
         &self,
         key: &LockKey,

@@ -50,9 +50,9 @@ use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
 use super::wake::{Announcers, ReleaseListener};
 use super::{
-    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, Renewal, Renewed, Try,
+    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal, Renewed,
+    Try,
 };
-use crate::election::RawRecord;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::lease::drift;

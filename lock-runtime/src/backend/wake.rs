@@ -79,7 +79,7 @@ impl Channel {
     fn wake(&self, payload: &[u8]) {
         self.observers.send_replace(());
         // A new leader's record (election/proclaim.lua): for observers alone.
-        if payload.starts_with(crate::election::PROCLAIMED_PREFIX) {
+        if payload.starts_with(crate::protocol::PROCLAIMED_PREFIX) {
             return;
         }
         if let Some(waiter) = payload.strip_prefix(crate::kind::fair::WAKE_PREFIX) {

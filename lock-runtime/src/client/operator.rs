@@ -5,9 +5,8 @@
 
 use crate::backend::LockKey;
 use crate::client::Client;
-use crate::election::LeaderInfo;
 use crate::error::LockError;
-use crate::inspect::{scan_patterns, ForcedUnlock, Holder, LockState};
+use crate::inspect::{scan_patterns, ForcedUnlock, Holder, LeaderInfo, LockState};
 use crate::FencingToken;
 
 /// Operator's tools: who holds a lock, freeing it by force, and the locks held. They read

@@ -3,7 +3,7 @@
 //! the grant's fencing token is the leader's **epoch**, so every leader's epoch is greater than
 //! every earlier leader's, on every store, and a resource fenced with it ([`crate::fenced`])
 //! refuses a deposed leader's writes. A new leader writes its record — epoch, owner token and
-//! the value it publishes — beside the lock (`record.rs`), and announces it on the lock's
+//! the value it publishes — beside the lock (`election_scripts.rs`), and announces it on the lock's
 //! release channel; [`Election::leader`] reads the lock's holder and the record in one
 //! request and trusts the record only while its writer holds the lock, and
 //! [`Election::observe`] (`observe.rs`) follows the changes, woken by those announcements and
@@ -12,21 +12,17 @@
 //! [`LockState::leader`](crate::LockState::leader).
 
 mod observe;
-mod record;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub use observe::LeaderChanges;
-pub(crate) use record::{
-    proclaim_call, read_proclaim_reply, withdraw_call, RawRecord, PROCLAIMED_PREFIX,
-};
 
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::inspect::Holder;
-use crate::protocol::LockKey;
-use crate::{Client, FencingToken, LockMode};
+use crate::inspect::LeaderInfo;
+use crate::protocol::{LockKey, RawRecord};
+use crate::{Client, FencingToken};
 
 /// How long one acquire of an unbounded campaign waits before it starts over (the campaign
 /// itself goes on): a bound on a single request's wait, not on the campaign.
@@ -353,53 +349,5 @@ impl std::fmt::Debug for Leadership {
             .field("epoch", &self.epoch)
             .field("leader", &self.is_leader())
             .finish()
-    }
-}
-
-/// Who leads an election: the epoch, the leader's holder record and the value it published
-/// ([`Election::leader`], [`Election::observe`], [`LockState::leader`](crate::LockState::leader)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderInfo {
-    epoch: FencingToken,
-    holder: Holder,
-    value: Option<Vec<u8>>,
-}
-
-impl LeaderInfo {
-    /// The leader record in `view`, if its writer holds the lock.
-    pub(crate) fn from_view(
-        record: Option<RawRecord>,
-        mode: Option<LockMode>,
-        holders: &[Holder],
-    ) -> Option<Self> {
-        let record = record?;
-        match (mode, holders) {
-            (Some(LockMode::Write), [holder]) if holder.owner == record.owner => Some(Self {
-                epoch: FencingToken(record.epoch),
-                holder: holder.clone(),
-                value: record.value,
-            }),
-            _ => None,
-        }
-    }
-
-    /// The leader's epoch: its grant's fencing token.
-    pub fn epoch(&self) -> FencingToken {
-        self.epoch
-    }
-
-    /// The leader's holder record: app, host, pid, since when, and its remaining lease.
-    pub fn holder(&self) -> &Holder {
-        &self.holder
-    }
-
-    /// When the leader's campaign took the lock, on the leader's clock.
-    pub fn since(&self) -> Option<SystemTime> {
-        self.holder.since
-    }
-
-    /// What the leader published ([`Election::value`]).
-    pub fn value(&self) -> Option<&[u8]> {
-        self.value.as_deref()
     }
 }

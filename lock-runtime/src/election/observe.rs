@@ -1,6 +1,6 @@
 //! Following an election's leaders: [`LeaderChanges`], the stream [`Election::observe`]
 //! returns. It reads the leader ([`Election::leader`]) whenever the lock's channel carries a
-//! message — a new leader's announcement (`record.rs`) or a release — through the client's
+//! message — a new leader's announcement (`scripts/election/proclaim.lua`) or a release — through the client's
 //! wake-ups (`backend/wake.rs`, as an observer that never takes a waiter's wake-up), and at a
 //! third of the lease besides, which notices a leader whose lease ran out (nothing announces
 //! an expiry) and stands in for a lost message. The in-process store has no channel: there it
@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use futures_util::Stream;
 
-use super::{Election, LeaderInfo};
+use super::Election;
 use crate::backend::wake::WaitRegistration;
 use crate::error::LockError;
+use crate::inspect::LeaderInfo;
 use crate::protocol::LockKey;
 use crate::FencingToken;
 
@@ -111,8 +112,9 @@ impl Watch {
             match self.election.leader().await {
                 Ok(leader) => {
                     self.failing = false;
-                    if let Some(leader) = leader.filter(|l| self.last.is_none_or(|e| l.epoch > e)) {
-                        self.last = Some(leader.epoch);
+                    if let Some(leader) = leader.filter(|l| self.last.is_none_or(|e| l.epoch() > e))
+                    {
+                        self.last = Some(leader.epoch());
                         return Some(leader);
                     }
                 }

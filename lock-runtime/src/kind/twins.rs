@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::TwinEntry;
-use crate::election::RawRecord;
+use crate::protocol::RawRecord;
 
 /// Grants between two sweeps, at least.
 pub(crate) const MIN_SWEEP_AFTER: usize = 1024;

@@ -11,28 +11,13 @@ use std::sync::LazyLock;
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{lock_keys, Tokens};
-use crate::protocol::{Announce, LockKey};
+use crate::protocol::{Announce, LockKey, RawRecord};
 use crate::script::{LuaScript, ScriptCall};
 
 static PROCLAIM: LazyLock<LuaScript> =
-    LazyLock::new(|| crate::kind::script(include_str!("../../scripts/election/proclaim.lua")));
+    LazyLock::new(|| crate::kind::script(include_str!("../scripts/election/proclaim.lua")));
 static WITHDRAW: LazyLock<LuaScript> =
-    LazyLock::new(|| crate::kind::script(include_str!("../../scripts/election/withdraw.lua")));
-
-/// How a new leader's announcement starts (`e:` and the epoch), so that the wake-ups
-/// (`backend/wake.rs`) tell it from a release and wake only observers with it.
-pub(crate) const PROCLAIMED_PREFIX: &[u8] = b"e:";
-
-/// A leader record as a store keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RawRecord {
-    /// The leader's epoch: its grant's fencing token.
-    pub(crate) epoch: u64,
-    /// The owner token of the leader's grant.
-    pub(crate) owner: String,
-    /// What the leader publishes with its leadership.
-    pub(crate) value: Option<Vec<u8>>,
-}
+    LazyLock::new(|| crate::kind::script(include_str!("../scripts/election/withdraw.lua")));
 
 /// The call that writes `record` beside `key`'s lock if its owner holds the lock.
 pub(crate) fn proclaim_call(
