@@ -83,10 +83,13 @@ impl From<&LockState> for JsonState {
     }
 }
 
-/// A published value as text: UTF-8 as it is, anything else with its bytes escaped
-/// (`\xNN`).
+/// A published value as text: UTF-8 with control characters escaped (a value cannot drive
+/// the terminal), anything else with its bytes escaped (`\xNN`).
 fn value_text(value: &[u8]) -> String {
-    std::str::from_utf8(value).map_or_else(|_| value.escape_ascii().to_string(), str::to_owned)
+    std::str::from_utf8(value).map_or_else(
+        |_| value.escape_ascii().to_string(),
+        |text| text.escape_debug().to_string(),
+    )
 }
 
 /// `unlock --force`, as `--json` shows it.

@@ -417,6 +417,11 @@ impl BackendError {
         &*self.source
     }
 
+    /// Whether this was a connect that ran out of time.
+    pub(crate) fn is_connect_timeout(&self) -> bool {
+        self.connect_timed_out
+    }
+
     /// The operation that failed: `"connect"`, `"acquire"`, `"release"` or `"renew"`.
     pub fn operation(&self) -> &'static str {
         self.operation

@@ -109,7 +109,8 @@ pub struct LockState {
     /// A writer waits for the lock and keeps new readers out (writer preference).
     pub writer_waiting: bool,
     /// Processes listening for the lock's release: each has at least one task waiting for
-    /// this lock, or did very recently (a subscription ends shortly after its last waiter).
+    /// this lock or, for an election, observing it ([`Election::observe`](crate::Election::observe)),
+    /// or did very recently (a subscription ends shortly after its last waiter).
     pub waiting_processes: u64,
     /// Fair waiters in the lock's queue ([`LockRequest::fair`](crate::LockRequest::fair)),
     /// not counting those whose heartbeat has lapsed. On Redlock, the most any master queues.

@@ -20,6 +20,7 @@ mod every_store {
         observers_see_each_leader_once_in_epoch_order,
         a_record_whose_writer_lost_the_lock_is_not_the_leader,
         a_bounded_campaign_times_out_while_another_leads,
+        a_deposed_leader_learns_it_and_its_resignation_says_so,
     );
 }
 
@@ -43,6 +44,17 @@ fn elections_and_leaderships_are_send_sync_and_static() {
     owned::<distlock::LeaderInfo>();
     fn stream<T: futures_util::Stream<Item = distlock::LeaderInfo> + Send + 'static>() {}
     stream::<distlock::LeaderChanges>();
+}
+
+#[tokio::test]
+async fn an_observer_with_an_impossible_lease_ends_and_stays_ended() {
+    let client = distlock::Client::in_memory();
+    let mut changes = client.election("never").lease(Duration::MAX).observe();
+    assert!(
+        changes.next().await.is_none(),
+        "ended: the lease is refused"
+    );
+    assert!(changes.next().await.is_none(), "and stays ended");
 }
 
 /// A lease long enough that nothing in these tests waits for it: every handover is a
@@ -108,13 +120,13 @@ async fn a_dropped_leadership_hands_over(h: Harness) {
     let next = b
         .election("dropped")
         .lease(LONG_LEASE)
-        .wait(Duration::from_secs(10))
+        .wait(LONG_LEASE)
         .campaign()
         .await
         .expect("the next leads once the dropped one resigned");
     assert!(next.epoch() > epoch);
     assert!(
-        started.elapsed() < LONG_LEASE / 3,
+        started.elapsed() < Duration::from_secs(5),
         "handed over by the drop, not by the lease running out: {:?}",
         started.elapsed()
     );
@@ -180,6 +192,26 @@ async fn a_record_whose_writer_lost_the_lock_is_not_the_leader(h: Harness) {
     plain.release().await.expect("release");
     // The deposed leader learns it at its next renewal; its release changes nothing.
     drop(leading);
+}
+
+async fn a_deposed_leader_learns_it_and_its_resignation_says_so(h: Harness) {
+    let (a, operator) = (h.client(), h.client());
+    let lease = Duration::from_millis(900);
+    let leading = a
+        .election("ousted")
+        .lease(lease)
+        .campaign()
+        .await
+        .expect("leads");
+    operator.force_unlock("ousted").await.expect("force");
+    tokio::time::timeout(lease * 3, leading.lost())
+        .await
+        .expect("lost() completes at the next renewal, a third of the lease later");
+    assert!(!leading.is_leader());
+    assert!(
+        !leading.resign().await.expect("resign"),
+        "it was no longer ours"
+    );
 }
 
 async fn a_bounded_campaign_times_out_while_another_leads(h: Harness) {

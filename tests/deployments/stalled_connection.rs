@@ -716,6 +716,16 @@ async fn connecting_to_a_stopped_server_gives_advice_for_a_frozen_server() {
     server.signal("STOP");
     let client = client_direct(&server);
     assert_frozen_server_advice(&client, "frozen").await;
+    // The health check says the same, once.
+    match client.ping().await {
+        Err(LockError::Backend(err)) => {
+            let message = err.to_string();
+            assert_eq!(err.operation(), "ping", "{message}");
+            assert!(message.contains("SIGSTOP"), "{message}");
+            assert_eq!(message.matches("SIGSTOP").count(), 1, "{message}");
+        }
+        other => panic!("expected a backend error, got {other:?}"),
+    }
     server.signal("CONT");
     // Thawed, it serves again.
     let guard = client

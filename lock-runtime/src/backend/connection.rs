@@ -600,23 +600,21 @@ impl Transport for Node {
 
     async fn ping(&self) -> Result<(), LockError> {
         let named = |kind: BackendErrorKind, err: &dyn std::fmt::Display| {
-            LockError::from(BackendError::new(
-                "ping",
-                kind,
-                format!("{}: {err}", self.server),
-            ))
+            BackendError::new("ping", kind, format!("{}: {err}", self.server))
         };
-        // The connect failure's cause alone: the ping's error gives the advice once.
-        let InUse { mut connection, .. } = self
-            .in_use()
-            .await
-            .map_err(|err| named(err.kind(), &err.cause()))?;
+        // The connect failure's cause alone, and whether it timed out: the ping's error gives
+        // the advice once, the frozen server's when the connect timed out.
+        let InUse { mut connection, .. } = self.in_use().await.map_err(|err| {
+            LockError::from(
+                named(err.kind(), &err.cause()).connect_timed_out(err.is_connect_timeout()),
+            )
+        })?;
         match redis::cmd("PING")
             .query_async::<String>(&mut connection)
             .await
         {
             Ok(_) => Ok(()),
-            Err(err) => Err(named(Failure::of(&err).kind, &err)),
+            Err(err) => Err(named(Failure::of(&err).kind, &err).into()),
         }
     }
 

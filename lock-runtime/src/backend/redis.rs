@@ -418,8 +418,24 @@ impl<T: Transport> RedisStore<T> {
         key: &LockKey,
         record: &RawRecord,
     ) -> Result<bool, LockError> {
+        // Under the failover guard, as a grant is: a record a failover lost would leave the
+        // term without a leader to read.
         let call = election::proclaim_call(key, record, T::ANNOUNCE, self.tokens);
-        election::read_proclaim_reply(key, self.invoke("proclaim", call).await?)
+        let (written, replicated) = self
+            .call_guarded("proclaim", Call::Script(&call), |&written: &i64| {
+                written == 1
+            })
+            .await?;
+        if written == 1 && !replicated {
+            return Err(BackendError::new(
+                "proclaim",
+                BackendErrorKind::Unreplicated,
+                "too few replicas acknowledged the leader record within the failover guard's \
+                 timeout",
+            )
+            .into());
+        }
+        election::read_proclaim_reply(key, written)
     }
 
     /// Deletes an election's leader record if `owner` wrote it.

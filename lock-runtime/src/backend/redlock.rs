@@ -637,13 +637,30 @@ impl RedlockBackend {
         let answers = self
             .on_all(self.node_timeout, |master| master.proclaim(key, record))
             .await;
-        let written = self.answered(key, answers)?;
-        Ok(written.iter().filter(|&&written| written).count() >= self.quorum())
+        let quorum = self.quorum();
+        let written = count_said(&answers, |&written| written);
+        let not_ours = count_said(&answers, |&written| !written);
+        if written >= quorum {
+            return Ok(true);
+        }
+        // Not ours only when the masters that said so leave no quorum that could be: a master
+        // that did not answer may still hold the lock for us.
+        if self.masters.len() - not_ours < quorum {
+            return Ok(false);
+        }
+        if let Some(Answer::Failed(err)) = answers
+            .into_iter()
+            .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
+        {
+            return Err(err);
+        }
+        Err(self.quorum_unavailable(key, written + not_ours, written))
     }
 
     /// Deletes an election's leader record on every master where `owner` wrote it; `true`
     /// when any did.
     pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
+        self.reconnect_missing();
         let answers = self
             .on_all(self.node_timeout, |master| master.withdraw(key, owner))
             .await;

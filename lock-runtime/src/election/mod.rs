@@ -107,8 +107,13 @@ impl Election {
         self
     }
 
-    fn client(&self) -> Result<&Client, LockError> {
-        self.client.as_ref().ok_or(LockError::NotInitialized)
+    /// This election's client; for `distlock::election`, the global client as it is now (an
+    /// election built before [`init`](crate::init) works once it has run).
+    fn client(&self) -> Result<Client, LockError> {
+        self.client
+            .clone()
+            .or_else(crate::global::global)
+            .ok_or(LockError::NotInitialized)
     }
 
     fn key(&self, client: &Client) -> Result<LockKey, LockError> {
@@ -129,7 +134,7 @@ impl Election {
     /// quorum short, a Cluster failover) are tried again until the wait ends; without a wait,
     /// for as long as they last.
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
-        let client = self.client()?;
+        let client = &self.client()?;
         let started = tokio::time::Instant::now();
         let deadline = self.wait.and_then(|wait| started.checked_add(wait));
         let mut pause = FIRST_FAILURE_PAUSE;
@@ -142,11 +147,18 @@ impl Election {
             if let Some(lease) = self.lease {
                 request = request.lease(lease);
             }
+            // A round that ends with the lock still held elsewhere is a standby's normal state,
+            // not a timeout: its span, log and metrics say "busy".
+            request.busy_expected = true;
             let failure = match request.acquire().await {
                 Ok(guard) => match self.proclaim(client, guard).await {
                     Ok(Some(leadership)) => return Ok(leadership),
-                    // The lease ran out before the record was written: start over.
-                    Ok(None) => continue,
+                    // The lease ran out before the record was written (a lease shorter than
+                    // the round trips, a process frozen): start over, after a pause.
+                    Ok(None) => {
+                        tokio::time::sleep(FIRST_FAILURE_PAUSE).await;
+                        continue;
+                    }
                     Err(err) => err,
                 },
                 Err(LockError::Timeout { .. }) if deadline.is_none() => continue,
@@ -226,12 +238,28 @@ impl Election {
         Ok(self.client()?.inspect(self.name.to_string()).await?.leader)
     }
 
-    /// The changes of leader, as a [`Stream`](futures_core::Stream) of [`LeaderInfo`]: the
+    /// The period at which [`observe`](Self::observe) reads besides its wake-ups: a third of
+    /// the election's lease, checked as a campaign checks it.
+    fn lease_of(&self, client: &Client) -> Result<Duration, LockError> {
+        let lease = self.lease.unwrap_or(client.inner.config.default_lease);
+        match crate::config::lease_out_of_bounds(lease) {
+            Some(why) => Err(LockError::Config(format!(
+                "election `{}`: its lease is {why}",
+                self.name
+            ))),
+            None => Ok(lease),
+        }
+    }
+
+    /// The changes of leader, as a [`Stream`](futures_util::Stream) of [`LeaderInfo`]: the
     /// leader when it starts (if any), then each new leader once, in epoch order. It is woken
     /// by the announcements of new leaders and by releases, and reads again at a third of the
-    /// lease besides (a leader that died is noticed when its lease ends, and a lost
-    /// announcement costs at most that). A leader that came and went between two reads is
-    /// not shown. Failures to read are logged at WARN and tried again; the stream never ends.
+    /// election's lease besides (a leader that died is noticed when its lease ends, and a lost
+    /// announcement costs at most that); a store without wake-ups (in-process) is read at
+    /// that period, at most every 100 ms. A leader that came and went between two reads is
+    /// not shown. Failures to read are logged at WARN and tried again; the stream ends only
+    /// when the election cannot be read at all (no client, an invalid name or lease: logged
+    /// at ERROR), and stays ended.
     ///
     /// ```no_run
     /// # async fn f() {
@@ -302,10 +330,12 @@ impl Leadership {
     }
 
     /// Hands the leadership over at once: deletes this leader's record and gives the lock
-    /// back, which wakes the next campaigner. `Ok(false)` when it had been lost already.
+    /// back, which wakes the next campaigner. `Ok(false)` when it had been lost already (then
+    /// nothing is sent but the release's compare-and-delete, in the background).
     ///
-    /// Errors: [`LockError::Backend`] (and the like) when Redis could not be asked; the lease
-    /// then runs out by itself.
+    /// Errors: [`LockError::Backend`] (and the like) when the lock could not be given back;
+    /// its lease then runs out by itself. A record that could not be deleted is only logged:
+    /// it names nobody once the lock is given back.
     pub async fn resign(mut self) -> Result<bool, LockError> {
         let Some(guard) = self.guard.take() else {
             return Ok(false);
@@ -314,17 +344,22 @@ impl Leadership {
     }
 }
 
-/// Deletes the record (if still this leader's) and gives the lock back.
+/// Deletes the record (if still this leader's) and gives the lock back. A lease known lost
+/// sends no withdrawal: the record names nobody then, and a frozen server is not waited for.
 async fn withdraw_and_release(client: &Client, guard: LockGuard) -> Result<bool, LockError> {
-    let inner = &client.inner;
-    let lease = guard.lease.clone();
-    let withdrawn = inner
-        .clock
-        .send(&inner.io, inner.backend.withdraw(&lease.key, &lease.owner))
-        .await;
-    let released = guard.release().await;
-    withdrawn?;
-    released
+    if guard.is_held() {
+        let inner = &client.inner;
+        let lease = guard.lease.clone();
+        let withdrawn = inner
+            .clock
+            .send(&inner.io, inner.backend.withdraw(&lease.key, &lease.owner))
+            .await;
+        if let Err(err) = withdrawn {
+            tracing::warn!(target: crate::LOG_TARGET, election = %lease.key.name, error = %err,
+                "deleting the leader record failed; it names nobody once the lock is released");
+        }
+    }
+    guard.release().await
 }
 
 impl Drop for Leadership {

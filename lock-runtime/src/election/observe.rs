@@ -25,8 +25,9 @@ const IN_PROCESS_PERIOD: Duration = Duration::from_millis(100);
 
 /// The changes of an election's leader ([`Election::observe`]): a
 /// [`Stream`](futures_util::Stream) of [`LeaderInfo`], each new leader once, in epoch order.
-/// It ends only when the election cannot be read at all (no global client, an invalid name:
-/// logged at ERROR); failures that may pass are logged at WARN and read again.
+/// It ends only when the election cannot be read at all (no global client, an invalid name or
+/// lease: logged at ERROR), and then stays ended; failures that may pass are logged at WARN and
+/// read again.
 #[must_use = "a stream does nothing unless polled"]
 pub struct LeaderChanges {
     changes: Pin<Box<dyn Stream<Item = LeaderInfo> + Send>>,
@@ -40,10 +41,14 @@ impl LeaderChanges {
             registration: None,
             failing: false,
         };
-        let changes = futures_util::stream::unfold(watch, |mut watch| async move {
-            let change = watch.next_change().await?;
-            Some((change, watch))
-        });
+        // Fused: polled after its end it stays ended (`unfold` alone would panic).
+        let changes = futures_util::StreamExt::fuse(futures_util::stream::unfold(
+            watch,
+            |mut watch| async move {
+                let change = watch.next_change().await?;
+                Some((change, watch))
+            },
+        ));
         Self {
             changes: Box::pin(changes),
         }
@@ -85,17 +90,17 @@ struct Watch {
 impl Watch {
     async fn next_change(&mut self) -> Option<LeaderInfo> {
         let client = match self.election.client() {
-            Ok(client) => client.clone(),
+            Ok(client) => client,
             Err(err) => return self.give_up(err),
         };
         let key = match self.election.key(&client) {
             Ok(key) => key,
             Err(err) => return self.give_up(err),
         };
-        let lease = self
-            .election
-            .lease
-            .unwrap_or(client.inner.config.default_lease);
+        let lease = match self.election.lease_of(&client) {
+            Ok(lease) => lease,
+            Err(err) => return self.give_up(err),
+        };
         let waker = client.inner.backend.waker();
         let period = match waker {
             Some(_) => lease / 3,
