@@ -59,8 +59,9 @@
 //!   others), server commands per grant.
 //!
 //! Costs, read before and after each (library, workload) measurement (on W4, around the hold):
-//! - `client_cpu_us_per_cycle` (W1, W2): this process's CPU time, user + system, all threads
-//!   (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, to the nanosecond).
+//! - `client_cpu_us_per_cycle` (W1, W2; `client_cpu_us` in all on W4, around the hold): this
+//!   process's CPU time, user + system, all threads (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`,
+//!   to the nanosecond).
 //! - `server_cpu_us_per_cycle` (W1, W2; `_per_grant` on W3; `server_cpu_us` in all on W4):
 //!   `used_cpu_sys` + `used_cpu_user` of `INFO cpu`, summed over the servers that take writes
 //!   (the one server, the cluster's primaries, every master; replicas are left out).
@@ -798,6 +799,7 @@ async fn w4(lib: &Lib, deployed: &Deployed) -> Row {
         ),
         ("server_commands", cost.servers.commands() as f64),
         ("server_cpu_us", cost.server_cpu_us()),
+        ("client_cpu_us", cost.client_cpu.as_secs_f64() * 1e6),
     ])
 }
 

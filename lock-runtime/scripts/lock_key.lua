@@ -96,35 +96,49 @@ local function writer_waiting(name)
 end
 
 -- Sets the writer-waiting mark `name` for `ms`, unless the key holds something that is not a
--- mark (NOTALOCK) or lives on the other node of a migration.
+-- mark (NOTALOCK) or lives on the other node of a migration. NX GET: a missing mark is set in
+-- one command, and nothing that is there is overwritten (a key of another type refuses the
+-- GET, and with it the SET); a mark already up is given `ms` again.
 local function mark_writer_waiting(name, ms)
-  local held = beside('TYPE', name)
-  if not held then
-    return
+  local found = redis.pcall('SET', name, '1', 'PX', ms, 'NX', 'GET')
+  if type(found) == 'table' and found.err then
+    if string.find(found.err, 'non local key', 1, true) then
+      return
+    elseif string.find(found.err, 'WRONGTYPE', 1, true) then
+      not_a_lock(name, redis.call('TYPE', name)['ok'])
+    end
+    error(found)
   end
-  held = held['ok']
-  if held ~= 'none' and not (held == 'string' and beside('GET', name) == '1') then
-    not_a_lock(name, held)
+  if found == '1' then
+    redis.call('PEXPIRE', name, ms)
+  elseif found then
+    not_a_lock(name, 'string')
   end
-  beside('SET', name, '1', 'PX', ms)
 end
 
--- Whether the fair queue `name` (a sorted set of 24-hex-digit waiter ids, or absent) can be
--- used: false when it lives on the other node of a migration, or, with `lenient`, when it
--- holds something else; without `lenient` something else is NOTALOCK.
-local function own_queue(name, lenient)
-  local first = redis.pcall('ZRANGE', name, 0, 0)
+-- The first entry of the fair queue key `name` (a sorted set of 24-hex-digit waiter ids, or
+-- absent) with its score, `{id, score}` (`{}` when empty): one read that checks the key and
+-- finds its head (the queue) or its earliest deadline (the deadlines). Nil when it lives on
+-- the other node of a migration, or, with `lenient`, when it holds something else; without
+-- `lenient` something else is NOTALOCK.
+local function queue_front(name, lenient)
+  local first = redis.pcall('ZRANGE', name, 0, 0, 'WITHSCORES')
   if type(first) == 'table' and first.err then
     if string.find(first.err, 'non local key', 1, true) or lenient then
-      return false
+      return nil
     end
     not_a_lock(name, redis.call('TYPE', name)['ok'])
   end
   if first[1] == nil or string.find(first[1], '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
-    return true
+    return first
   end
   if lenient then
-    return false
+    return nil
   end
   not_a_lock(name, 'zset')
+end
+
+-- Whether the fair queue key `name` can be used (see `queue_front`).
+local function own_queue(name, lenient)
+  return queue_front(name, lenient) ~= nil
 end

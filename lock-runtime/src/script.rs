@@ -65,6 +65,17 @@ impl ScriptCall {
         self
     }
 
+    /// The call's first key (`KEYS[1]`), by which a Cluster routes it.
+    pub(crate) fn first_key(&self) -> Option<&[u8]> {
+        if self.keys == 0 {
+            return None;
+        }
+        match self.body.args_iter().next() {
+            Some(redis::Arg::Simple(key)) => Some(key),
+            _ => None,
+        }
+    }
+
     /// The call by SHA: `EVALSHA sha numkeys keys… args…`.
     pub(crate) fn by_hash(&self) -> Cmd {
         self.command("EVALSHA", &self.script.hash)

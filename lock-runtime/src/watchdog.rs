@@ -1,6 +1,6 @@
 //! The client's watchdog: one task on the client's I/O runtime that renews every watched
 //! [`Lease`] at about a third of its duration, batching leases that fall due at about the same
-//! time into one request, and declares a lease lost on a "not owner" reply or when its deadline
+//! time into one call of the store (which sends it in as few requests as it can), and declares a lease lost on a "not owner" reply or when its deadline
 //! passes unrenewed.
 //!
 //! Leases wait in two ordered queues — by when the watchdog must next look at them (renewal or
@@ -203,9 +203,6 @@ fn retry_delay(lease: Duration) -> Duration {
     (lease / 10).min(Duration::from_secs(1))
 }
 
-/// Most leases renewed in one request.
-const BATCH: usize = 256;
-
 /// Renewal is due a third of the lease after the last one; when any lease is due, every lease
 /// due within a sixth of its own lease is renewed with it, so leases taken at about the same
 /// time share requests.
@@ -262,9 +259,10 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
         shared
             .looks
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        while !batch.is_empty() {
-            let chunk: Vec<_> = batch.drain(..batch.len().min(BATCH)).collect();
-            tokio::spawn(renew(chunk, backend.clone(), shared.clone()));
+        // One call of the store for the whole batch: it sends it in as few requests as it can
+        // (one per Cluster primary), each script call of at most `MOST_PER_CALL` leases.
+        if !batch.is_empty() {
+            tokio::spawn(renew(batch, backend.clone(), shared.clone()));
         }
         match wake_at {
             Some(wake_at) => tokio::select! {
@@ -323,7 +321,7 @@ async fn follow_until_over(lease: &Arc<Lease>, backend: Arc<Backend>, shared: &A
     }
 }
 
-/// Renews `leases` in one request, then queues each for its next renewal. A lease whose
+/// Renews `leases` with one call of the store, then queues each for its next renewal. A lease whose
 /// release is under way (its gate is taken) is left out: no renewal may follow a release.
 async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Shared>) {
     let mut gates = Vec::with_capacity(leases.len());

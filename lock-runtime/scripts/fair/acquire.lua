@@ -35,67 +35,159 @@
 -- is held (-1: no expiry), or -3 when waiters are ahead of it (it tries again after half a
 -- heartbeat, or when woken); place is the waiter's place in the queue, for its next tries.
 --
--- Every try first drops the waiters whose deadline has passed: a crashed or cut-off waiter
--- leaves the queue one and a half heartbeats after its last try, whichever waiter's try comes
--- next. A waiter not at the head that finds the lock free wakes the head ('f:' and its id), so
--- a head that missed its wake-up, or a new head after a dead one was dropped, does not wait for
--- its own next try. A granted waiter leaves the queue in the same script.
+-- The head goes straight to the write side's try, reading nothing but the queue's first entry,
+-- and a granted waiter leaves the queue in the same script; a try that waits keeps its place
+-- and pushes its deadline one and a half heartbeats ahead. Only a try that waits looks at the
+-- deadlines, and it drops the waiters whose deadline has passed only when the earliest one
+-- has (so a crashed or cut-off waiter leaves the queue one and a half heartbeats after its
+-- last try, at the next try of a waiter behind it or of a newcomer; a dead head holds up only
+-- those, and only while the lock is free). A waiter not at the head that finds the lock free
+-- wakes the head ('f:' and its id), so a head that missed its wake-up, or a new head after a
+-- dead one was dropped, does not wait for its own next try.
+--
+-- The queue's two keys expire together, never before the latest deadline they hold: a try
+-- that waits makes sure they last its own `keep` at least and, when they would not, lengthens
+-- both to twice that (GT: never shortens them, as waiters may have heartbeats of their own),
+-- so most tries read the expiry and write none.
 
 local waiter = string.sub(ARGV[1], 1, 24)
 local queue, deadlines, channel = ARGV[10], ARGV[11], ARGV[12]
+local ticket = ARGV[8]
 
 -- The head: the write side's try.
 local function write_try()
   --[[ write/acquire.lua ]]
 end
 
--- Not a lock at all: NOTALOCK before anything is written (lock_key.lua).
-lock_held(KEYS[1])
-if not (own_queue(queue) and own_queue(deadlines)) then
+-- Whether this waiter is the head of a queue whose first entry is `first` ({id, place}, {}
+-- when empty): the first itself, or a waiter coming back with a place before the first's. (A
+-- first try on one server, ticket '0', comes after everyone already queued.)
+local function at_head(first)
+  if first[1] == nil or first[1] == waiter then
+    return true
+  end
+  if ticket == '0' then
+    return false
+  end
+  local mine, theirs = tonumber(ticket), tonumber(first[2])
+  return mine < theirs or (mine == theirs and waiter < first[1])
+end
+
+-- The head's try; a grant takes the waiter out of the queue (`first`: the queue's first entry).
+-- pcall: the deadlines may live on the other node of a migration, or hold something else,
+-- which is left alone.
+local function take(first)
+  local reply = write_try()
+  if reply[1] == 1 and first[1] == waiter then
+    redis.call('ZREM', queue, waiter)
+    redis.pcall('ZREM', deadlines, waiter)
+  end
+  return reply
+end
+
+-- While the queue cannot be reached (a Cluster slot migration) a try is the write side's alone.
+local first = queue_front(queue)
+if not first then
   return write_try()
 end
+local head = at_head(first)
+local refused = nil
+local free = false
+if head then
+  refused = take(first)
+  if refused[1] ~= 0 then
+    return refused
+  end
+else
+  -- NOTALOCK before anything is written (lock_key.lua): one GET for what a lock key holds
+  -- most often, nothing or a writer, lock_held for anything else.
+  local value = redis.pcall('GET', KEYS[1])
+  if value == ARGV[1] then
+    -- This very try, sent again after its reply was lost: granted again.
+    return take(first)
+  elseif not value then
+    free = true
+  elseif not (type(value) == 'string' and is_owner(value)) then
+    free = lock_held(KEYS[1]) == 'none'
+  end
+end
 
+-- The try waits: the head while the lock is held, or a waiter behind others.
+local earliest = queue_front(deadlines)
+if not earliest then
+  return refused or write_try()
+end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local heartbeat = tonumber(ARGV[7])
-local keep = math.floor(heartbeat * 3 / 2)
+local keep = math.floor(tonumber(ARGV[7]) * 3 / 2)
 
-local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
-for _, gone in ipairs(dead) do
-  redis.call('ZREM', queue, gone)
-  redis.call('ZREM', deadlines, gone)
+if earliest[2] and tonumber(earliest[2]) <= now_ms then
+  local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
+  for _, gone in ipairs(dead) do
+    redis.call('ZREM', queue, gone)
+    redis.call('ZREM', deadlines, gone)
+  end
+  first, earliest = queue_front(queue), queue_front(deadlines)
+  if not head and at_head(first) then
+    head = true
+    refused = take(first)
+    if refused[1] ~= 0 then
+      return refused
+    end
+    free = false
+  end
 end
 
-local ticket = ARGV[8]
-if ticket == '0' then
-  ticket = string.format('%d', tonumber(now[1]) * 1000000 + tonumber(now[2]))
-end
 -- NX: a waiter keeps the place it first took; a waiter dropped meanwhile comes back with its
--- ticket (Redlock) or at the back (the clock: it had stopped showing it was alive).
-redis.call('ZADD', queue, 'NX', ticket, waiter)
+-- ticket (Redlock, or the place an earlier reply gave it) or at the back (its first try on
+-- one server: the server clock).
+local place
+if first[1] == waiter then
+  place = tonumber(first[2])
+else
+  if ticket == '0' then
+    ticket = string.format('%d', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  end
+  -- Already queued under a place the caller sent is queued at that very place (a reply gave
+  -- it); under the server clock (a first try sent again) it is looked up.
+  if redis.call('ZADD', queue, 'NX', ticket, waiter) == 1 or ARGV[8] ~= '0' then
+    place = tonumber(ticket)
+  else
+    place = tonumber(redis.call('ZSCORE', queue, waiter))
+  end
+end
 redis.call('ZADD', deadlines, now_ms + keep, waiter)
--- The queue may expire with its last deadline: each waiter's is at most its own `keep` away,
--- and waiters may have heartbeats of their own, so a try only ever lengthens the expiry.
-for _, key in ipairs({queue, deadlines}) do
-  if redis.call('PTTL', key) < keep then
-    redis.call('PEXPIRE', key, keep)
+
+local made_queue, made_deadlines = first[1] == nil, earliest[1] == nil
+if made_queue and made_deadlines then
+  redis.call('PEXPIRE', queue, 2 * keep)
+  redis.call('PEXPIRE', deadlines, 2 * keep)
+elseif made_queue or made_deadlines then
+  -- One key made anew beside the other (the two out of step after a migration): both expire
+  -- when the later of the two would.
+  local at = now_ms + 2 * keep
+  for _, key in ipairs({queue, deadlines}) do
+    at = math.max(at, now_ms + redis.call('PTTL', key))
+  end
+  redis.call('PEXPIREAT', queue, at)
+  redis.call('PEXPIREAT', deadlines, at)
+else
+  local ttl = redis.call('PTTL', queue)
+  if ttl < 0 then
+    -- No expiry (set by nobody here): given one again.
+    redis.call('PEXPIRE', queue, 2 * keep)
+    redis.call('PEXPIRE', deadlines, 2 * keep)
+  elseif ttl < keep then
+    redis.call('PEXPIRE', queue, 2 * keep, 'GT')
+    redis.call('PEXPIRE', deadlines, 2 * keep, 'GT')
   end
 end
-local place = tonumber(redis.call('ZSCORE', queue, waiter))
 
-local head = redis.call('ZRANGE', queue, 0, 0)[1]
-if head ~= waiter then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    redis.pcall(ARGV[9], channel, 'f:' .. head)
-  end
-  return {0, -3, place}
+if head then
+  refused[3] = place
+  return refused
 end
-
-local reply = write_try()
-if reply[1] == 1 then
-  redis.call('ZREM', queue, waiter)
-  redis.call('ZREM', deadlines, waiter)
-elseif reply[1] == 0 then
-  reply[3] = place
+if free then
+  redis.pcall(ARGV[9], channel, 'f:' .. first[1])
 end
-return reply
+return {0, -3, place}

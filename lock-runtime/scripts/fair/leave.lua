@@ -15,37 +15,31 @@
 -- Returns 1 when the lock was the caller's and is now free, 0 when it was not (expired, taken
 -- over, deleted, or the caller was only waiting). Safe to repeat.
 --
--- The wake-up names the head ('f:' and its waiter id): each client wakes only that waiter, if
--- it is one of its own. Waiters whose deadline has passed are dropped first, so a dead head is
--- not the one woken. With nobody queued, 'w' wakes the key's other waiters as a write release
+-- A grant left the queue when it was made (acquire.lua), so giving it back reads the queue
+-- only for its head; a waiter that gives up is taken out of both keys. The wake-up names the
+-- head ('f:' and its waiter id): each client wakes only that waiter, if it is one of its own.
+-- Dead waiters are not looked for here: a dead head, woken in vain, is dropped by the next try
+-- of a waiter behind it once its deadline has passed, which then wakes the new head
+-- (acquire.lua). With nobody queued, 'w' wakes the key's other waiters as a write release
 -- does.
 
 local waiter = string.sub(ARGV[1], 1, 24)
 local channel, queue, deadlines = ARGV[3], ARGV[4], ARGV[5]
--- Lenient: whatever the queue's keys hold, the caller's own grant is still given back.
-local queued = own_queue(queue, true) and own_queue(deadlines, true)
-if queued then
+local released = 0
+-- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
+local held = redis.pcall('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+elseif own_queue(queue, true) and own_queue(deadlines, true) then
+  -- Lenient: whatever the queue's keys hold, the caller's own grant is still given back.
   redis.call('ZREM', queue, waiter)
   redis.call('ZREM', deadlines, waiter)
 end
-local released = 0
--- pcall: while readers hold the lock the key is a sorted set, and GET fails on it.
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  released = 1
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local head = nil
-  if queued then
-    local now = redis.call('TIME')
-    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-    local dead = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now_ms)
-    for _, gone in ipairs(dead) do
-      redis.call('ZREM', queue, gone)
-      redis.call('ZREM', deadlines, gone)
-    end
-    head = redis.call('ZRANGE', queue, 0, 0)[1]
-  end
+-- Free: given back now, or nothing there.
+if released == 1 or not held then
+  local first = queue_front(queue, true)
+  local head = first and first[1]
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
   if head then
     redis.pcall(ARGV[2], channel, 'f:' .. head)

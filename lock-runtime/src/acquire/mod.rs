@@ -178,7 +178,10 @@ async fn run(
             Ok(Answer::Refused(refusal)) => {
                 pending.settle();
                 observed.refused();
-                refused_before = true;
+                // A fair try refused behind other waiters did not get to the write side's try,
+                // so it set no writer-waiting mark for a later grant to take away (which would
+                // cost that grant a command).
+                refused_before |= !matches!(refusal.queued, Some((_, true)));
                 if let (Some(fair), Some((place, behind))) = (&mut fair, refusal.queued) {
                     fair.refused(place, behind);
                 }

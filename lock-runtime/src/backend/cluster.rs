@@ -3,6 +3,15 @@
 //! key's slot and follows `MOVED` and `ASK` redirections, failovers and slot migrations. All
 //! keys of one lock share a hash tag ([`LockKey`](super::LockKey)), so every script touches a
 //! single slot; the store splits batches per slot (a script may only touch keys of one slot).
+//!
+//! Batches: the per-slot calls of one batch (the watchdog's renewals: 1,000 locks in 1,000
+//! slots are 1,000 calls) go as one pipeline per primary ([`Transport::call_each`]), over
+//! connections of the transport's own to each primary, found by slot in a map read from
+//! `CLUSTER SLOTS` (`primaries.rs`, which says why the cluster connection cannot carry them);
+//! each call still names one slot's keys. A call its primary does not answer for — `MOVED`,
+//! `ASK`, `TRYAGAIN`, `NOSCRIPT`, a primary that failed, a slot the map lacks — is sent alone
+//! as any other call, so failovers and migrations are followed as before, and a primary that
+//! fails leaves only its own calls unanswered.
 //! Releases announce themselves by sharded pub/sub (`SPUBLISH`), which the waker (`wake.rs`)
 //! follows with one subscription per channel. The connection is made on the client's I/O
 //! runtime, so it outlives the caller's runtime. Neighbours: `connection.rs` is the
@@ -15,13 +24,16 @@
 //! script is sent once more with its source (`script.rs`), to the node of its key alone: a
 //! `SCRIPT LOAD` would go to every primary and fail while any is down.
 
+use std::sync::Arc;
+
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{FromRedisValue, RedisError};
+use redis::FromRedisValue;
 use tokio::runtime::Handle;
 
-use super::connection::Failure;
+use super::connection::{request_error, Failure};
+use super::primaries::{Primaries, Sent};
 use super::redis::{NodeOptions, RedisStore};
 use super::transport::{replicated, ScanStep, Transport};
 use super::wake::{Announcers, ReleaseListener};
@@ -29,6 +41,7 @@ use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, LockError};
 use crate::kind::{self, Tokens};
+use crate::script::ScriptCall;
 
 /// A Redis Cluster, reached through one cluster connection.
 pub(crate) struct Cluster {
@@ -39,6 +52,8 @@ pub(crate) struct Cluster {
     /// Made once; it reconnects to nodes by itself. A failed connect is tried again by the
     /// next request.
     connection: tokio::sync::OnceCell<ClusterConnection>,
+    /// The primaries by slot, with connections of this transport's own, for batches.
+    primaries: Arc<Primaries>,
 }
 
 /// The store on a Redis Cluster.
@@ -66,6 +81,9 @@ impl ClusterBackend {
             .map(crate::url::server_address)
             .collect::<Vec<_>>()
             .join(", ");
+        let seed = infos.first().cloned().ok_or_else(|| {
+            LockError::Config("a Redis Cluster needs at least one node URL".to_owned())
+        })?;
         let waker = ReleaseListener::new(
             Announcers::Cluster(infos),
             io.clone(),
@@ -75,6 +93,12 @@ impl ClusterBackend {
         let cluster = Cluster {
             client,
             nodes: described,
+            primaries: Primaries::new(
+                seed,
+                options.connect_timeout,
+                options.response_timeout,
+                io.clone(),
+            ),
             io,
             connection: tokio::sync::OnceCell::new(),
         };
@@ -105,6 +129,8 @@ impl Cluster {
                         // Beside the first request, not before it: the check only ever logs.
                         self.io
                             .spawn(super::eviction::check_cluster(connection.clone()));
+                        // The map for batches, read before the first one is due.
+                        self.primaries.refresh(&connection);
                         Ok(connection)
                     }
                     Ok(Err(err)) => Err(super::connection::connect_error(err)),
@@ -114,14 +140,6 @@ impl Cluster {
             .await?;
         Ok(connection.clone())
     }
-}
-
-/// A failed request as the caller sees it.
-fn backend_error(operation: &'static str, err: RedisError) -> LockError {
-    let failure = Failure::of(&err);
-    BackendError::new(operation, failure.kind, err)
-        .maybe_applied(failure.maybe_applied)
-        .into()
 }
 
 impl Transport for Cluster {
@@ -143,6 +161,7 @@ impl Transport for Cluster {
             nodes: self.nodes.clone(),
             io: self.io.clone(),
             connection: tokio::sync::OnceCell::new(),
+            primaries: self.primaries.sibling(),
         }
     }
 
@@ -166,7 +185,7 @@ impl Transport for Cluster {
             let reply = call
                 .query(&mut connection)
                 .await
-                .map_err(|err| backend_error(operation, err))?;
+                .map_err(|err| request_error(operation, err))?;
             return Ok((reply, guard.is_none()));
         };
         let guarded = |script: redis::Cmd| {
@@ -188,11 +207,53 @@ impl Transport for Cluster {
             Err(err) if crate::script::is_noscript(&err) => guarded(invocation.with_source())
                 .query_async::<(R, u32)>(&mut connection)
                 .await
-                .map_err(|err| backend_error(operation, err))?,
-            Err(err) => return Err(backend_error(operation, err)),
+                .map_err(|err| request_error(operation, err))?,
+            Err(err) => return Err(request_error(operation, err)),
         };
         let enough = replicated(guard, acknowledged, operation, &self.nodes);
         Ok((value, enough))
+    }
+
+    /// One pipeline per primary, all at once ([`Primaries::send`]); a call its primary did not
+    /// answer for is sent alone, as [`call`](Self::call) sends it (so is a batch of one).
+    async fn call_each<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        guard: Option<ReplicaGuard>,
+    ) -> Vec<Result<(R, bool), LockError>> {
+        let mut answers: Vec<Sent<R>> = calls.iter().map(|_| None).collect();
+        if calls.len() > 1 {
+            if let Ok(connection) = self.connection().await {
+                self.primaries.refresh(&connection);
+                answers = self.primaries.send(operation, calls, guard).await;
+            }
+        }
+        let alone: Vec<usize> = (0..calls.len()).filter(|&i| answers[i].is_none()).collect();
+        if !alone.is_empty() {
+            tracing::trace!(target: crate::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
+        }
+        let replies = futures_util::future::join_all(
+            alone
+                .iter()
+                .map(|&i| self.call(operation, Call::Script(&calls[i]), guard, |_: &R| true)),
+        )
+        .await;
+        let mut replies = replies.into_iter();
+        answers
+            .into_iter()
+            .map(|answer| match answer {
+                Some(answer) => answer,
+                None => replies.next().unwrap_or_else(|| {
+                    Err(BackendError::new(
+                        operation,
+                        crate::error::BackendErrorKind::Server,
+                        "a call of the batch was not sent",
+                    )
+                    .into())
+                }),
+            })
+            .collect()
     }
 
     /// The primaries `CLUSTER SLOTS` names.
@@ -204,7 +265,7 @@ impl Transport for Cluster {
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await
-            .map_err(|err| backend_error("list", err))?;
+            .map_err(|err| request_error("list", err))?;
         Ok(primaries(&slots))
     }
 
@@ -249,35 +310,17 @@ impl Transport for Cluster {
                 }),
             )
             .await
-            .map_err(|err| backend_error("list", err))?;
-        redis::from_redis_value(reply).map_err(|err| backend_error("list", err.into()))
+            .map_err(|err| request_error("list", err))?;
+        redis::from_redis_value(reply).map_err(|err| request_error("list", err.into()))
     }
 }
 
-/// The primaries named by a `CLUSTER SLOTS` reply (`[[start, end, [host, port, …], replicas…],
-/// …]`), each once.
+/// The primaries named by a `CLUSTER SLOTS` reply, each once.
 fn primaries(slots: &redis::Value) -> Vec<(String, u16)> {
     let mut primaries: Vec<(String, u16)> = Vec::new();
-    let redis::Value::Array(ranges) = slots else {
-        return primaries;
-    };
-    for range in ranges {
-        let redis::Value::Array(range) = range else {
-            continue;
-        };
-        let Some(redis::Value::Array(node)) = range.get(2) else {
-            continue;
-        };
-        let host = match node.first() {
-            Some(redis::Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-            Some(redis::Value::SimpleString(host)) => host.clone(),
-            _ => continue,
-        };
-        let Some(Ok(port)) = node.get(1).map(redis::from_redis_value_ref::<u16>) else {
-            continue;
-        };
-        if !primaries.contains(&(host.clone(), port)) {
-            primaries.push((host, port));
+    for (_, _, primary) in super::primaries::slot_ranges(slots) {
+        if !primaries.contains(&primary) {
+            primaries.push(primary);
         }
     }
     primaries

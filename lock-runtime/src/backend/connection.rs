@@ -763,6 +763,15 @@ fn is_refusal(err: &RedisError) -> bool {
     matches!(err.kind(), ErrorKind::Server(_)) && Failure::of(err).kind == BackendErrorKind::Server
 }
 
+/// A failed request as the caller sees it: what it means ([`Failure`]), and whether it may
+/// have run.
+pub(crate) fn request_error(operation: &'static str, err: RedisError) -> LockError {
+    let failure = Failure::of(&err);
+    BackendError::new(operation, failure.kind, err)
+        .maybe_applied(failure.maybe_applied)
+        .into()
+}
+
 /// What a failed request means for the request and its connection.
 pub(crate) struct Failure {
     pub(crate) kind: BackendErrorKind,

@@ -17,6 +17,7 @@ pub(crate) mod eviction;
 mod guarded;
 pub(crate) mod memory;
 mod open;
+pub(crate) mod primaries;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod transport;

@@ -4,7 +4,8 @@
 //! Redis Cluster (`cluster.rs`). It sends what the kinds build (`kind/`): a write lock's first
 //! try without a script ([`FirstTry`]) where the transport allows it, the kind's script
 //! otherwise; it splits batches per hash slot where the transport routes by slot, undoing the
-//! slots already taken when a later one is held; and with the failover guard
+//! slots already taken when a later one is held, and hands a renewal's per-slot calls to the
+//! transport all at once ([`Transport::call_each`]: one request per Cluster primary); and with the failover guard
 //! ([`ReplicaGuard`]) a grant or renewal counts only once `WAIT` reports enough replicas have
 //! it (a grant that too few acknowledged is given back and reported as held, so the acquire
 //! loop tries again within its wait; such a renewal is an error); such a write runs on a
@@ -143,6 +144,22 @@ impl<T: Transport> RedisStore<T> {
         };
         let lent = self.guarded.lend(&self.transport).await;
         let replied = lent.call(operation, call, Some(guard), needs_wait).await;
+        lent.give_back();
+        replied
+    }
+
+    /// Sends independent script calls ([`Transport::call_each`]) under the failover guard, if
+    /// there is one: then on one transport lent for all of them.
+    async fn call_each_guarded<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        calls: &[crate::script::ScriptCall],
+    ) -> Vec<Result<(R, bool), LockError>> {
+        let Some(guard) = self.guard else {
+            return self.transport.call_each(operation, calls, None).await;
+        };
+        let lent = self.guarded.lend(&self.transport).await;
+        let replied = lent.call_each(operation, calls, Some(guard)).await;
         lent.give_back();
         replied
     }
@@ -294,48 +311,70 @@ impl<T: Transport> RedisStore<T> {
         count_only_replicated_renewals(renewed, replicated)
     }
 
-    /// One call per slot, all slots at once. A slot whose call fails (its shard is failing
-    /// over, say) leaves its leases unknown, not the leases of the other slots.
-    async fn renew_per_slot(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
-        for (i, renewal) in leases.iter().enumerate() {
-            by_slot
-                .entry(Slot::for_key(&renewal.key.lock))
-                .or_default()
-                .push(i);
-        }
-        let batches = by_slot.into_values().map(|indices| async move {
-            let batch: Vec<Renewal<'_>> = indices.iter().map(|&i| leases[i]).collect();
-            match self.renew(&batch).await {
-                Ok(renewed) => Ok((indices, renewed)),
-                // A slot half-moved by a migration refuses a call naming keys on both of its
-                // nodes (`TRYAGAIN`, until the response timeout); each lock's own key is on
-                // one of them, so one call per lock goes through.
-                Err(err) if batch.len() > 1 => {
-                    let singles = batch
-                        .iter()
-                        .map(|renewal| self.renew(std::slice::from_ref(renewal)));
-                    let renewed: Vec<Renewed> = futures_util::future::join_all(singles)
-                        .await
-                        .into_iter()
-                        .map(|single| match single.as_deref() {
-                            Ok([renewed]) => *renewed,
-                            _ => Renewed::Unknown,
-                        })
-                        .collect();
-                    if renewed.iter().all(|&r| r == Renewed::Unknown) {
-                        return Err(err);
-                    }
-                    Ok((indices, renewed))
-                }
-                Err(err) => Err(err),
+    /// The calls a renewal of `leases` takes, as indices into it: the leases one call may
+    /// name (all of them, or a slot's where the transport routes by slot), at most
+    /// [`MOST_PER_CALL`] each.
+    fn renewal_calls(leases: &[Renewal<'_>]) -> Vec<Vec<usize>> {
+        let groups: Vec<Vec<usize>> = if T::ROUTES_BY_SLOT {
+            let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+            for (i, renewal) in leases.iter().enumerate() {
+                by_slot
+                    .entry(Slot::for_key(&renewal.key.lock))
+                    .or_default()
+                    .push(i);
             }
-        });
+            by_slot.into_values().collect()
+        } else {
+            vec![(0..leases.len()).collect()]
+        };
+        groups
+            .iter()
+            .flat_map(|group| group.chunks(MOST_PER_CALL).map(<[usize]>::to_vec))
+            .collect()
+    }
+
+    /// The renewal of `leases` in [`renewal_calls`](Self::renewal_calls), all sent at once by
+    /// [`Transport::call_each`] (on a Cluster one request per primary). A call that fails (its
+    /// shard is failing over, say) leaves its leases unknown, not the leases of the others.
+    async fn renew_all(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let slots = Self::renewal_calls(leases);
+        let batches: Vec<Vec<Renewal<'_>>> = slots
+            .iter()
+            .map(|indices| indices.iter().map(|&i| leases[i]).collect())
+            .collect();
+        let calls: Vec<_> = batches
+            .iter()
+            .map(|batch| kind::extend_many_call(batch))
+            .collect();
+        let replies = self.call_each_guarded::<Vec<i64>>("renew", &calls).await;
+        let outcomes = batches
+            .iter()
+            .zip(replies)
+            .map(|(batch, reply)| async move {
+                let renewed = reply.and_then(|(extended, replicated)| {
+                    count_only_replicated_renewals(
+                        kind::read_extend_many_reply(batch.len(), extended)?,
+                        replicated,
+                    )
+                });
+                match renewed {
+                    // A slot half-moved by a migration refuses a call naming keys on both of its
+                    // nodes (`TRYAGAIN`, until the response timeout); each lock's own key is on
+                    // one of them, so one call per lock goes through.
+                    Err(err) if T::ROUTES_BY_SLOT && batch.len() > 1 => {
+                        self.renew_one_by_one(batch, err).await
+                    }
+                    renewed => renewed,
+                }
+            });
         let mut answers = vec![Renewed::Unknown; leases.len()];
         let mut failures = Vec::new();
-        for outcome in futures_util::future::join_all(batches).await {
+        for (indices, outcome) in slots
+            .into_iter()
+            .zip(futures_util::future::join_all(outcomes).await)
+        {
             match outcome {
-                Ok((indices, renewed)) => {
+                Ok(renewed) => {
                     for (i, renewed) in indices.into_iter().zip(renewed) {
                         answers[i] = renewed;
                     }
@@ -350,6 +389,30 @@ impl<T: Transport> RedisStore<T> {
             }
         }
         Ok(answers)
+    }
+
+    /// Renews each of `batch` with a call of its own, after the call for all of them failed
+    /// with `err` (the answer when none of these goes through either).
+    async fn renew_one_by_one(
+        &self,
+        batch: &[Renewal<'_>],
+        err: LockError,
+    ) -> Result<Vec<Renewed>, LockError> {
+        let singles = batch
+            .iter()
+            .map(|renewal| self.renew(std::slice::from_ref(renewal)));
+        let renewed: Vec<Renewed> = futures_util::future::join_all(singles)
+            .await
+            .into_iter()
+            .map(|single| match single.as_deref() {
+                Ok([renewed]) => *renewed,
+                _ => Renewed::Unknown,
+            })
+            .collect();
+        if renewed.iter().all(|&r| r == Renewed::Unknown) {
+            return Err(err);
+        }
+        Ok(renewed)
     }
 
     /// Gives back `owner`'s write lock of each of `keys` (which one call may name); `true`
@@ -383,6 +446,10 @@ impl<T: Transport> RedisStore<T> {
         Ok(all)
     }
 }
+
+/// Most leases one renewal call names: one script call holds the server for as long as it
+/// runs (a few microseconds a lease).
+pub(crate) const MOST_PER_CALL: usize = 256;
 
 /// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
 pub(crate) const SCAN_COUNT: u64 = 1000;
@@ -508,13 +575,9 @@ impl<T: Transport> LockBackend for RedisStore<T> {
         Ok(released == 1)
     }
 
-    /// One call for every lease, or one per slot where the transport routes by slot.
+    /// One call for every [`MOST_PER_CALL`] leases, on a Cluster per slot, all at once.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        if T::ROUTES_BY_SLOT {
-            self.renew_per_slot(leases).await
-        } else {
-            self.renew(leases).await
-        }
+        self.renew_all(leases).await
     }
 
     /// The keys one call may name in one script (every key on a server; a slot's on a

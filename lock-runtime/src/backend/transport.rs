@@ -5,8 +5,8 @@
 //! Cluster over the `redis` crate's cluster connection (`cluster.rs`). Both take the same
 //! [`Call`]s, since the crate gives both connections one `ConnectionLike` trait; what differs
 //! is what a [`Transport`] says: whether a transaction may be sent, how the failover guard's
-//! `WAIT` rides along, whether calls are split per hash slot, how releases are announced, and
-//! what a failed request may hide.
+//! `WAIT` rides along, whether calls are split per hash slot and how a batch of them is sent
+//! ([`Transport::call_each`]), how releases are announced, and what a failed request may hide.
 
 use std::future::Future;
 
@@ -15,6 +15,7 @@ use redis::FromRedisValue;
 use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::LockError;
+use crate::script::ScriptCall;
 
 /// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
 pub(crate) type ScanStep = (u64, Vec<Vec<u8>>);
@@ -61,6 +62,23 @@ pub(crate) trait Transport: Send + Sync {
         guard: Option<ReplicaGuard>,
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> impl Future<Output = Result<(R, bool), LockError>> + Send;
+
+    /// Sends independent script `calls`, each naming keys of one hash slot, in as few requests
+    /// as the transport can; element `i` of the answer is what [`call`](Self::call) would
+    /// have answered for `calls[i]` (always with a `WAIT` under a `guard`). By default each
+    /// call is its own request, all at once; a Cluster sends one pipeline per primary.
+    fn call_each<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        guard: Option<ReplicaGuard>,
+    ) -> impl Future<Output = Vec<Result<(R, bool), LockError>>> + Send {
+        futures_util::future::join_all(
+            calls
+                .iter()
+                .map(move |call| self.call(operation, Call::Script(call), guard, |_: &R| true)),
+        )
+    }
 
     /// Whether the servers that take the locks' writes answer a `PING` now (the node; every
     /// primary of a Cluster), connecting where needed; the error names the server that did

@@ -6,9 +6,10 @@
 //! the lock whenever it finds it free). Beside the lock key, a queue of waiter ids scored by
 //! their place, and their deadlines on the server clock: every try of a waiter keeps its place
 //! and pushes its deadline one and a half heartbeats ahead; a waiter that stops trying
-//! (crashed, frozen, cut off) is dropped at its deadline by the next try of anyone; only the
-//! head may take the lock, and the grant's release — leaving the queue, as a waiter that gives
-//! up does ([`Holding::Seat`](super::Holding::Seat)) — wakes the head alone
+//! (crashed, frozen, cut off) is dropped once its deadline has passed by the next try of a
+//! waiter that waits (one behind it, or a newcomer); only the head may take the lock, and the
+//! grant's release — leaving the queue, as a waiter that gives up does
+//! ([`Holding::Seat`](super::Holding::Seat)) — wakes the head alone
 //! (`scripts/fair/{acquire,leave}.lua`). A waiter's id is the first [`WAITER_ID_LEN`]
 //! characters of its owner tokens, which a request's tries share. The in-process twin is
 //! [`FairQueue`] on the key's [`TwinEntry`]. Neighbours: `kind/mod.rs` dispatches here;

@@ -108,7 +108,10 @@ pub(crate) struct Try<'a> {
     pub(crate) writer_waiting: Duration,
     /// An earlier try of the same request found the lock held, so it may have set the
     /// writer-waiting mark; a write grant then takes the mark away (a first try does not look,
-    /// which keeps an uncontended grant as cheap as without readers).
+    /// which keeps an uncontended grant as cheap as without readers). A fair try refused
+    /// behind other waiters sets no mark, and does not count (on Redlock the masters' replies
+    /// are tallied: a mark set where the waiter was the head while too few masters had it so
+    /// expires on its own).
     pub(crate) refused_before: bool,
     /// The grant carries a fencing token. Without one (efficiency mode) no token is read or
     /// written, and a writer's first try is a bare `SET NX PX` ([`FirstTry`]).
