@@ -8,7 +8,6 @@ use std::sync::OnceLock;
 
 use crate::client::Client;
 use crate::config::Config;
-use crate::election::Election;
 use crate::error::LockError;
 use crate::inspect::LockState;
 use crate::kind::Kind;
@@ -98,23 +97,6 @@ pub fn try_init(config: Config) -> Result<bool, LockError> {
 /// The global client, `None` before [`init`] (for the attribute's runtime).
 pub(crate) fn global() -> Option<Client> {
     GLOBAL.get().cloned()
-}
-
-/// The leader election `name` through the global client set up by [`init`] (see
-/// [`Election`]). Without [`init`], its requests fail with [`LockError::NotInitialized`].
-///
-/// ```no_run
-/// # async fn serve(_: distlock::FencingToken) {}
-/// # async fn f() -> Result<(), distlock::LockError> {
-/// let leadership = distlock::election("scheduler").campaign().await?;
-/// tokio::select! {
-///     () = serve(leadership.epoch()) => {}
-///     () = leadership.lost() => {}
-/// }
-/// # Ok(()) }
-/// ```
-pub fn election(name: impl Into<String>) -> Election {
-    Election::new(global(), name.into())
 }
 
 /// Starts a request for the lock `key` through the global client set up by [`init`].

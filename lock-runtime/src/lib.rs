@@ -49,11 +49,11 @@ pub use config::{
     DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS,
     ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, MAX_LEASE, MIN_LEASE,
 };
-pub use election::{Election, LeaderChanges, Leadership};
+pub use election::{election, Election, LeaderChanges, Leadership};
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use global::{
-    election, init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown,
-    try_init, write_lock,
+    init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown, try_init,
+    write_lock,
 };
 pub use guard::LockGuard;
 pub use inspect::{ForcedUnlock, Holder, LeaderInfo, LockState};

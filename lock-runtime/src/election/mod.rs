@@ -1,4 +1,4 @@
-//! Leader election on a lock: [`Election`] (`distlock::election(name)`,
+//! Leader election on a lock: [`Election`] ([`election`] on the global client,
 //! [`Client::election`]) campaigns for the write lock `name`, fenced, renewed by the watchdog;
 //! the grant's fencing token is the leader's **epoch**, so every leader's epoch is greater than
 //! every earlier leader's, on every store, and a resource fenced with it ([`crate::fenced`])
@@ -66,8 +66,8 @@ pub struct Election {
 }
 
 impl Election {
-    /// The election `name`, through `client` (`None`: the global client was not set up, and
-    /// every request says so).
+    /// The election `name`, through `client` (`None`: the global client, looked up at each
+    /// use; without [`init`](crate::init) every request says so).
     pub(crate) fn new(client: Option<Client>, name: String) -> Self {
         Self {
             client,
@@ -272,6 +272,23 @@ impl Election {
     pub fn observe(&self) -> LeaderChanges {
         LeaderChanges::new(self.clone())
     }
+}
+
+/// The leader election `name` through the global client set up by [`init`](crate::init) (see
+/// [`Election`]). Without [`init`](crate::init), its requests fail with [`LockError::NotInitialized`].
+///
+/// ```no_run
+/// # async fn serve(_: distlock::FencingToken) {}
+/// # async fn f() -> Result<(), distlock::LockError> {
+/// let leadership = distlock::election("scheduler").campaign().await?;
+/// tokio::select! {
+///     () = serve(leadership.epoch()) => {}
+///     () = leadership.lost() => {}
+/// }
+/// # Ok(()) }
+/// ```
+pub fn election(name: impl Into<String>) -> Election {
+    Election::new(None, name.into())
 }
 
 impl std::fmt::Debug for Election {
