@@ -1371,6 +1371,7 @@ mod tests {
             token_ceiling: subscribers * 10,
             permits: None,
             queued: 0,
+            record: None,
         }
     }
 
