@@ -277,6 +277,11 @@ impl From<AcquireReply> for Answer {
                 remaining,
                 ..Refusal::default()
             }),
+            // Only from one Redlock master, whose store tallies it: try again at once.
+            AcquireReply::TooLow(_) => Answer::Refused(Refusal {
+                remaining: Some(Duration::ZERO),
+                ..Refusal::default()
+            }),
             AcquireReply::Queued {
                 place,
                 behind,
@@ -298,6 +303,10 @@ impl From<MultiReply> for Answer {
                 remaining,
                 at,
                 queued: None,
+            }),
+            MultiReply::TooLow(_) => Answer::Refused(Refusal {
+                remaining: Some(Duration::ZERO),
+                ..Refusal::default()
             }),
         }
     }
@@ -397,6 +406,7 @@ impl Plan {
                     refused_before,
                     fencing: self.fencing,
                     seat: fair.map(|fair| fair.seat),
+                    proposed: None,
                 };
                 let reply = inner.backend.acquire(&attempt);
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
@@ -409,6 +419,7 @@ impl Plan {
                     writer_waiting,
                     refused_before,
                     fencing: self.fencing,
+                    proposed: None,
                 };
                 let reply = inner.backend.acquire_all(&attempt);
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
