@@ -57,15 +57,32 @@ local function lock_held(key)
   not_a_lock(key, held)
 end
 
--- Nil when the fencing counter `key` (Redlock) is absent or a number, else the type of what
--- is there: checked before a grant writes it, so another application's data there is never
--- overwritten.
-local function foreign_counter(key)
+-- The fencing counter `key` (Redlock): its value, or nil when absent. Anything else there
+-- (another application's data) is NOTALOCK, raised before a script writes a thing.
+local function fencing_counter(key)
   local last = redis.pcall('GET', key)
   if (type(last) == 'table' and last.err) or (last and not tonumber(last)) then
-    return redis.call('TYPE', key)['ok']
+    not_a_lock(key, redis.call('TYPE', key)['ok'])
+  end
+  return tonumber(last)
+end
+
+-- A proposed token (Redlock, see redlock.rs) against one master: nil when it may be granted
+-- (above the live counter `last`, not below the clock in microseconds), else the refusal
+-- {2, hint, clock}: the hint is the least token this master would take now.
+local function too_low(proposed, last, clock)
+  if (last and last >= proposed) or clock > proposed then
+    return {2, math.max(last or 0, clock) + 1, clock}
   end
   return nil
+end
+
+-- Sets the fencing counter `key` to `token` until the clock has passed the token and then
+-- `ttl` ms more (`clock` in microseconds): while it lives, no smaller token is granted; once
+-- it has lapsed, the clock, below which no token is granted, is past it.
+local function set_counter(key, token, clock, ttl)
+  local ahead = math.max(0, math.floor(token / 1000) - math.floor(clock / 1000))
+  redis.call('SET', key, string.format('%d', token), 'PX', ahead + ttl)
 end
 
 -- A command on a key beside the lock: its reply, or nil when the key lives on the other node

@@ -280,13 +280,12 @@ impl Config {
     /// Masters should not be restarted empty within the longest lease of a grant they took
     /// part in (the algorithm's delayed restart).
     ///
-    /// Fencing tokens stay strictly increasing across quorums. Each master hands out its own
-    /// token, and the largest of a quorum is not increasing on its own (quorums {A,B} and
-    /// {A,C} can raise A's counter far above B's and C's, and a later quorum {B,C} would hand
-    /// out less). So a write grant first raises the counters of a majority to its token, in a
-    /// second round within its validity; every later quorum shares a master with that
-    /// majority, so its largest token is larger. This costs one more round trip per write
-    /// grant.
+    /// Fencing tokens stay strictly increasing across quorums, in one round trip. The client
+    /// proposes the same token to every master; a master grants it only above its counter for
+    /// the key and not below its clock, and keeps it in the counter until its clock has passed
+    /// it by a lease. Every later quorum shares a master with this one, which takes a later
+    /// token only when it is larger. A master whose counter or clock is ahead refuses, says
+    /// what it would take, and the client proposes again at once (a second round, rare).
     ///
     /// A [semaphore](crate::semaphore) permit needs more than a majority: more than
     /// `N · masters / (N + 1)` masters for N permits (see

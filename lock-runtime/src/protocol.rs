@@ -202,6 +202,29 @@ pub(crate) enum AcquireReply {
         behind: bool,
         remaining: Option<Duration>,
     },
+    /// A write try with a proposed token refused by a server whose fencing counter or clock
+    /// is not below it (`Try::proposed`: Redlock's masters; Redlock tallies these and never
+    /// hands one on). Nothing was written.
+    TooLow(TooLow),
+}
+
+/// A server's refusal of a proposed fencing token (Redlock's masters, `backend/redlock.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TooLow {
+    /// The least token the server would take now: one above its live counter and its clock.
+    pub(crate) hint: u64,
+    /// The server's clock in microseconds when it refused.
+    pub(crate) clock: u64,
+}
+
+impl TooLow {
+    /// From a script's `{2, hint, clock}`.
+    pub(crate) fn read(hint: i64, clock: i64) -> Self {
+        Self {
+            hint: u64::try_from(hint).unwrap_or(0),
+            clock: u64::try_from(clock).unwrap_or(0),
+        }
+    }
 }
 
 /// What a store learnt of one renewal.

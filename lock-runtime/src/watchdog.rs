@@ -428,6 +428,7 @@ mod tests {
             refused_before: false,
             fencing: true,
             seat: None,
+            proposed: None,
         };
         let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {

@@ -205,6 +205,131 @@ async fn a_later_quorum_without_the_master_that_ran_ahead_still_hands_out_a_larg
     second.release().await.expect("release");
 }
 
+/// Sets `key`'s fencing counter on `master` behind the store's back.
+fn set_counter(master: &RedisServer, key: &str, value: u64) {
+    let () = redis::cmd("SET")
+        .arg(format!("distlock:{{{key}}}:fence"))
+        .arg(value)
+        .query(&mut master.connection())
+        .expect("SET");
+}
+
+/// Counters pushed ahead on a majority (by hand here; a client whose clock runs ahead leaves
+/// the same) refuse the token a grant proposes, and nothing is written; the same try proposes
+/// again above them at once (`wait(0)`: one try), so its token is larger than theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_takes_a_token_above_counters_pushed_ahead_on_a_majority() {
+    let masters = start_masters(3);
+    let ahead = now_micros() + 10_000_000; // ten seconds of microseconds ahead
+    for master in &masters[..2] {
+        set_counter(master, "job", ahead);
+    }
+    let client = Client::new(redlock(&masters)).expect("client");
+    let first = client
+        .lock("job")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a second round within the one try");
+    let first_token = first.fencing_token().expect("fenced").get();
+    assert!(first_token > ahead, "{first_token} not above {ahead}");
+    assert!(first.release().await.expect("release"));
+    let second = client
+        .lock("job")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free");
+    let second_token = second.fencing_token().expect("fenced").get();
+    assert!(
+        second_token > first_token,
+        "{second_token} after {first_token}"
+    );
+    assert!(second.release().await.expect("release"));
+}
+
+/// Script calls (`EVAL`, `EVALSHA`) `server` ran since its statistics were reset.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .expect("INFO");
+    ["cmdstat_evalsha", "cmdstat_eval"]
+        .iter()
+        .filter_map(|name| support::info_field(&info, name))
+        .map(|stats| {
+            stats
+                .split(',')
+                .find_map(|stat| stat.strip_prefix("calls="))
+                .and_then(|calls| calls.parse::<u64>().ok())
+                .expect("calls=")
+        })
+        .sum()
+}
+
+/// An uncontended fenced grant is one request to each master: the token is proposed, and no
+/// second round writes it back (at `0f0a22d` the masters that had not handed out the quorum's
+/// largest token ran `raise_fence.lua` after the grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_fenced_grant_is_one_request_to_each_master() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    // Connections made and scripts loaded.
+    let warm = client.lock("job").acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+    for master in &masters {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut master.connection())
+            .expect("CONFIG RESETSTAT");
+    }
+    let guard = client.lock("job").acquire().await.expect("all up");
+    assert!(guard.fencing_token().is_some());
+    let calls: Vec<u64> = masters.iter().map(script_calls).collect();
+    assert_eq!(calls, [1, 1, 1], "script calls per master for one grant");
+    assert!(guard.release().await.expect("release"));
+}
+
+/// Quorums that differ, and a client whose proposals start far below the last token: a grant
+/// on {0, 1} takes a token above counters pushed ahead there; master 2, stopped meanwhile,
+/// comes back empty; with master 0 down, a new client's grant on {1, 2} proposes its own
+/// clock, which master 1 refuses (its counter holds the earlier token), so its token is
+/// still larger. (Accepting a token below the counter hands out the smaller one here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_quorum_that_differs_takes_a_larger_token_from_a_client_whose_clock_is_behind() {
+    let mut masters = start_masters(3);
+    let ahead = now_micros() + 10_000_000;
+    for master in &masters[..2] {
+        set_counter(master, "job", ahead);
+    }
+    masters[2].stop();
+    let first_client = Client::new(redlock(&masters)).expect("client");
+    let first = first_client
+        .lock("job")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("{0, 1} is a majority");
+    let first_token = first.fencing_token().expect("fenced").get();
+    assert!(first_token > ahead);
+    assert!(first.release().await.expect("release"));
+    masters[2].restart();
+    masters[0].stop();
+    let second_client = Client::new(redlock(&masters)).expect("client");
+    let second = second_client
+        .lock("job")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("{1, 2} is a majority");
+    let second_token = second.fencing_token().expect("fenced").get();
+    assert!(
+        second_token > first_token,
+        "{first_token} on {{0, 1}}, then {second_token} on {{1, 2}}: a later quorum went back"
+    );
+    assert!(second.release().await.expect("release"));
+}
+
 /// Thousands of grants while random minorities of five masters are down or restarted empty,
 /// and random masters' counters are pushed ahead of the others: every grant succeeds (a
 /// majority is always up) and every token is larger than the one before.

@@ -6,8 +6,9 @@
 --          its fencing counter (see write/acquire.lua)
 -- ARGV[1]  owner token (one for every key of the grant)
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  where the fencing tokens come from: 'clock', '0' (none), or the counter's time to
---          live in milliseconds (as write/acquire.lua)
+-- ARGV[3]  where the fencing tokens come from: 'clock', '0' (none), or 'T:ms' with counter
+--          tokens (Redlock): every lock's proposed token T and its counter's time to live
+--          beyond it (as write/acquire.lua)
 -- ARGV[4]  time to live of the writer-waiting mark set on each key found held (0: none)
 -- ARGV[5]  '1' when an earlier try of this request found a key held: a grant deletes the
 --          marks of every key
@@ -15,7 +16,8 @@
 -- ARGV[6 + i]  lock i's writer-waiting mark (arguments, not keys: lock_key.lua)
 --
 -- Returns {1, token per lock…} when every lock was free or ours (-1 per lock without
--- fencing), else {0, ms, i}: nothing was taken; ms is the longest time one of the held locks
+-- fencing); {2, hint, clock} when no lock is held but T is too low for a lock's counter or
+-- the clock (as write/acquire.lua; nothing was taken); else {0, ms, i}: nothing was taken; ms is the longest time one of the held locks
 -- is kept (its PTTL; -1 when one has no expiry), i the position (from 1) of the first held lock,
 -- whose release the caller waits for. All or nothing: the locks are all looked at before
 -- any is written. A lock already ours is the same try sent again after its reply was lost,
@@ -27,13 +29,22 @@ local n = #KEYS / stride
 -- Every key is looked at before anything is written: a key (or, on Redlock, a counter) that
 -- holds another application's data is NOTALOCK with nothing changed (lock_key.lua).
 local held_keys = {}
+-- With counter tokens: the largest counter, and whether every lock is ours with its counter
+-- at T (this very try sent again, granted again).
+local last, again = nil, true
+local proposed, counter_ttl
+if stride == 2 then
+  local token, ttl = string.match(ARGV[3], '^(%d+):(%d+)$')
+  proposed, counter_ttl = tonumber(token), tonumber(ttl)
+end
 for i = 1, n do
   local held, holder = lock_held(KEYS[(i - 1) * stride + 1])
   held_keys[i] = held ~= 'none' and holder ~= ARGV[1]
   if stride == 2 then
-    local foreign = foreign_counter(KEYS[i * 2])
-    if foreign then
-      not_a_lock(KEYS[i * 2], foreign)
+    local counter = fencing_counter(KEYS[i * 2])
+    again = again and holder == ARGV[1] and counter == proposed
+    if counter and (not last or counter > last) then
+      last = counter
     end
   end
 end
@@ -58,6 +69,18 @@ end
 if first ~= 0 then
   return {0, longest, first}
 end
+local clock
+if ARGV[3] ~= '0' then
+  -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
+  local now = redis.call('TIME')
+  clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+if proposed and not again then
+  local refusal = too_low(proposed, last, clock)
+  if refusal then
+    return refusal
+  end
+end
 for i = 1, n do
   redis.call('SET', KEYS[(i - 1) * stride + 1], ARGV[1], 'PX', ARGV[2])
   if ARGV[5] == '1' then
@@ -71,19 +94,11 @@ if ARGV[3] == '0' then
   end
   return reply
 end
--- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
-local now = redis.call('TIME')
-local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
 for i = 1, n do
   local token = clock
-  if ARGV[3] ~= 'clock' then
-    local fence = KEYS[(i - 1) * stride + 2]
-    -- (Checked to be absent or a number above, before anything was written.)
-    local last = tonumber(redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[3], 'GET'))
-    if last and last >= token then
-      token = last + 1
-      redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[3])
-    end
+  if proposed then
+    token = proposed
+    set_counter(KEYS[i * 2], proposed, clock, counter_ttl)
   end
   reply[i + 1] = token
 end

@@ -18,15 +18,12 @@
 -- (or, with a counter, one above the counter when the counter was not below the clock), and
 -- every later grant reads it again at least a round trip later (see write/acquire.lua). With
 -- a counter, the token is also above the counter, and the counter is raised to it, so the next
--- grant's token (the counter + 1 at least) is above it too.
+-- grant's token (a proposal above the live counter, see write/acquire.lua) is above it too.
 
 local held = lock_held(KEYS[1])
 if KEYS[2] then
   -- Before anything is deleted: a counter of another application's is NOTALOCK.
-  local foreign = foreign_counter(KEYS[2])
-  if foreign then
-    not_a_lock(KEYS[2], foreign)
-  end
+  fencing_counter(KEYS[2])
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)

@@ -9,9 +9,9 @@
 -- ARGV[1]  owner token (random, 128 bits)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  where the fencing token comes from: 'clock' (the server clock in microseconds;
---          single node, Sentinel, Cluster), '0' (no token: efficiency mode), or the counter's
---          time to live in milliseconds (Redlock: the clock, or the counter + 1 when the
---          counter is not below it, see below)
+--          single node, Sentinel, Cluster), '0' (no token: efficiency mode), or 'T:ms' with
+--          counter tokens (Redlock): the proposed token T and the counter's time to live in
+--          ms beyond it, see below
 -- ARGV[4]  time to live of the writer-waiting mark in milliseconds (0: no mark; a writer's
 --          last try, after which it will not try again)
 -- ARGV[5]  '1' when an earlier try of this request found the lock held (and may have set the
@@ -21,13 +21,14 @@
 -- (all keys share one hash tag)
 --
 -- Returns {1, token} when granted ({1, -1} without a fencing token), {0, ms} when held: ms is
--- how long the current holders keep it at most (the key's PTTL, which for readers is the last reader's expiry; -1 when the key
--- has no expiry, -2 when it vanished meanwhile). A try that finds the lock held sets the
--- writer-waiting mark, so that readers cannot starve writers. An uncontended grant (a first
--- try) touches neither the readers nor the mark: it costs what it would without readers.
--- A counter that is not a number is a NOTALOCK error, and then no grant is left behind. A key that holds
--- anything but a lock is a NOTALOCK error, and nothing is written (lock_key.lua); a free key
--- costs no such check.
+-- how long the current holders keep it at most (the key's PTTL, which for readers is the last
+-- reader's expiry; -1 when the key has no expiry, -2 when it vanished meanwhile), and with
+-- counter tokens {2, hint, clock} when the proposed token is too low (below). A try that
+-- finds the lock held sets the writer-waiting mark, so that readers cannot starve writers. An
+-- uncontended grant (a first try) touches neither the readers nor the mark: it costs what it
+-- would without readers. A key that holds anything but a lock, or a counter that is not a
+-- number, is a NOTALOCK error, and nothing is written (lock_key.lua); a free key costs no
+-- such check.
 --
 -- A call whose owner already holds the lock is the same try sent again after its reply was
 -- lost (every try has an owner token of its own): it is granted as if new — the lease starts
@@ -39,11 +40,42 @@
 -- lease), so the clock has moved on between them; this assumes the server clock does not step back, also across a restart without
 -- persistence or a failover (README, "Guarantees").
 --
--- Tokens from the counter (Redlock, whose quorums compare tokens of different masters and
--- raise the counters of a majority, see redlock.rs): the clock, or one more than the counter
--- when the counter is not below the clock; the counter keeps the last token for ARGV[3] ms
--- (one lease), so no key is left behind for long. Once it has expired, the clock has passed
--- its value by that time to live (Redis expires keys on the same clock).
+-- Tokens from the counter (Redlock, whose masters must agree on one token per grant, see
+-- redlock.rs): the caller proposes T, the same to every master of a round. Before anything
+-- is written, a master refuses T with {2, hint, clock} when its live counter is not below T
+-- or its clock has passed T (hint: the least token it would take now, one above both; clock:
+-- its clock in microseconds, for the caller to learn how far its own lags) — unless the lock
+-- is held by someone else, which is the ordinary refusal, or is ours with the counter at T
+-- (this very try sent again). A grant sets the counter to T until the clock has passed T and
+-- one more ttl (lock_key.lua's set_counter): a later T' is granted here only above T while
+-- the counter lives, and only at or above a clock past T once it has lapsed.
+
+-- The refusal of a try that finds the lock held by another owner.
+local function held()
+  if ARGV[4] ~= '0' then
+    mark_writer_waiting(ARGV[6], ARGV[4])
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+
+local proposed, counter_ttl, clock
+if ARGV[3] ~= '0' and ARGV[3] ~= 'clock' then
+  local token, ttl = string.match(ARGV[3], '^(%d+):(%d+)$')
+  proposed, counter_ttl = tonumber(token), tonumber(ttl)
+  local last = fencing_counter(KEYS[2])
+  -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
+  local now = redis.call('TIME')
+  clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local refusal = too_low(proposed, last, clock)
+  if refusal then
+    local _, holder = lock_held(KEYS[1])
+    if holder and holder ~= ARGV[1] then
+      return held()
+    elseif not (holder == ARGV[1] and last == proposed) then
+      return refusal
+    end
+  end
+end
 
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   -- Held (by a writer, readers or permits), or not a lock at all (NOTALOCK). A writer, the
@@ -54,10 +86,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     _, holder = lock_held(KEYS[1])
   end
   if holder ~= ARGV[1] then
-    if ARGV[4] ~= '0' then
-      mark_writer_waiting(ARGV[6], ARGV[4])
-    end
-    return {0, redis.call('PTTL', KEYS[1])}
+    return held()
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
@@ -68,24 +97,9 @@ end
 if ARGV[3] == '0' then
   return {1, -1}
 end
--- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
+if proposed then
+  set_counter(KEYS[2], proposed, clock, counter_ttl)
+  return {1, proposed}
+end
 local now = redis.call('TIME')
-local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if ARGV[3] == 'clock' then
-  return {1, token}
-end
--- A counter that is not one (another application's data) is NOTALOCK, and the grant is
--- undone first (scripts are not rolled back): nothing is left written.
-local foreign = foreign_counter(KEYS[2])
-if foreign then
-  redis.call('DEL', KEYS[1])
-  not_a_lock(KEYS[2], foreign)
-end
--- One write: the clock goes in, and the counter it replaces is compared afterwards. ('%d':
--- Lua would write a number this large in exponent notation.)
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET'))
-if last and last >= token then
-  token = last + 1
-  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
-end
-return {1, token}
+return {1, tonumber(now[1]) * 1000000 + tonumber(now[2])}

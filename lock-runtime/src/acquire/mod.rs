@@ -280,6 +280,11 @@ impl From<AcquireReply> for Answer {
                 remaining,
                 ..Refusal::default()
             }),
+            // Only from one Redlock master, whose store tallies it: try again at once.
+            AcquireReply::TooLow(_) => Answer::Refused(Refusal {
+                remaining: Some(Duration::ZERO),
+                ..Refusal::default()
+            }),
             AcquireReply::Queued {
                 place,
                 behind,
@@ -301,6 +306,10 @@ impl From<MultiReply> for Answer {
                 remaining,
                 at,
                 queued: None,
+            }),
+            MultiReply::TooLow(_) => Answer::Refused(Refusal {
+                remaining: Some(Duration::ZERO),
+                ..Refusal::default()
             }),
         }
     }
@@ -400,6 +409,7 @@ impl Plan {
                     refused_before,
                     fencing: self.fencing,
                     seat: fair.map(|fair| fair.seat),
+                    proposed: None,
                 };
                 let reply = inner.backend.acquire(&attempt);
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
@@ -412,6 +422,7 @@ impl Plan {
                     writer_waiting,
                     refused_before,
                     fencing: self.fencing,
+                    proposed: None,
                 };
                 let reply = inner.backend.acquire_all(&attempt);
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)

@@ -267,11 +267,14 @@ mod tests {
             refused_before: false,
             fencing: true,
             seat: None,
+            proposed: None,
         };
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
-            AcquireReply::Held(_) | AcquireReply::Queued { .. } => panic!("{} is held", key.name),
+            AcquireReply::Held(_) | AcquireReply::Queued { .. } | AcquireReply::TooLow(_) => {
+                panic!("{} is held", key.name)
+            }
         }
     }
 
@@ -357,6 +360,7 @@ mod tests {
             refused_before: false,
             fencing: true,
             seat: None,
+            proposed: None,
         }));
         assert!(
             matches!(held, Ok(AcquireReply::Held(_))),
@@ -456,13 +460,14 @@ mod tests {
                 refused_before: false,
                 fencing: true,
                 seat: None,
+                proposed: None,
             })
             .await
             .expect("read")
         {
             AcquireReply::Acquired(Some(token)) => token.0,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
-            AcquireReply::Held(_) | AcquireReply::Queued { .. } => {
+            AcquireReply::Held(_) | AcquireReply::Queued { .. } | AcquireReply::TooLow(_) => {
                 panic!("nobody holds the lock")
             }
         };

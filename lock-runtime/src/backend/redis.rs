@@ -630,6 +630,7 @@ impl<T: Transport> LockBackend for RedisStore<T> {
                 // Too few replicas acknowledged: this call's grant is given back too.
                 MultiReply::Acquired(_) => (end, MultiReply::Held(None, start)),
                 MultiReply::Held(remaining, at) => (start, MultiReply::Held(remaining, start + at)),
+                MultiReply::TooLow(too_low) => (start, MultiReply::TooLow(too_low)),
             };
             if undo > 0 {
                 let taken: Vec<&LockKey> = keys[..undo].iter().collect();

@@ -7,26 +7,37 @@
 //! key and for several. Renewals need a majority too. The kinds' scripts run unchanged on each
 //! master.
 //!
-//! **Fencing tokens.** Each master hands out its own token (its counter, never below its
-//! clock in microseconds). The largest token of a quorum is not increasing on its own: with
-//! masters A, B, C, quorums {A,B} and {A,C} can raise A to 10 while B and C stay at 5, and a
-//! later quorum {B,C} would hand out 6. So before a write grant is handed out, a second round
-//! raises the counter of a majority to the chosen token t (`scripts/redlock/raise_fence.lua`;
-//! a master that handed out t itself holds it already and is not asked).
-//! Any later quorum shares at least one master with that majority, whose counter is then at
-//! least t, so the next grant's token, the largest of its quorum, exceeds t. This needs
-//! counters that never go back: a counter lapses one lease after its last write (so keys stay
-//! bounded), and a master restarted empty has none; the clock floor covers both as long as
-//! the masters' clocks agree within one lease (the lapsed counter's master has passed t by a
-//! lease on its own clock). A token whose second round ends after the validity is discarded
-//! (the grant is undone). A read
-//! grant carries the largest latest-write token of its quorum (a master without a live
-//! counter answers its clock), which for the same reason is
-//! at least every write token handed out before it (it may be higher than any handed out: a
-//! write try that failed still counted up the counters of the masters it reached). Wake-ups
-//! come from one subscription on whichever master answers: a release is announced on every
-//! master (by the release script where the grant was, by a plain `PUBLISH` elsewhere); the
-//! backoff covers the rest.
+//! **Fencing tokens.** A write grant's token is proposed by the client, the same number T to
+//! every master of a try (`scripts/write/acquire.lua`, counter tokens): a master grants T only
+//! when its live counter for the key is below T and its clock in microseconds has not passed
+//! T, and then sets its counter to T until its own clock has passed T by one more lease;
+//! otherwise it writes nothing and refuses with the least token it would take (the hint). A
+//! grant stands on a quorum Q whose counters all hold T. A later write grant T' stands on a
+//! majority Q' that shares a master m with Q; m granted T' only above its live counter,
+//! which is T or higher (counters only go up), or, once that counter had lapsed, at or above
+//! its clock, which had passed T (the counter lived until then). So T' > T without a second
+//! round, and without the masters' or clients' clocks agreeing. The argument needs masters
+//! that keep their counters: a master restarted empty has none, and grants whatever is at or
+//! above its clock, so it must stay down longer than the tokens it granted ran ahead of its
+//! clock (Redlock's delayed restart; before, a restart needed the masters' clocks to agree
+//! within a lease). The proposal is the client's clock plus a lead
+//! ([`RedlockBackend::propose`]): at first the node timeout, so a master whose clock agrees
+//! and which answers in time takes it; raised for good by a refusal to what the refusing
+//! master's clock showed plus the node timeout, or to what its counter showed (another
+//! client's lead) — so a client whose clock lags pays a second round once, not on every grant,
+//! and two clients' leads never climb over each other. A try that masters refused as too
+//! low — so many that the rest fell short, or any at all while the rest granted (a grant's
+//! token is then at least what every master that answered would take, which keeps the
+//! masters' counters together) — is undone and tried again at once with the largest hint
+//! (and at least a fresh proposal): the rare second round. A read grant carries
+//! the largest latest-write token of its quorum (a master without a live counter answers its
+//! clock), which for the same reason is at least every write token handed out before it (it
+//! may be higher than any handed out: a write try that fell short and was undone left its T in
+//! the counters it reached, which only ever go up). `force_unlock` still raises a majority's
+//! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
+//! rule). Wake-ups come from one subscription on whichever master answers: a release is
+//! announced on every master (by the release script where the grant was, by a plain
+//! `PUBLISH` elsewhere); the backoff covers the rest.
 //!
 //! **Semaphores.** A permit needs more than a majority (the kind's `quorum`): each master counts
 //! at most N holders, and permits taken by bare majorities could admit up to about 2N − 1
@@ -35,10 +46,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::script::LuaScript;
 use futures_util::future::join_all;
@@ -57,6 +68,7 @@ use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::lease::drift;
 use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
+use crate::protocol::TooLow;
 use crate::FencingToken;
 
 static RAISE_FENCE: LazyLock<LuaScript> =
@@ -77,6 +89,9 @@ pub(crate) struct RedlockBackend {
     first_use: AtomicBool,
     /// Wake-ups from whichever master answers: every master announces a release.
     waker: ReleaseListener,
+    /// How far ahead of this client's clock a write grant's token is proposed, in
+    /// microseconds ([`propose`](Self::propose)): the node timeout, raised by refusals.
+    lead: AtomicU64,
     io: Handle,
 }
 
@@ -172,6 +187,18 @@ async fn bounded<T>(
     }
 }
 
+/// A duration in whole microseconds.
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// This client's clock in microseconds since the Unix epoch (0 before it).
+fn clock_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, micros)
+}
+
 /// A master that did not answer within `timeout`: the request may still run there.
 fn node_timed_out(timeout: Duration) -> LockError {
     BackendError::new(
@@ -213,6 +240,7 @@ impl RedlockBackend {
             node_timeout,
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
+            lead: AtomicU64::new(micros(node_timeout)),
             waker: ReleaseListener::new(
                 Announcers::Node(Arc::new(Endpoint::AnyOf {
                     servers: masters.to_vec(),
@@ -469,16 +497,14 @@ impl RedlockBackend {
         }
     }
 
-    /// The second round of a write grant: a majority's counters raised to `token`.
-    /// `at_token[i]`: master `i` handed out `token` itself, so its counter holds it already
-    /// (its acquire script wrote it) and it is not asked again.
+    /// `force_unlock`'s first round: the counters raised to `token` on as many masters as
+    /// answer; how many are at least at it now.
     async fn raise_fence(
         &self,
         key: &LockKey,
         token: FencingToken,
         lease: Duration,
         timeout: Duration,
-        at_token: &[bool],
     ) -> usize {
         let quorum = self.quorum();
         let raised = |answers: &[Answer<i64>]| {
@@ -490,20 +516,12 @@ impl RedlockBackend {
         let (answers, _) = self
             .until_decided(
                 timeout,
-                |i, master| {
+                |_, master| {
                     let mut call = RAISE_FENCE.prepare_invoke();
                     call.key(key.fence())
                         .arg(token.0)
                         .arg(kind::millis(fence_ttl(lease)));
-                    let at_token = at_token.get(i).copied().unwrap_or(false);
-                    async move {
-                        if at_token {
-                            return Ok(1);
-                        }
-                        master
-                            .invoke::<i64>("raise the fencing counter", call)
-                            .await
-                    }
+                    master.invoke::<i64>("raise the fencing counter", call)
                 },
                 |answers| {
                     raised(answers) >= quorum || raised(answers) + not_awaited(answers) < quorum
@@ -586,14 +604,12 @@ impl RedlockBackend {
             .max()
             .unwrap_or(0)
             .saturating_add(1);
-        let nobody_at_token = vec![false; self.masters.len()];
         let raised = self
             .raise_fence(
                 key,
                 FencingToken(token),
                 FORCED_FENCE_TTL,
                 self.node_timeout,
-                &nobody_at_token,
             )
             .await;
         if raised < self.quorum() {
@@ -799,9 +815,15 @@ trait QuorumTry: Sync {
     /// How many masters must grant.
     fn quorum(&self, redlock: &RedlockBackend) -> usize;
 
-    /// Whether a grant's tokens are written back to a majority before it stands (a write
-    /// grant's, [`TokenRule::Fresh`]).
-    fn fresh_tokens(&self) -> bool;
+    /// Whether the masters take a token the tally proposes (a fenced write grant's,
+    /// [`TokenRule::Fresh`]); the other grants' tokens are the masters' own.
+    fn proposes(&self) -> bool;
+
+    /// The same try, proposing `token` to every master.
+    fn proposing(&self, token: Option<FencingToken>) -> Self;
+
+    /// A master's refusal of the proposed token.
+    fn too_low(reply: &Self::Reply) -> Option<TooLow>;
 
     /// The try on one master.
     fn send<'a>(
@@ -850,8 +872,19 @@ impl QuorumTry for Try<'_> {
         self.kind.quorum(redlock.masters.len())
     }
 
-    fn fresh_tokens(&self) -> bool {
-        self.kind.token_rule() == TokenRule::Fresh
+    fn proposes(&self) -> bool {
+        self.fencing && self.kind.token_rule() == TokenRule::Fresh
+    }
+
+    fn proposing(&self, proposed: Option<FencingToken>) -> Self {
+        Self { proposed, ..*self }
+    }
+
+    fn too_low(reply: &AcquireReply) -> Option<TooLow> {
+        match *reply {
+            AcquireReply::TooLow(too_low) => Some(too_low),
+            _ => None,
+        }
     }
 
     fn send<'a>(
@@ -922,8 +955,19 @@ impl QuorumTry for MultiTry<'_> {
     }
 
     /// Every key is a write lock.
-    fn fresh_tokens(&self) -> bool {
-        true
+    fn proposes(&self) -> bool {
+        self.fencing
+    }
+
+    fn proposing(&self, proposed: Option<FencingToken>) -> Self {
+        Self { proposed, ..*self }
+    }
+
+    fn too_low(reply: &MultiReply) -> Option<TooLow> {
+        match *reply {
+            MultiReply::TooLow(too_low) => Some(too_low),
+            _ => None,
+        }
     }
 
     fn send<'a>(
@@ -959,7 +1003,7 @@ impl QuorumTry for MultiTry<'_> {
     fn granted(reply: &MultiReply) -> Option<&[Option<FencingToken>]> {
         match reply {
             MultiReply::Acquired(tokens) => Some(tokens),
-            MultiReply::Held(..) => None,
+            MultiReply::Held(..) | MultiReply::TooLow(_) => None,
         }
     }
 
@@ -984,8 +1028,11 @@ struct HeldKeys(Option<(Option<Duration>, usize)>);
 
 impl HeldKeys {
     fn count(&mut self, reply: &MultiReply) {
-        let MultiReply::Held(remaining, at) = *reply else {
-            return;
+        let (remaining, at) = match *reply {
+            MultiReply::Held(remaining, at) => (remaining, at),
+            // Free, but for a token too low: try again at once.
+            MultiReply::TooLow(_) => (Some(Duration::ZERO), 0),
+            MultiReply::Acquired(_) => return,
         };
         self.0 = Some(match self.0 {
             None => (remaining, at),
@@ -995,7 +1042,7 @@ impl HeldKeys {
 }
 
 /// The token key `i` of a grant takes: the largest of those its quorum handed out (`None`
-/// without fencing).
+/// without fencing) — a write grant's proposal, which every master of its quorum took.
 fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<FencingToken> {
     answers
         .iter()
@@ -1007,11 +1054,24 @@ fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<
         .max()
 }
 
+/// How one round of a try ended.
+enum Round<R> {
+    /// Granted, or refused with this reply.
+    Decided(R),
+    /// Masters refused the proposed token as too low, and the others granted it, or enough
+    /// would have without them; undone, and refused with this reply. `hint`: the largest
+    /// token they would take now.
+    TooLow { hint: u64, refused: R },
+}
+
 /// The quorum's steps, the same for one key and for several.
 impl RedlockBackend {
-    /// One try on every master: granted when enough masters granted it within its validity
-    /// (and a write grant's tokens were raised on a majority), else undone everywhere and
-    /// answered with what the refusals add up to, or the error that explains them.
+    /// One try on every master: granted when enough masters granted it within its validity,
+    /// else undone everywhere and answered with what the refusals add up to, or the error
+    /// that explains them. A fenced write try proposes its token ([`propose`](Self::propose));
+    /// one that masters refused as too low, when the others granted it or would have made a
+    /// quorum with them, is undone and tried once more at once with their largest hint (the
+    /// module's "Fencing tokens").
     async fn tally<Q: QuorumTry>(&self, attempt: &Q) -> Result<Q::Reply, LockError> {
         let timeout = self.timeout_for(attempt.lease());
         self.warm_up().await;
@@ -1025,8 +1085,54 @@ impl RedlockBackend {
                 "a Redlock master is not a master: {refusal}"
             )));
         }
-        let started = Instant::now();
         let quorum = attempt.quorum(self);
+        let first = attempt.proposing(attempt.proposes().then(|| self.propose(0)));
+        let hint = match self.round(&first, quorum, timeout, true).await? {
+            Round::Decided(reply) => return Ok(reply),
+            Round::TooLow { hint, .. } => hint,
+        };
+        // The rare second round; should it fall short too, the acquire loop tries again.
+        let again = attempt.proposing(Some(self.propose(hint)));
+        match self.round(&again, quorum, timeout, false).await? {
+            Round::Decided(reply) | Round::TooLow { refused: reply, .. } => Ok(reply),
+        }
+    }
+
+    /// A write grant's token: this client's clock in microseconds plus its lead, and at
+    /// least `floor` (a refused round's hint). The lead starts at the node timeout, so a
+    /// master whose clock agrees with this client's takes the token when it answers in time.
+    fn propose(&self, floor: u64) -> FencingToken {
+        let lead = self.lead.load(Ordering::Relaxed);
+        FencingToken(clock_micros().saturating_add(lead).max(floor))
+    }
+
+    /// Raises the lead after refusals of proposed tokens: up to the refusing master's clock
+    /// plus the node timeout (this client's clock lags it), or up to its hint (its counter is
+    /// ahead: another client's lead, which is matched, not exceeded, so that two clients'
+    /// leads do not climb over each other).
+    fn learn(&self, refusals: impl Iterator<Item = TooLow>) {
+        let now = clock_micros();
+        let margin = micros(self.node_timeout);
+        for TooLow { hint, clock } in refusals {
+            let needed = hint.max(clock.saturating_add(margin)).saturating_sub(now);
+            self.lead.fetch_max(needed, Ordering::Relaxed);
+        }
+    }
+
+    /// One round of a try: the try on every master, then the grant, or the undo and the
+    /// refusal, or the error. A first round (`first`) whose token a master refused as too
+    /// low is undone even when a quorum granted it, so that a grant's token is at least what
+    /// every master that answered would take: the masters' counters keep together, and a
+    /// master whose counter ran ahead costs one second round, not one on every later quorum
+    /// it joins.
+    async fn round<Q: QuorumTry>(
+        &self,
+        attempt: &Q,
+        quorum: usize,
+        timeout: Duration,
+        first: bool,
+    ) -> Result<Round<Q::Reply>, LockError> {
+        let started = Instant::now();
         // Decided as soon as enough masters granted, or so many refused that the rest cannot
         // make a quorum (or one refused for good); failures do not decide early, so the error
         // says how many answered. A master that answers late still runs the try, before the
@@ -1053,6 +1159,8 @@ impl RedlockBackend {
             .await;
         let mut answered = 0;
         let mut granted = 0;
+        let mut too_low = 0;
+        let mut hint = 0;
         let mut refusals = Q::Refusals::default();
         for answer in &answers {
             if let Answer::Said(reply) = answer {
@@ -1061,7 +1169,17 @@ impl RedlockBackend {
                     Some(_) => granted += 1,
                     None => Q::count(&mut refusals, reply),
                 }
+                if let Some(refused) = Q::too_low(reply) {
+                    too_low += 1;
+                    hint = hint.max(refused.hint);
+                }
             }
+        }
+        if too_low > 0 {
+            self.learn(answers.iter().filter_map(|answer| match answer {
+                Answer::Said(reply) => Q::too_low(reply),
+                _ => None,
+            }));
         }
         // A semaphore of another count in use, or a key that holds no lock, as any master
         // says: refused, not granted by the others nor waited for.
@@ -1069,18 +1187,14 @@ impl RedlockBackend {
             .iter()
             .any(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()));
         let valid_until = started + attempt.lease() - drift(attempt.lease());
-        if !refused
-            && granted >= quorum
-            && Instant::now() < valid_until
-            && self
-                .fences_stand(attempt, &answers, timeout, valid_until)
-                .await
-        {
-            return Ok(attempt.acquired(|i| quorum_token::<Q>(&answers, i)));
+        let rerun = first && too_low > 0 && granted + too_low >= quorum;
+        if !refused && !rerun && granted >= quorum && Instant::now() < valid_until {
+            return Ok(Round::Decided(
+                attempt.acquired(|i| quorum_token::<Q>(&answers, i)),
+            ));
         }
-        // Too few grants, too late, or a token that could not be made to stand: undo
-        // wherever a grant may be (also where the answer got lost or was not awaited), then
-        // report.
+        // Too few grants, too late, or a token to propose again: undo wherever a grant may be
+        // (also where the answer got lost or was not awaited), then report.
         let undo = Undo::of::<Q>(&answers);
         if undo.any() {
             attempt.undo(self, timeout, &undo).await;
@@ -1098,54 +1212,11 @@ impl RedlockBackend {
             return Err(self.quorum_unavailable_needing(key, answered, granted, quorum));
         }
         // A majority answered but did not grant in time.
-        Ok(Q::refused(refusals, granted, quorum))
-    }
-
-    /// The second round of a write grant: each key's token raised on a majority (the module's
-    /// "Fencing tokens"), all keys at once; `true` when every one was, within the validity.
-    async fn fences_stand<Q: QuorumTry>(
-        &self,
-        attempt: &Q,
-        answers: &[Answer<Q::Reply>],
-        timeout: Duration,
-        valid_until: Instant,
-    ) -> bool {
-        if !attempt.fresh_tokens() {
-            return true;
+        let refused = Q::refused(refusals, granted, quorum);
+        if rerun {
+            return Ok(Round::TooLow { hint, refused });
         }
-        let raise = |(i, key)| {
-            // `None` without fencing: then there is nothing to raise.
-            let token = quorum_token::<Q>(answers, i);
-            // The masters whose grant of key `i` carried the token the quorum settled on.
-            let at_token: Vec<bool> = answers
-                .iter()
-                .map(|answer| match (answer, token) {
-                    (Answer::Said(reply), Some(token)) => {
-                        Q::granted(reply).is_some_and(|theirs| theirs.get(i) == Some(&Some(token)))
-                    }
-                    _ => false,
-                })
-                .collect();
-            async move {
-                match token {
-                    Some(token) => {
-                        self.raise_fence(key, token, attempt.lease(), timeout, &at_token)
-                            .await
-                            >= self.quorum()
-                    }
-                    None => true,
-                }
-            }
-        };
-        let raised = match attempt.keys() {
-            // One key, the common case, without `join_all`'s allocation.
-            [key] => raise((0, key)).await,
-            keys => join_all(keys.iter().enumerate().map(raise))
-                .await
-                .into_iter()
-                .all(|raised| raised),
-        };
-        raised && Instant::now() < valid_until
+        Ok(Round::Decided(refused))
     }
 }
 
@@ -1292,8 +1363,8 @@ impl LockBackend for RedlockBackend {
     }
 
     /// As [`acquire`](Self::acquire) for every key at once: each master runs the multi-key
-    /// script, and counts towards the quorum when it granted every key. Each key's token is
-    /// the largest its quorum handed out, raised on a majority as a write grant's is.
+    /// script, and counts towards the quorum when it granted every key. Every key takes the
+    /// proposed token, as a write grant does (checked against each key's counter).
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
         if attempt.keys.is_empty() {
             return Ok(MultiReply::Acquired(Vec::new()));

@@ -91,11 +91,13 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce
     let mut call = ACQUIRE.prepare_invoke();
     super::lock_keys(&mut call, key, tokens);
     call.arg(attempt.owner).arg(millis(attempt.lease));
-    match (attempt.fencing, tokens) {
-        (false, _) => call.arg("0"),
-        (true, Tokens::Clock) => call.arg("clock"),
-        (true, Tokens::Counter) => call.arg(millis(write::fence_ttl(attempt.lease))),
-    };
+    super::token_source(
+        &mut call,
+        attempt.fencing,
+        tokens,
+        attempt.lease,
+        attempt.proposed,
+    );
     call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
         .arg(key.writer_waiting())

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed};
+use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed, TooLow};
 use crate::{FencingToken, LockMode};
 
 /// What a grant is: which side of the key's read/write lock it holds, or a semaphore permit.
@@ -66,7 +66,8 @@ impl From<Kind> for LockMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TokenRule {
     /// A token of its own, above every earlier one (a write grant: exclusive or fair). On
-    /// Redlock it is written back to a majority before the grant stands.
+    /// Redlock the token is proposed to the masters, and each that grants sets its counter to
+    /// it ([`Try::proposed`]).
     Fresh,
     /// The latest token handed out (or the clock), between the write tokens around it (a read
     /// grant, a semaphore permit): nothing is written for it.
@@ -90,9 +91,10 @@ pub(crate) enum Tokens {
     /// (one node: single, Sentinel, Cluster). Two grants of a key are at least a round trip
     /// apart, so the clock has moved on between them; no key is written for it.
     Clock,
-    /// The clock, or the key's counter + 1 when the counter is not below it; the counter
-    /// lives one lease ([`write::fence_ttl`]). Redlock: its quorums compare and raise the
-    /// counters of different masters (`backend/redlock.rs`).
+    /// A token proposed by the caller ([`Try::proposed`]), which the server grants only above
+    /// the key's live counter and not below its clock, and which it then keeps in the
+    /// counter until its clock has passed the token by [`write::fence_ttl`]. Redlock: the same
+    /// token goes to every master of a round (`backend/redlock.rs`).
     Counter,
 }
 
@@ -119,6 +121,11 @@ pub(crate) struct Try<'a> {
     /// A fair try's seat in the key's queue (`None`: not fair). Only a write try has one: the
     /// request builder refuses the others.
     pub(crate) seat: Option<fair::Seat>,
+    /// The token a fenced write grant takes where tokens come from a counter
+    /// ([`Tokens::Counter`]: Redlock, which proposes the same to every master of a round); a
+    /// server whose counter or clock is not below it refuses it ([`AcquireReply::TooLow`]).
+    /// `None` elsewhere, and from the acquire loop.
+    pub(crate) proposed: Option<FencingToken>,
 }
 
 impl Try<'_> {
@@ -400,12 +407,14 @@ impl FirstTry {
 }
 
 /// An acquire script's reply as [`read_acquire_reply`] reads it: `{granted, value}`, and a
-/// fair refusal's place after them. Read without allocating (the acquire's hot path).
+/// third element after them: a fair refusal's place, or a refused proposal's server clock
+/// (`{2, hint, clock}`). Read without allocating (the acquire's hot path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ScriptReply {
     pub(crate) granted: i64,
     pub(crate) value: i64,
-    pub(crate) place: Option<i64>,
+    /// The third element: a fair refusal's place, a refused proposal's server clock.
+    pub(crate) third: Option<i64>,
 }
 
 impl From<(i64, i64)> for ScriptReply {
@@ -413,7 +422,7 @@ impl From<(i64, i64)> for ScriptReply {
         Self {
             granted,
             value,
-            place: None,
+            third: None,
         }
     }
 }
@@ -421,11 +430,11 @@ impl From<(i64, i64)> for ScriptReply {
 impl redis::FromRedisValue for ScriptReply {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
         if let redis::Value::Array(items) = &v {
-            if let [granted, value, place] = items.as_slice() {
+            if let [granted, value, third] = items.as_slice() {
                 return Ok(Self {
                     granted: i64::from_redis_value_ref(granted)?,
                     value: i64::from_redis_value_ref(value)?,
-                    place: Some(i64::from_redis_value_ref(place)?),
+                    third: Some(i64::from_redis_value_ref(third)?),
                 });
             }
         }
@@ -438,7 +447,8 @@ impl redis::FromRedisValue for ScriptReply {
 /// `{0, remaining ms}` (-1: no expiry; -2: vanished meanwhile, try again at once). A grant
 /// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
 /// A semaphore's `{-1, permits}`: the key is a semaphore of another count, in use. A fair
-/// refusal, `{0, ms or -3, place}` ([`AcquireReply::Queued`]): -3 when waiters are ahead.
+/// refusal, `{0, ms or -3, place}` ([`AcquireReply::Queued`]): -3 when waiters are ahead. A
+/// refused proposal ([`Tokens::Counter`]), `{2, hint, clock}` ([`AcquireReply::TooLow`]).
 pub(crate) fn read_acquire_reply(
     attempt: &Try<'_>,
     reply: ScriptReply,
@@ -447,10 +457,16 @@ pub(crate) fn read_acquire_reply(
     let ScriptReply {
         granted,
         value,
-        place,
+        third,
     } = reply;
     if let (-1, Kind::Semaphore(asked)) = (granted, attempt.kind) {
         return Err(semaphore::count_mismatch(key, asked, value));
+    }
+    if granted == 2 {
+        return Ok(AcquireReply::TooLow(TooLow::read(
+            value,
+            third.unwrap_or(0),
+        )));
     }
     if granted == 1 && !attempt.fencing {
         return Ok(AcquireReply::Acquired(None));
@@ -475,7 +491,7 @@ pub(crate) fn read_acquire_reply(
     };
     if attempt.seat.is_some() {
         return Ok(AcquireReply::Queued {
-            place: place.and_then(|p| u64::try_from(p).ok()).unwrap_or(0),
+            place: third.and_then(|p| u64::try_from(p).ok()).unwrap_or(0),
             behind: value == -3,
             remaining,
         });
@@ -504,6 +520,8 @@ impl Refusals {
         let remaining = match *reply {
             AcquireReply::Acquired(_) => return,
             AcquireReply::Held(remaining) => remaining,
+            // Free, but for a token too low: try again at once.
+            AcquireReply::TooLow(_) => Some(Duration::ZERO),
             AcquireReply::Queued {
                 place,
                 behind,
@@ -597,6 +615,28 @@ fn acquire_invocation(script: &'static LuaScript, attempt: &Try<'_>, tokens: Tok
 /// A duration in whole milliseconds for a script, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The argument that says where a write grant's fencing token comes from, which every write
+/// acquire script takes alike (`scripts/write/acquire.lua`, ARGV[3]): `0` (no token), `clock`,
+/// or with counter tokens the proposed token and the counter's time to live beyond it, `T:ms`
+/// (without a proposal, 0: refused with the least token the server would take).
+pub(crate) fn token_source(
+    call: &mut ScriptCall,
+    fencing: bool,
+    tokens: Tokens,
+    lease: Duration,
+    proposed: Option<FencingToken>,
+) {
+    match (fencing, tokens) {
+        (false, _) => call.arg("0"),
+        (true, Tokens::Clock) => call.arg("clock"),
+        (true, Tokens::Counter) => call.arg(format!(
+            "{}:{}",
+            proposed.map_or(0, |token| token.0),
+            millis(write::fence_ttl(lease))
+        )),
+    };
 }
 
 /// The in-process state of one key, which every kind's twin reads and changes: the in-process

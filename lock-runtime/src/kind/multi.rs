@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use crate::script::{LuaScript, ScriptCall};
 
-use super::{millis, write::fence_ttl, Tokens, TwinEntry};
+use super::{millis, Tokens, TwinEntry};
 use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::protocol::{Announce, LockKey};
+use crate::protocol::{Announce, LockKey, TooLow};
 use crate::FencingToken;
 use redis::cluster_routing::Slot;
 
@@ -35,6 +35,8 @@ pub(crate) struct MultiTry<'a> {
     pub(crate) writer_waiting: Duration,
     pub(crate) refused_before: bool,
     pub(crate) fencing: bool,
+    /// Every key's token, where tokens come from a counter (as [`Try`](super::Try)'s).
+    pub(crate) proposed: Option<FencingToken>,
 }
 
 impl<'a> MultiTry<'a> {
@@ -52,6 +54,9 @@ pub(crate) enum MultiReply {
     /// Nothing taken: a key was held. The longest any held key is kept (`None`: unknown), and
     /// the position of a held key, whose release the caller may wait for.
     Held(Option<Duration>, usize),
+    /// Nothing taken: no key was held, but the proposed token was too low for a key's
+    /// counter or the server's clock ([`AcquireReply::TooLow`](crate::protocol::AcquireReply::TooLow)).
+    TooLow(TooLow),
 }
 
 /// The script call of one try, for keys that share a node (or a Cluster slot).
@@ -61,11 +66,13 @@ pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptCall
         super::lock_keys(&mut call, key, tokens);
     }
     call.arg(attempt.owner).arg(millis(attempt.lease));
-    match (attempt.fencing, tokens) {
-        (false, _) => call.arg("0"),
-        (true, Tokens::Clock) => call.arg("clock"),
-        (true, Tokens::Counter) => call.arg(millis(fence_ttl(attempt.lease))),
-    };
+    super::token_source(
+        &mut call,
+        attempt.fencing,
+        tokens,
+        attempt.lease,
+        attempt.proposed,
+    );
     call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
         .arg(if attempt.refused_before { "1" } else { "0" })
         .arg(if tokens == Tokens::Counter { 2 } else { 1 });
@@ -75,7 +82,7 @@ pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptCall
     call
 }
 
-/// Reads the acquire script's reply: `{1, token…}` or `{0, ms, position}`.
+/// Reads the acquire script's reply: `{1, token…}`, `{0, ms, position}` or `{2, hint, clock}`.
 pub(crate) fn read_acquire_reply(
     attempt: &MultiTry<'_>,
     reply: &[i64],
@@ -99,6 +106,7 @@ pub(crate) fn read_acquire_reply(
                 .map(MultiReply::Acquired)
                 .map_err(|_| unexpected())
         }
+        [2, hint, clock] => Ok(MultiReply::TooLow(TooLow::read(*hint, *clock))),
         [0, ms, position] => {
             let remaining = u64::try_from(*ms).ok().map(Duration::from_millis);
             // -2: every held key vanished meanwhile; try again at once.

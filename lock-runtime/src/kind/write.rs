@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::script::{LuaScript, ScriptCall};
 
-use super::{acquire_invocation, millis, Tokens, Try, TwinEntry, TwinReply};
+use super::{acquire_invocation, Tokens, Try, TwinEntry, TwinReply};
 
 static ACQUIRE: LazyLock<LuaScript> =
     LazyLock::new(|| super::script(include_str!("../../scripts/write/acquire.lua")));
@@ -18,21 +18,24 @@ pub(super) static RELEASE: LazyLock<LuaScript> =
 pub(super) static KEEP: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("../../scripts/write/keep.lua")));
 
-/// How long a fencing counter ([`Tokens::Counter`]) lives after a grant with this lease: the
-/// lease, so that no key outlives its lock by more than one lease. Safe to let it lapse: tokens never fall below the
-/// server clock in microseconds, which by then has passed any value the counter reached (the
-/// argument and its clock assumption: `scripts/write/acquire.lua`).
+/// How long a fencing counter ([`Tokens::Counter`]) lives, after the server's clock has
+/// passed its token, following a grant with this lease: the lease, so that no key outlives
+/// its lock by much more than one lease. Safe to let it lapse: no token below the server
+/// clock in microseconds is granted, and by then the clock has passed the counter's value
+/// (`scripts/write/acquire.lua`, `backend/redlock.rs`).
 pub(crate) fn fence_ttl(lease: Duration) -> Duration {
     lease
 }
 
 pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
     let mut call = acquire_invocation(&ACQUIRE, attempt, tokens);
-    match (attempt.fencing, tokens) {
-        (false, _) => call.arg("0"),
-        (true, Tokens::Clock) => call.arg("clock"),
-        (true, Tokens::Counter) => call.arg(millis(fence_ttl(attempt.lease))),
-    };
+    super::token_source(
+        &mut call,
+        attempt.fencing,
+        tokens,
+        attempt.lease,
+        attempt.proposed,
+    );
     call
         // Zero (no mark) on a writer's last try.
         .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
