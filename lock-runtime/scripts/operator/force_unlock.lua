@@ -14,11 +14,12 @@
 -- semaphore's '#permits:N' marker) and the token.
 -- A key that holds anything but a lock is left alone: a NOTALOCK error (lock_key.lua).
 --
--- The token is the server clock in microseconds: every token so far was read from this clock
--- (or, with a counter, one above the counter when the counter was not below the clock), and
--- every later grant reads it again at least a round trip later (see write/acquire.lua). With
--- a counter, the token is also above the counter, and the counter is raised to it, so the next
--- grant's token (a proposal above the live counter, see write/acquire.lua) is above it too.
+-- The token is the server clock in microseconds: without a counter every token so far was
+-- read from this clock, and every later grant reads it again at least a round trip later (see
+-- write/acquire.lua). With a counter (Redlock, where a token is a client's proposal that this
+-- master took only above its live counter and not below its clock), the token is also above
+-- the counter, and the counter is raised to it, so the next grant's token (a proposal above
+-- the live counter) is above it too.
 
 local held = lock_held(KEYS[1])
 if KEYS[2] then
