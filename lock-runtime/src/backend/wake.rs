@@ -100,6 +100,9 @@ impl Channel {
     }
 }
 
+/// How long a channel stays subscribed after its last waiter of this client left.
+const UNSUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
+
 struct State {
     channels: Mutex<HashMap<String, Channel>>,
     /// The pub/sub connection's sink and the channels subscribed on it; one lock serialises
@@ -263,7 +266,8 @@ struct Inner {
     state: Arc<State>,
 }
 
-/// A waiter's registration on a channel; the channel is unsubscribed when the last one goes.
+/// A waiter's registration on a channel; the channel is unsubscribed [`UNSUBSCRIBE_AFTER`] after
+/// the last one goes, unless another came meanwhile.
 /// (Not `Interest`: that is `tokio::io`'s.)
 pub(crate) struct WaitRegistration {
     inner: Arc<Inner>,
@@ -640,6 +644,9 @@ impl Drop for WaitRegistration {
         let inner = self.inner.clone();
         let name = std::mem::take(&mut self.name);
         self.inner.io.spawn(async move {
+            // Kept a moment: a lock contended in bursts would otherwise pay a SUBSCRIBE and an
+            // UNSUBSCRIBE between two waits, and its next waiter a subscription's round trip.
+            tokio::time::sleep(UNSUBSCRIBE_AFTER).await;
             let (state, timeout) = (&inner.state, inner.response_timeout);
             let mut subscriptions = state.subscriptions.lock().await;
             // A new waiter may have come meanwhile: it keeps the subscription.
