@@ -246,6 +246,21 @@ async fn a_grant_takes_a_token_above_counters_pushed_ahead_on_a_majority() {
         "{second_token} after {first_token}"
     );
     assert!(second.release().await.expect("release"));
+    // The 10 s did not become this client's lead (it keeps at most a second past the node
+    // timeout): another key's token stays near the clock, so its counter does not live 10 s.
+    let other = client
+        .lock("other")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("free");
+    let other_token = other.fencing_token().expect("fenced").get();
+    let near = now_micros() + 2_000_000;
+    assert!(
+        other_token < near,
+        "{other_token} is more than 2 s ahead of the clock ({near}): the lead grew unbounded"
+    );
+    assert!(other.release().await.expect("release"));
 }
 
 /// Script calls (`EVAL`, `EVALSHA`) `server` ran since its statistics were reset.

@@ -25,7 +25,11 @@
 //! and which answers in time takes it; raised for good by a refusal to what the refusing
 //! master's clock showed plus the node timeout, or to what its counter showed (another
 //! client's lead) — so a client whose clock lags pays a second round once, not on every grant,
-//! and two clients' leads never climb over each other. A try that masters refused as too
+//! and two clients' leads never climb over each other — but never more than
+//! [`MAX_LEARNED_LEAD`] past the node timeout (a clock further off costs a second round on each
+//! grant, and a warning). The second round keeps the try's owner token, so it is sent only
+//! once every undo of the first has been answered (a late undo would give the new grant back);
+//! otherwise the try is refused and the acquire loop tries again with a new owner. A try that masters refused as too
 //! low — so many that the rest fell short, or any at all while the rest granted (a grant's
 //! token is then at least what every master that answered would take, which keeps the
 //! masters' counters together) — is undone and tried again at once with the largest hint
@@ -834,13 +838,15 @@ trait QuorumTry: Sync {
     /// Gives back whatever the try may have taken on the masters in `undo`, waiting for the
     /// answers of those that answered the try (best effort: a master that does not answer
     /// lets the lease run out); a master whose answer to the try was not awaited gets the
-    /// undo after the try on its connection, and is not waited for again ([`Undo`]).
+    /// undo after the try on its connection, and is not waited for again ([`Undo`]). `true`
+    /// when every undo sent was answered: none is left to run later, after a next round of
+    /// the same owner (which a late undo would give back).
     fn undo<'a>(
         &'a self,
         redlock: &'a RedlockBackend,
         timeout: Duration,
         undo: &'a Undo,
-    ) -> impl Future<Output = ()> + Send + 'a;
+    ) -> impl Future<Output = bool> + Send + 'a;
 
     /// A grant's token per key; `None` when the answer is a refusal.
     fn granted(reply: &Self::Reply) -> Option<&[Option<FencingToken>]>;
@@ -894,7 +900,7 @@ impl QuorumTry for Try<'_> {
         master.acquire(self)
     }
 
-    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) {
+    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) -> bool {
         let holding = self.grant();
         // Owned: an undo not waited for finishes in the background.
         let (key, owner) = (Arc::new(self.key.clone()), Arc::<str>::from(self.owner));
@@ -914,7 +920,9 @@ impl QuorumTry for Try<'_> {
                 |answers| undo.answered(answers),
             )
             .await;
+        let settled = out.iter().all(Option::is_none);
         redlock.finish_in_background(out);
+        settled
     }
 
     fn granted(reply: &AcquireReply) -> Option<&[Option<FencingToken>]> {
@@ -977,7 +985,7 @@ impl QuorumTry for MultiTry<'_> {
         master.acquire_all(self)
     }
 
-    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) {
+    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) -> bool {
         // Owned: an undo not waited for finishes in the background.
         let (keys, owner) = (Arc::new(self.keys.to_vec()), Arc::<str>::from(self.owner));
         let (_, out) = redlock
@@ -997,7 +1005,9 @@ impl QuorumTry for MultiTry<'_> {
                 |answers| undo.answered(answers),
             )
             .await;
+        let settled = out.iter().all(Option::is_none);
         redlock.finish_in_background(out);
+        settled
     }
 
     fn granted(reply: &MultiReply) -> Option<&[Option<FencingToken>]> {
@@ -1053,6 +1063,9 @@ fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<
         .filter_map(|tokens| tokens.get(i).copied().flatten())
         .max()
 }
+
+/// The most a client's lead ([`RedlockBackend::learn`]) grows past the node timeout.
+const MAX_LEARNED_LEAD: Duration = Duration::from_secs(1);
 
 /// How one round of a try ended.
 enum Round<R> {
@@ -1110,12 +1123,24 @@ impl RedlockBackend {
     /// plus the node timeout (this client's clock lags it), or up to its hint (its counter is
     /// ahead: another client's lead, which is matched, not exceeded, so that two clients'
     /// leads do not climb over each other).
+    ///
+    /// Never above [`MAX_LEARNED_LEAD`] past the node timeout: a lead makes every counter this
+    /// client sets live that much longer (and a master restarted empty wait that much longer),
+    /// so a master or client whose clock is further off costs a second round on each grant
+    /// (the hint is that round's floor) instead of raising every later token.
     fn learn(&self, refusals: impl Iterator<Item = TooLow>) {
         let now = clock_micros();
         let margin = micros(self.node_timeout);
+        let cap = margin.saturating_add(micros(MAX_LEARNED_LEAD));
         for TooLow { hint, clock } in refusals {
             let needed = hint.max(clock.saturating_add(margin)).saturating_sub(now);
-            self.lead.fetch_max(needed, Ordering::Relaxed);
+            if needed > cap {
+                tracing::warn!(target: crate::LOG_TARGET, lead_us = needed, cap_us = cap,
+                    "a Redlock master's clock or fencing counter is ahead of this client's clock \
+                     by more than the lead it keeps; grants take a second round until the clocks \
+                     agree (check NTP on the masters and clients)");
+            }
+            self.lead.fetch_max(needed.min(cap), Ordering::Relaxed);
         }
     }
 
@@ -1196,9 +1221,9 @@ impl RedlockBackend {
         // Too few grants, too late, or a token to propose again: undo wherever a grant may be
         // (also where the answer got lost or was not awaited), then report.
         let undo = Undo::of::<Q>(&answers);
-        if undo.any() {
-            attempt.undo(self, timeout, &undo).await;
-        }
+        // A second round reuses the owner token: only once every undo of this one has been
+        // answered, so that none can run after it and give its grant back.
+        let settled = !undo.any() || attempt.undo(self, timeout, &undo).await;
         let out = not_awaited(&answers);
         if let Some(Answer::Failed(err)) = answers
             .into_iter()
@@ -1213,7 +1238,7 @@ impl RedlockBackend {
         }
         // A majority answered but did not grant in time.
         let refused = Q::refused(refusals, granted, quorum);
-        if rerun {
+        if rerun && settled {
             return Ok(Round::TooLow { hint, refused });
         }
         Ok(Round::Decided(refused))
