@@ -623,6 +623,27 @@ impl RedlockBackend {
             .on_all(self.node_timeout, |master| master.force_unlock(key))
             .await;
         let freed = self.answered(key, answers)?;
+        // A grant that landed between the view and the raise proposed a token of its own,
+        // which may be above `token`; the masters' own answers are above their counters, so
+        // the largest of them is above that grant's token. It is raised on a majority too,
+        // so that every later grant's token stays above the one returned.
+        let answered_token = freed.iter().map(|(_, t)| *t).max().unwrap_or(0);
+        let token = if answered_token > token {
+            let raised = self
+                .raise_fence(
+                    key,
+                    FencingToken(answered_token),
+                    FORCED_FENCE_TTL,
+                    self.node_timeout,
+                )
+                .await;
+            if raised < self.quorum() {
+                return Err(self.quorum_unavailable(key, raised, 0));
+            }
+            answered_token
+        } else {
+            token
+        };
         // The evicted are the holders a quorum had, as `inspect` shows them: a stale grant on
         // a minority of masters held nothing (it is deleted all the same).
         let mut seen: Vec<(RawHolder, usize)> = Vec::new();
