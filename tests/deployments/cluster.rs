@@ -416,6 +416,58 @@ async fn a_renewal_round_is_one_request_per_primary_whatever_the_slots() {
     );
 }
 
+/// Leases in many slots, renewed one pipeline per primary, stay held through a manual failover
+/// of one primary (its slots then answer `MOVED` inside that primary's pipeline) and a
+/// `SCRIPT FLUSH` on every node (`NOSCRIPT` inside every pipeline): those calls are sent again
+/// alone through the cluster connection, and no lease is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_renewals_survive_a_failover_and_a_script_flush() {
+    const LOCKS: usize = 60;
+    let _one_at_a_time = DEDICATED.lock().await;
+    let captured = support::capture::install();
+    let cluster = RedisCluster::start();
+    let lease = Duration::from_secs(3);
+    let client = plain(&cluster);
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        let guard = client
+            .lock(format!("piped-{i}"))
+            .lease(lease)
+            .acquire()
+            .await
+            .expect("lock");
+        guards.push(guard);
+    }
+    let primary = cluster.primary_for_key(&lock_key("piped-0"));
+    let on_it = (0..LOCKS)
+        .filter(|i| cluster.primary_for_key(&lock_key(&format!("piped-{i}"))) == primary)
+        .count();
+    assert!(
+        on_it >= 2,
+        "{on_it} of the locks on node {primary}: no pipeline to fail over"
+    );
+    let seen_before = captured.records().len();
+    cluster.failover(primary);
+    cluster.script_flush_all();
+    // Two leases' worth of renewals after both.
+    tokio::time::sleep(lease * 2).await;
+    for guard in &guards {
+        assert!(guard.is_held(), "{}: lost across the failover", guard.key());
+    }
+    let records = captured.records().split_off(seen_before);
+    let alone = records
+        .iter()
+        .filter(|r| r.name.starts_with("renew:") && r.name.ends_with("sent alone"))
+        .count();
+    assert!(
+        alone > 0,
+        "no call was sent alone: the MOVED and NOSCRIPT replies were not met"
+    );
+    for guard in guards {
+        assert!(guard.release().await.expect("release"), "still ours");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_gets_a_lock_whose_slot_migrates_meanwhile_through_ask_and_moved() {
     let cluster = shared_cluster();
