@@ -149,7 +149,10 @@ impl<T: Transport> RedisStore<T> {
     }
 
     /// Sends independent script calls ([`Transport::call_each`]) under the failover guard, if
-    /// there is one: then on one transport lent for all of them.
+    /// there is one. A Cluster sends them as one pipeline per primary, each ending with one
+    /// `WAIT`, on one transport lent for all of them; elsewhere each call is a request of its
+    /// own on a transport lent for it ([`call_guarded`](Self::call_guarded)), so that no
+    /// call's `WAIT` queues behind another's on a shared connection.
     async fn call_each_guarded<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
@@ -158,6 +161,12 @@ impl<T: Transport> RedisStore<T> {
         let Some(guard) = self.guard else {
             return self.transport.call_each(operation, calls, None).await;
         };
+        if !T::ROUTES_BY_SLOT {
+            let each = calls
+                .iter()
+                .map(|call| self.call_guarded(operation, Call::Script(call), |_: &R| true));
+            return futures_util::future::join_all(each).await;
+        }
         let lent = self.guarded.lend(&self.transport).await;
         let replied = lent.call_each(operation, calls, Some(guard)).await;
         lent.give_back();

@@ -88,9 +88,7 @@ pub(crate) fn waiter_of(owner: &str) -> &str {
 pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce) -> ScriptCall {
     let key = attempt.key;
     let seat = attempt.seat.unwrap_or_default();
-    let mut call = ACQUIRE.prepare_invoke();
-    super::lock_keys(&mut call, key, tokens);
-    call.arg(attempt.owner).arg(millis(attempt.lease));
+    let mut call = super::acquire_invocation(&ACQUIRE, attempt, tokens);
     super::token_source(
         &mut call,
         attempt.fencing,
