@@ -126,6 +126,11 @@ pub(crate) struct Try<'a> {
     /// server whose counter or clock is not below it refuses it ([`AcquireReply::TooLow`]).
     /// `None` elsewhere, and from the acquire loop.
     pub(crate) proposed: Option<FencingToken>,
+    /// When the request's wait ends, on the real clock (`None`: not within reach, or a try
+    /// from outside the acquire loop). Like any request, a try may run one timeout past it; a
+    /// store that may answer a try with more than one round (Redlock's second round) starts
+    /// none after it. The other stores ignore it.
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl Try<'_> {
