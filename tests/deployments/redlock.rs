@@ -747,3 +747,51 @@ async fn a_fencing_counter_past_2_pow_53_is_refused_at_once_with_what_to_do() {
         );
     }
 }
+
+/// A fair waiter behind another waiter on a majority of masters waits as a waiter behind
+/// others, also when the master where it is the head (the lock free there) refuses its token
+/// as too low, every time (that master's counter is a minute ahead, past the lead a client
+/// learns). At `7c83078` that refusal made each try's reply "try again at once", and the
+/// waiter sent thousands of tries in its one-second wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_behind_others_waits_though_a_master_where_it_leads_refuses_its_token() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    // Connections made and the fair scripts loaded.
+    let warm = client.lock("warm").fair().acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+
+    set_counter(&masters[0], "queued", now_micros() + 60_000_000);
+    // A waiter that came first (place 1) and stays a minute, on masters 1 and 2 only.
+    let ahead = "a".repeat(24);
+    let deadline_ms = now_micros() / 1000 + 60_000;
+    for master in &masters[1..] {
+        let mut redis = master.connection();
+        let () = redis::pipe()
+            .cmd("ZADD")
+            .arg("distlock:{queued}:queue")
+            .arg(1)
+            .arg(&ahead)
+            .ignore()
+            .cmd("ZADD")
+            .arg("distlock:{queued}:queue-deadlines")
+            .arg(deadline_ms)
+            .arg(&ahead)
+            .ignore()
+            .cmd("CONFIG")
+            .arg("RESETSTAT")
+            .ignore()
+            .query(&mut redis)
+            .expect("ZADD");
+    }
+    let err = client
+        .lock("queued")
+        .fair()
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect_err("behind a waiter that stays");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    let tries = script_calls(&masters[1]);
+    assert!(tries < 100, "{tries} tries in a one-second wait");
+}
