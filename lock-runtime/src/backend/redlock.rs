@@ -42,7 +42,13 @@
 //! the largest latest-write token of its quorum (a master without a live counter answers its
 //! clock), which for the same reason is at least every write token handed out before it (it
 //! may be higher than any handed out: a write try that fell short and was undone left its T in
-//! the counters it reached, which only ever go up). `force_unlock` still raises a majority's
+//! the counters it reached, which only ever go up). When those counters are on a minority
+//! that a later write grant's quorum avoids, the read's token may exceed that later write
+//! token too — by less than [`MAX_LEARNED_LEAD`], plus however far the clocks of clients and
+//! masters disagree (and without bound past a counter set by hand): every proposal, and so
+//! every counter, is at most its client's clock plus the node timeout and that cap (a second
+//! round's floor is a counter or a master's clock plus one), while a later proposal is at
+//! least its client's clock plus the node timeout. `force_unlock` still raises a majority's
 //! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
 //! rule). Wake-ups come from one subscription on whichever master answers: a release is
 //! announced on every master (by the release script where the grant was, by a plain
