@@ -57,14 +57,23 @@ local function lock_held(key)
   not_a_lock(key, held)
 end
 
+-- Tokens are Lua numbers, doubles, which hold every integer only below 2^53.
+local TOKEN_LIMIT = 9007199254740992
+
 -- The fencing counter `key` (Redlock): its value, or nil when absent. Anything else there
--- (another application's data) is NOTALOCK, raised before a script writes a thing.
+-- (another application's data) is NOTALOCK, and a value of 2^53 or more FENCETOOLARGE (no
+-- double above it is one more, so every proposal would be refused as too low, forever):
+-- raised before a script writes a thing.
 local function fencing_counter(key)
   local last = redis.pcall('GET', key)
   if (type(last) == 'table' and last.err) or (last and not tonumber(last)) then
     not_a_lock(key, redis.call('TYPE', key)['ok'])
   end
-  return tonumber(last)
+  local value = tonumber(last)
+  if value and value >= TOKEN_LIMIT then
+    error({err = 'FENCETOOLARGE ' .. last .. ' at ' .. key})
+  end
+  return value
 end
 
 -- A proposed token (Redlock, see redlock.rs) against one master: nil when it may be granted

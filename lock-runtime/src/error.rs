@@ -132,6 +132,27 @@ pub enum LockError {
         holds: String,
     },
 
+    /// A Redlock master's fencing counter for the lock holds 2^53 or more (set by hand, or
+    /// by a clock decades ahead): the masters' scripts compare tokens as doubles, which
+    /// cannot count past it, so no token above it could ever be granted. The request was
+    /// refused at once, and nothing was changed.
+    #[error(
+        "the fencing counter `{}` on a Redlock master holds {}, at or above 2^53, which the \
+         masters' scripts cannot count past: no fencing token above it can be granted. Find \
+         out what set it so high (a master's clock decades ahead, a hand-made `SET`); once no \
+         holder of the lock is left, delete it on every master that holds such a value (`DEL` \
+         the key): tokens then start again from the masters' clocks, so reset the highest \
+         token any fenced resource keeps for this lock as well",
+        Shortened(redis_key),
+        Shortened(value)
+    )]
+    FencingCounterTooLarge {
+        /// The counter's Redis key (with the prefix and hash tag), as the server named it.
+        redis_key: String,
+        /// What the counter holds.
+        value: String,
+    },
+
     /// Too few Redlock masters granted the request (or its renewal) within its validity.
     /// A semaphore permit needs more than a majority (see
     /// [`LockGuard::permits`](crate::LockGuard::permits)): with 3 masters and 2 permits or
@@ -184,12 +205,16 @@ pub enum LockError {
 
 impl From<BackendError> for LockError {
     /// A backend failure, or [`LockError::NotALock`] when a script found data it did not write
-    /// at a lock's key (its `NOTALOCK` error, `scripts/lock_key.lua`).
+    /// at a lock's key (its `NOTALOCK` error, `scripts/lock_key.lua`), or
+    /// [`LockError::FencingCounterTooLarge`] (its `FENCETOOLARGE` error).
     fn from(err: BackendError) -> Self {
-        match err.not_a_lock() {
-            Some((holds, redis_key)) => LockError::NotALock { redis_key, holds },
-            None => LockError::Backend(err),
+        if let Some((holds, redis_key)) = err.script_refusal("NOTALOCK") {
+            return LockError::NotALock { redis_key, holds };
         }
+        if let Some((value, redis_key)) = err.script_refusal("FENCETOOLARGE") {
+            return LockError::FencingCounterTooLarge { redis_key, value };
+        }
+        LockError::Backend(err)
     }
 }
 
@@ -222,7 +247,10 @@ impl LockError {
     pub(crate) fn is_final_refusal(&self) -> bool {
         matches!(
             self,
-            LockError::Config(_) | LockError::NotALock { .. } | LockError::PermitsMismatch { .. }
+            LockError::Config(_)
+                | LockError::NotALock { .. }
+                | LockError::FencingCounterTooLarge { .. }
+                | LockError::PermitsMismatch { .. }
         )
     }
 }
@@ -393,11 +421,12 @@ impl BackendError {
         self.maybe_applied
     }
 
-    /// The type found and the Redis key, when this is a script's `NOTALOCK` error
-    /// (`NOTALOCK <type> at <key>`, and what Redis appends to an error a script raises).
-    fn not_a_lock(&self) -> Option<(String, String)> {
+    /// What was found and the Redis key, when this is a script's error `code` of the form
+    /// `<code> <what> at <key>` (`NOTALOCK <type> at <key>`, `FENCETOOLARGE <value> at <key>`:
+    /// `scripts/lock_key.lua`), without what Redis appends to an error a script raises.
+    fn script_refusal(&self, code: &str) -> Option<(String, String)> {
         let err = self.source.downcast_ref::<redis::RedisError>()?;
-        if err.code() != Some("NOTALOCK") {
+        if err.code() != Some(code) {
             return None;
         }
         let detail = err.detail()?;

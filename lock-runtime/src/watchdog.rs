@@ -429,6 +429,7 @@ mod tests {
             fencing: true,
             seat: None,
             proposed: None,
+            deadline: None,
         };
         let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {

@@ -635,3 +635,163 @@ async fn a_ping_needs_a_majority_and_names_the_masters_that_did_not_answer() {
         "{message}"
     );
 }
+
+/// A try's second round is bounded by its request's wait. Two of three masters answer late
+/// (each reply 2 s late, a 3 s node timeout) and master 0's counter (and in the second case
+/// master 1's) is pushed ahead, so the first round proposes a token too low for it and ends
+/// past the 0.5 s wait. A quorum's grant of the first round then stands without a second
+/// round; a first round that fell short cannot be undone and sent again before one node
+/// timeout past the deadline, and is a refusal, which ends the request as timed out. Either
+/// way the request ends within one node timeout of its deadline (at `cdaf1e9` the undo and a
+/// second round followed, each as late: 6 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_round_is_not_sent_past_the_requests_wait() {
+    use crate::support::proxy::Proxy;
+
+    let masters = start_masters(3);
+    let proxies: Vec<Proxy> = masters[1..]
+        .iter()
+        .map(|master| Proxy::start(master.port()))
+        .collect();
+    let urls = [masters[0].url(), proxies[0].url(), proxies[1].url()];
+    let node_timeout = Duration::from_secs(3);
+    let late = Duration::from_secs(2);
+    let wait = Duration::from_millis(500);
+    let config = Config::redlock(urls)
+        .expect("valid urls")
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        .node_timeout(node_timeout)
+        .response_timeout(node_timeout * 2);
+    let client = Client::new(config).expect("client");
+    // Connections made and scripts loaded while the replies are on time.
+    let warm = client.lock("warm").acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+
+    let ahead = now_micros() + 60_000_000;
+    set_counter(&masters[0], "granted", ahead);
+    set_counter(&masters[0], "refused", ahead);
+    set_counter(&masters[1], "refused", ahead);
+    for proxy in &proxies {
+        proxy.delay_replies(late);
+    }
+    let bound = wait + node_timeout + Duration::from_secs(1);
+
+    // Masters 1 and 2 grant the first round's token, late.
+    let started = std::time::Instant::now();
+    let granted = client
+        .lock("granted")
+        .lease(Duration::from_secs(60))
+        .wait(wait)
+        .acquire()
+        .await
+        .expect("the first round's quorum");
+    let took = started.elapsed();
+    assert!(took < bound, "took {took:?}, the bound is {bound:?}");
+    assert!(granted.fencing_token().expect("fenced").get() < ahead);
+
+    // Master 2 alone grants it: refused, and the wait is over.
+    let started = std::time::Instant::now();
+    let err = client
+        .lock("refused")
+        .lease(Duration::from_secs(60))
+        .wait(wait)
+        .acquire()
+        .await
+        .expect_err("too few grants in the first round");
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    assert!(took < bound, "took {took:?}, the bound is {bound:?}");
+    drop(granted);
+}
+
+/// A fencing counter at 2^53 or more (the masters' scripts compare tokens as doubles, which
+/// cannot count past it) is refused at once with an error that names the key and says what
+/// to do, and no grant is left behind: on a majority of masters (at `cdaf1e9` every proposal
+/// was refused as too low until the wait ended) and on one master (at `cdaf1e9` granted with
+/// a token at 2^53, which every later grant's proposal then fell short of).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fencing_counter_past_2_pow_53_is_refused_at_once_with_what_to_do() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let huge = (1u64 << 53) + 5;
+    for master in &masters[..2] {
+        set_counter(master, "huge", huge);
+    }
+    set_counter(&masters[2], "huge-on-one", huge);
+    for key in ["huge", "huge-on-one"] {
+        let started = std::time::Instant::now();
+        let err = client
+            .lock(key)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect_err("no token above the counter can be granted");
+        let took = started.elapsed();
+        assert!(
+            matches!(&err, LockError::FencingCounterTooLarge { redis_key, value }
+                if *redis_key == format!("distlock:{{{key}}}:fence") && *value == huge.to_string()),
+            "{key}: {err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("2^53") && message.contains("DEL"),
+            "{message}"
+        );
+        assert!(took < Duration::from_secs(2), "{key}: took {took:?}");
+    }
+    for master in &masters {
+        assert!(
+            lock_keys(master).is_empty(),
+            "the refused grant must not stay behind: {:?}",
+            lock_keys(master)
+        );
+    }
+}
+
+/// A fair waiter behind another waiter on a majority of masters waits as a waiter behind
+/// others, also when the master where it is the head (the lock free there) refuses its token
+/// as too low, every time (that master's counter is a minute ahead, past the lead a client
+/// learns). At `7c83078` that refusal made each try's reply "try again at once", and the
+/// waiter sent thousands of tries in its one-second wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_behind_others_waits_though_a_master_where_it_leads_refuses_its_token() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    // Connections made and the fair scripts loaded.
+    let warm = client.lock("warm").fair().acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+
+    set_counter(&masters[0], "queued", now_micros() + 60_000_000);
+    // A waiter that came first (place 1) and stays a minute, on masters 1 and 2 only.
+    let ahead = "a".repeat(24);
+    let deadline_ms = now_micros() / 1000 + 60_000;
+    for master in &masters[1..] {
+        let mut redis = master.connection();
+        let () = redis::pipe()
+            .cmd("ZADD")
+            .arg("distlock:{queued}:queue")
+            .arg(1)
+            .arg(&ahead)
+            .ignore()
+            .cmd("ZADD")
+            .arg("distlock:{queued}:queue-deadlines")
+            .arg(deadline_ms)
+            .arg(&ahead)
+            .ignore()
+            .cmd("CONFIG")
+            .arg("RESETSTAT")
+            .ignore()
+            .query(&mut redis)
+            .expect("ZADD");
+    }
+    let err = client
+        .lock("queued")
+        .fair()
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect_err("behind a waiter that stays");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    let tries = script_calls(&masters[1]);
+    assert!(tries < 100, "{tries} tries in a one-second wait");
+}

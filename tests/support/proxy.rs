@@ -6,7 +6,8 @@
 //! while losing their replies ([`Mode::DropReplies`]). Apart from the mode, it can hold just
 //! the connections open now ([`Proxy::hold_current_connections`]) while new ones pass, send
 //! new connections to another server ([`Proxy::retarget`]), and cut any connection that sends
-//! a given command ([`Proxy::cut_connections_sending`]). It runs on its own thread
+//! a given command ([`Proxy::cut_connections_sending`]), and hold every reply for a while
+//! before passing it on ([`Proxy::delay_replies`]): a slow network or server. It runs on its own thread
 //! with its own small tokio runtime, so a test's runtime (or a blocking call in it) cannot slow
 //! the relay down, and everything it started stops when the [`Proxy`] is dropped.
 
@@ -63,6 +64,9 @@ type Hold = watch::Receiver<u64>;
 /// Bytes that, seen in a request, make the proxy cut that connection instead of forwarding it.
 type CutOn = Arc<Mutex<Option<Vec<u8>>>>;
 
+/// How long each chunk of replies is held before it is passed on, in microseconds (0: none).
+type ReplyDelay = Arc<AtomicU64>;
+
 /// A running proxy; see the [module documentation](self). Start it with
 /// [`Proxy::start`]`(server.port())`, give the client under test [`Proxy::url`], and switch
 /// faults on and off with [`Proxy::set_mode`].
@@ -72,6 +76,7 @@ pub struct Proxy {
     held_through: watch::Sender<u64>,
     target: Arc<AtomicU16>,
     cut_on: CutOn,
+    reply_delay: ReplyDelay,
     accepted: Arc<AtomicU64>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -104,6 +109,8 @@ impl Proxy {
         let targets = target.clone();
         let cut_on = CutOn::default();
         let cuts = cut_on.clone();
+        let reply_delay = ReplyDelay::default();
+        let delays = reply_delay.clone();
 
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -122,7 +129,7 @@ impl Proxy {
                         return;
                     };
                     tokio::select! {
-                        () = accept(listener, targets, modes, holds, cuts, counter) => {}
+                        () = accept(listener, targets, modes, holds, cuts, delays, counter) => {}
                         _ = stopped => {}
                     }
                 });
@@ -137,6 +144,7 @@ impl Proxy {
             held_through,
             target,
             cut_on,
+            reply_delay,
             accepted,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -190,6 +198,15 @@ impl Proxy {
         *self.cut_on.lock().unwrap_or_else(PoisonError::into_inner) = Some(request.to_vec());
     }
 
+    /// Holds every chunk of replies for `delay` before passing it on (zero: none), on every
+    /// connection, old or new: a server or network that answers `delay` late. Chunks are
+    /// passed on in order, each after its own delay, so replies read together are late
+    /// together.
+    pub fn delay_replies(&self, delay: std::time::Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.reply_delay.store(micros, Ordering::SeqCst);
+    }
+
     /// How many connections the proxy has accepted so far (in any mode): proof that a client
     /// really goes through it.
     pub fn accepted(&self) -> u64 {
@@ -215,6 +232,7 @@ async fn accept(
     modes: watch::Receiver<Mode>,
     holds: Hold,
     cut_on: CutOn,
+    reply_delay: ReplyDelay,
     accepted: Arc<AtomicU64>,
 ) {
     loop {
@@ -236,6 +254,7 @@ async fn accept(
             modes: modes.clone(),
             holds: holds.clone(),
             cut_on: cut_on.clone(),
+            reply_delay: reply_delay.clone(),
             id,
         };
         tokio::spawn(relay(client, target, faults));
@@ -248,6 +267,7 @@ struct Faults {
     modes: watch::Receiver<Mode>,
     holds: Hold,
     cut_on: CutOn,
+    reply_delay: ReplyDelay,
     id: u64,
 }
 
@@ -306,6 +326,14 @@ async fn pump(
         };
         if direction == Direction::ToServer && faults.cuts(&buffer[..read]) {
             return;
+        }
+        let delay = faults.reply_delay.load(Ordering::SeqCst);
+        if direction == Direction::ToClient && delay > 0 {
+            tokio::select! {
+                biased;
+                () = cut(&mut faults.modes) => return,
+                () = tokio::time::sleep(std::time::Duration::from_micros(delay)) => {}
+            }
         }
         // A stall that began during the read holds this chunk here.
         if !passing(&mut faults, direction, Step::Write).await {

@@ -394,10 +394,10 @@ impl Plan {
         refused_before: bool,
         fair: Option<&FairWait<'_>>,
     ) -> Result<Answer, LockError> {
-        let writer_waiting = writer_waiting_mark(
-            inner.config.backoff_max,
-            self.deadline - Instant::now().min(self.deadline),
-        );
+        let wait_left = self.deadline - Instant::now().min(self.deadline);
+        let writer_waiting = writer_waiting_mark(inner.config.backoff_max, wait_left);
+        // On the real clock, which the stores' timeouts run on (`clock.rs`).
+        let deadline = std::time::Instant::now().checked_add(wait_left);
         match &self.keys {
             Keys::One(key) => {
                 let attempt = Try {
@@ -410,6 +410,7 @@ impl Plan {
                     fencing: self.fencing,
                     seat: fair.map(|fair| fair.seat),
                     proposed: None,
+                    deadline,
                 };
                 let reply = inner.backend.acquire(&attempt);
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
@@ -423,6 +424,7 @@ impl Plan {
                     refused_before,
                     fencing: self.fencing,
                     proposed: None,
+                    deadline,
                 };
                 let reply = inner.backend.acquire_all(&attempt);
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)

@@ -268,6 +268,7 @@ mod tests {
             fencing: true,
             seat: None,
             proposed: None,
+            deadline: None,
         };
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
@@ -361,6 +362,7 @@ mod tests {
             fencing: true,
             seat: None,
             proposed: None,
+            deadline: None,
         }));
         assert!(
             matches!(held, Ok(AcquireReply::Held(_))),
@@ -461,6 +463,7 @@ mod tests {
                 fencing: true,
                 seat: None,
                 proposed: None,
+                deadline: None,
             })
             .await
             .expect("read")

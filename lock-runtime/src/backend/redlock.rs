@@ -33,11 +33,22 @@
 //! low — so many that the rest fell short, or any at all while the rest granted (a grant's
 //! token is then at least what every master that answered would take, which keeps the
 //! masters' counters together) — is undone and tried again at once with the largest hint
-//! (and at least a fresh proposal): the rare second round. A read grant carries
+//! (and at least a fresh proposal): the rare second round. It keeps to the request's wait
+//! ([`Try::deadline`]): the undo and the second round wait at most until one node timeout past
+//! the deadline, so a try ends within one node timeout of it as on the other stores; a first
+//! round that a quorum granted is sent again only while the wait lasts (else its grant
+//! stands), and a try left without the time for its second round is refused, for the acquire
+//! loop to try again at once or time out. A read grant carries
 //! the largest latest-write token of its quorum (a master without a live counter answers its
 //! clock), which for the same reason is at least every write token handed out before it (it
 //! may be higher than any handed out: a write try that fell short and was undone left its T in
-//! the counters it reached, which only ever go up). `force_unlock` still raises a majority's
+//! the counters it reached, which only ever go up). When those counters are on a minority
+//! that a later write grant's quorum avoids, the read's token may exceed that later write
+//! token too — by less than [`MAX_LEARNED_LEAD`], plus however far the clocks of clients and
+//! masters disagree (and without bound past a counter set by hand): every proposal, and so
+//! every counter, is at most its client's clock plus the node timeout and that cap (a second
+//! round's floor is a counter or a master's clock plus one), while a later proposal is at
+//! least its client's clock plus the node timeout. `force_unlock` still raises a majority's
 //! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
 //! rule). Wake-ups come from one subscription on whichever master answers: a release is
 //! announced on every master (by the release script where the grant was, by a plain
@@ -834,6 +845,9 @@ trait QuorumTry: Sync {
 
     fn lease(&self) -> Duration;
 
+    /// When the request's wait ends ([`Try::deadline`]).
+    fn deadline(&self) -> Option<Instant>;
+
     /// The keys, in the order of a grant's tokens.
     fn keys(&self) -> &[LockKey];
 
@@ -888,6 +902,10 @@ impl QuorumTry for Try<'_> {
 
     fn lease(&self) -> Duration {
         self.lease
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     fn keys(&self) -> &[LockKey] {
@@ -973,6 +991,10 @@ impl QuorumTry for MultiTry<'_> {
 
     fn lease(&self) -> Duration {
         self.lease
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     fn keys(&self) -> &[LockKey] {
@@ -1088,6 +1110,42 @@ fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<
 /// The most a client's lead ([`RedlockBackend::learn`]) grows past the node timeout.
 const MAX_LEARNED_LEAD: Duration = Duration::from_secs(1);
 
+/// How long a try may keep its caller: each round and each undo at most the node timeout, and
+/// nothing after the first round waited for past one node timeout after the request's
+/// deadline — so a try sent before its deadline ends within one node timeout after it (or
+/// after its first round, a try sent at its deadline: `wait(0)`), as a try on the other
+/// stores ends within one response timeout.
+#[derive(Clone, Copy)]
+struct Bounds {
+    /// The node timeout for the try's lease ([`RedlockBackend::timeout_for`]).
+    timeout: Duration,
+    /// When the request's wait ends ([`Try::deadline`]; `None`: not within reach).
+    deadline: Option<Instant>,
+}
+
+impl Bounds {
+    /// Whether the request's wait lasts.
+    fn wait_lasts(&self) -> bool {
+        self.deadline
+            .is_none_or(|deadline| Instant::now() < deadline)
+    }
+
+    /// How long a wait after the first round (an undo, the second round) may take: the node
+    /// timeout, and no longer than until one node timeout past the deadline; zero once that
+    /// has passed.
+    fn left(&self) -> Duration {
+        match self
+            .deadline
+            .and_then(|deadline| deadline.checked_add(self.timeout))
+        {
+            Some(end) => end
+                .saturating_duration_since(Instant::now())
+                .min(self.timeout),
+            None => self.timeout,
+        }
+    }
+}
+
 /// How one round of a try ended.
 enum Round<R> {
     /// Granted, or refused with this reply.
@@ -1106,8 +1164,18 @@ impl RedlockBackend {
     /// one that masters refused as too low, when the others granted it or would have made a
     /// quorum with them, is undone and tried once more at once with their largest hint (the
     /// module's "Fencing tokens").
+    ///
+    /// The second round and the undo before it wait at most until one node timeout past the
+    /// request's deadline ([`Bounds`]). A try that a quorum granted in the first round is
+    /// sent again only while the wait lasts (else its grant stands, with the first round's
+    /// token); one that fell short, only while there is time left for it. One that cannot be
+    /// sent again, or whose second round ran out of that time, is refused as held for no
+    /// time: the acquire loop tries again at once or, past its deadline, times out.
     async fn tally<Q: QuorumTry>(&self, attempt: &Q) -> Result<Q::Reply, LockError> {
-        let timeout = self.timeout_for(attempt.lease());
+        let bounds = Bounds {
+            timeout: self.timeout_for(attempt.lease()),
+            deadline: attempt.deadline(),
+        };
         self.warm_up().await;
         if let Some(refusal) = self
             .masters
@@ -1121,13 +1189,15 @@ impl RedlockBackend {
         }
         let quorum = attempt.quorum(self);
         let first = attempt.proposing(attempt.proposes().then(|| self.propose(0)));
-        let hint = match self.round(&first, quorum, timeout, true).await? {
+        let hint = match self.round(&first, quorum, bounds, true).await? {
             Round::Decided(reply) => return Ok(reply),
+            // The time left ran out while the first round was undone.
+            Round::TooLow { refused, .. } if bounds.left().is_zero() => return Ok(refused),
             Round::TooLow { hint, .. } => hint,
         };
         // The rare second round; should it fall short too, the acquire loop tries again.
         let again = attempt.proposing(Some(self.propose(hint)));
-        match self.round(&again, quorum, timeout, false).await? {
+        match self.round(&again, quorum, bounds, false).await? {
             Round::Decided(reply) | Round::TooLow { refused: reply, .. } => Ok(reply),
         }
     }
@@ -1170,15 +1240,18 @@ impl RedlockBackend {
     /// low is undone even when a quorum granted it, so that a grant's token is at least what
     /// every master that answered would take: the masters' counters keep together, and a
     /// master whose counter ran ahead costs one second round, not one on every later quorum
-    /// it joins.
+    /// it joins — unless the request's wait has ended ([`Bounds`]). The first round takes
+    /// the node timeout; the undo and the second round at most what `bounds` leaves, and a
+    /// second round cut short by that, too short for a quorum to answer, is a refusal.
     async fn round<Q: QuorumTry>(
         &self,
         attempt: &Q,
         quorum: usize,
-        timeout: Duration,
+        bounds: Bounds,
         first: bool,
     ) -> Result<Round<Q::Reply>, LockError> {
         let started = Instant::now();
+        let timeout = if first { bounds.timeout } else { bounds.left() };
         // Decided as soon as enough masters granted, or so many refused that the rest cannot
         // make a quorum (or one refused for good); failures do not decide early, so the error
         // says how many answered. A master that answers late still runs the try, before the
@@ -1233,7 +1306,16 @@ impl RedlockBackend {
             .iter()
             .any(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()));
         let valid_until = started + attempt.lease() - drift(attempt.lease());
-        let rerun = first && too_low > 0 && granted + too_low >= quorum;
+        // A second round is the only way to a grant when the first fell short, and only
+        // keeps the counters together when it did not: sent then only while the wait lasts.
+        let rerun = first
+            && too_low > 0
+            && granted + too_low >= quorum
+            && if granted < quorum {
+                !bounds.left().is_zero()
+            } else {
+                bounds.wait_lasts()
+            };
         if !refused && !rerun && granted >= quorum && Instant::now() < valid_until {
             return Ok(Round::Decided(
                 attempt.acquired(|i| quorum_token::<Q>(&answers, i)),
@@ -1243,8 +1325,10 @@ impl RedlockBackend {
         // (also where the answer got lost or was not awaited), then report.
         let undo = Undo::of::<Q>(&answers);
         // A second round reuses the owner token: only once every undo of this one has been
-        // answered, so that none can run after it and give its grant back.
-        let settled = !undo.any() || attempt.undo(self, timeout, &undo).await;
+        // answered, so that none can run after it and give its grant back. An undo cut short
+        // by the request's end finishes in the background (its masters are asked as slow ones
+        // until they answer).
+        let settled = !undo.any() || attempt.undo(self, bounds.left(), &undo).await;
         let out = not_awaited(&answers);
         if let Some(Answer::Failed(err)) = answers
             .into_iter()
@@ -1252,7 +1336,11 @@ impl RedlockBackend {
         {
             return Err(err);
         }
-        // Too many masters failed for a quorum (those not awaited might still have granted).
+        // Too many masters failed for a quorum (those not awaited might still have granted);
+        // in a second round cut short by the request's end, for want of time.
+        if answered + out < quorum && timeout < bounds.timeout {
+            return Ok(Round::Decided(Q::refused(refusals, granted, quorum)));
+        }
         if answered + out < quorum {
             let key = &attempt.keys()[0];
             return Err(self.quorum_unavailable_needing(key, answered, granted, quorum));

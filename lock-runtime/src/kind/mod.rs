@@ -126,6 +126,11 @@ pub(crate) struct Try<'a> {
     /// server whose counter or clock is not below it refuses it ([`AcquireReply::TooLow`]).
     /// `None` elsewhere, and from the acquire loop.
     pub(crate) proposed: Option<FencingToken>,
+    /// When the request's wait ends, on the real clock (`None`: not within reach, or a try
+    /// from outside the acquire loop). Like any request, a try may run one timeout past it; a
+    /// store that may answer a try with more than one round (Redlock's second round) starts
+    /// none after it. The other stores ignore it.
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl Try<'_> {
@@ -501,16 +506,24 @@ pub(crate) fn read_acquire_reply(
 
 /// The refusals of one try by several masters (Redlock), tallied into the one reply the
 /// acquire loop gets when too few granted: held for the shortest remaining lease any master
-/// reported; a fair try queued at the highest place any master gave it, and behind others
-/// unless a quorum of masters had it at the head or granted it.
+/// reported, or for no time when a master refused the proposed token as too low (free there:
+/// try again at once); a fair try queued at the highest place any master gave it, and behind
+/// others unless a quorum of masters had it at the head (the lock held there, or free but for
+/// the token) or granted it — a try behind others waits as one, whatever a master that had
+/// it at the head said.
 #[derive(Debug, Default)]
 pub(crate) struct Refusals {
     /// A fair try was refused (`AcquireReply::Queued`).
     fair: bool,
-    /// Masters where the fair try is the queue's head (the lock held there).
+    /// Masters where the fair try is the queue's head, the lock held there.
     heads: usize,
+    /// Masters that refused the proposed token as too low (`AcquireReply::TooLow`): the lock
+    /// is free there, and a fair try was the queue's head (only the head tries the write
+    /// side, which refuses so).
+    too_low: usize,
     /// Its place: the same on every master (the caller's ticket, or the place it was given).
     place: u64,
+    /// The shortest remaining lease of a holder, where a master said it.
     held_for: Option<Duration>,
 }
 
@@ -520,8 +533,10 @@ impl Refusals {
         let remaining = match *reply {
             AcquireReply::Acquired(_) => return,
             AcquireReply::Held(remaining) => remaining,
-            // Free, but for a token too low: try again at once.
-            AcquireReply::TooLow(_) => Some(Duration::ZERO),
+            AcquireReply::TooLow(_) => {
+                self.too_low += 1;
+                return;
+            }
             AcquireReply::Queued {
                 place,
                 behind,
@@ -543,14 +558,94 @@ impl Refusals {
 
     /// The reply for a try that `granted` masters granted, `quorum` being needed.
     pub(crate) fn reply(self, granted: usize, quorum: usize) -> AcquireReply {
+        // Free on a master but for the token: try again at once (the proposal is raised).
+        let remaining = match self.too_low {
+            0 => self.held_for,
+            _ => Some(Duration::ZERO),
+        };
         if self.fair {
+            let behind = granted + self.heads + self.too_low < quorum;
             return AcquireReply::Queued {
                 place: self.place,
-                behind: granted + self.heads < quorum,
-                remaining: self.held_for,
+                behind,
+                remaining: if behind { self.held_for } else { remaining },
             };
         }
-        AcquireReply::Held(self.held_for)
+        AcquireReply::Held(remaining)
+    }
+}
+
+#[cfg(test)]
+mod refusals_tests {
+    use super::*;
+
+    fn too_low() -> AcquireReply {
+        AcquireReply::TooLow(TooLow { hint: 2, clock: 1 })
+    }
+
+    /// A fair try whose token a majority refused as too low was at their queues' head: it
+    /// tries again at once, not reported behind others; one behind others on a majority
+    /// waits as one, however many masters refused its token.
+    #[test]
+    fn a_fair_try_refused_as_too_low_by_a_majority_is_at_the_head_and_tries_again_at_once() {
+        let mut refusals = Refusals::default();
+        refusals.count(&too_low());
+        refusals.count(&too_low());
+        refusals.count(&AcquireReply::Queued {
+            place: 7,
+            behind: true,
+            remaining: None,
+        });
+        assert_eq!(
+            refusals.reply(0, 2),
+            AcquireReply::Queued {
+                place: 7,
+                behind: false,
+                remaining: Some(Duration::ZERO),
+            }
+        );
+
+        // One master's too-low refusal and one grant make the quorum's head too.
+        let mut refusals = Refusals::default();
+        refusals.count(&too_low());
+        refusals.count(&AcquireReply::Queued {
+            place: 7,
+            behind: true,
+            remaining: None,
+        });
+        assert!(matches!(
+            refusals.reply(1, 2),
+            AcquireReply::Queued { behind: false, .. }
+        ));
+
+        // Behind others on a majority is behind.
+        let mut refusals = Refusals::default();
+        refusals.count(&too_low());
+        for _ in 0..2 {
+            refusals.count(&AcquireReply::Queued {
+                place: 7,
+                behind: true,
+                remaining: None,
+            });
+        }
+        assert_eq!(
+            refusals.reply(0, 2),
+            AcquireReply::Queued {
+                place: 7,
+                behind: true,
+                remaining: None,
+            },
+            "a waiter behind others waits as one, not again at once"
+        );
+
+        // Not fair: held for no time, whatever the others said.
+        let mut refusals = Refusals::default();
+        refusals.count(&AcquireReply::Held(Some(Duration::from_secs(3))));
+        refusals.count(&too_low());
+        assert_eq!(
+            refusals.reply(1, 2),
+            AcquireReply::Held(Some(Duration::ZERO))
+        );
     }
 }
 

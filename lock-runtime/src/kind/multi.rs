@@ -37,6 +37,8 @@ pub(crate) struct MultiTry<'a> {
     pub(crate) fencing: bool,
     /// Every key's token, where tokens come from a counter (as [`Try`](super::Try)'s).
     pub(crate) proposed: Option<FencingToken>,
+    /// When the request's wait ends (as [`Try`](super::Try)'s).
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl<'a> MultiTry<'a> {
