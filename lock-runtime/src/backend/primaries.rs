@@ -15,7 +15,9 @@
 //! transport connects and again, in the background, once a reply showed it out of date (a
 //! redirection, `CLUSTERDOWN`, `READONLY`, a primary that failed or that the map lacks): a
 //! batch never waits for it, and a stale map costs only the calls it misroutes, which go
-//! alone.
+//! alone. A primary that does not answer (a timeout, a broken or refused connection) fails
+//! its own calls for this batch: they are not sent again alone, as a sick node would then get
+//! one request per call.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -231,10 +233,10 @@ impl Primaries {
         let sent = per_primary.into_iter().map(|(at, indices)| {
             let primary = map.primaries[at].clone();
             async move {
-                let replies = self
+                let replied = self
                     .send_to(&primary, operation, calls, &indices, guard)
                     .await;
-                (indices, replies)
+                (indices, replied)
             }
         });
         for (indices, replies) in futures_util::future::join_all(sent).await {
@@ -247,9 +249,16 @@ impl Primaries {
 
     /// Sends `calls[i]` for each of `indices` to `primary` in one pipeline (with a `guard`,
     /// `WAIT` at its end), and reads each reply on its own.
+    ///
+    /// The request runs as a task of its own, and the batch waits for it at most a response
+    /// timeout (and the guard's `WAIT`): a primary that must first be connected to, and does
+    /// not accept or answer (frozen, or unreachable), would otherwise hold up the answers of
+    /// every other primary by a connect timeout and more each round, past the leases. Its
+    /// calls then fail this round; the task goes on, so a slow connect still ends, and the next
+    /// batch finds the connection made.
     async fn send_to<R: FromRedisValue + Send>(
         &self,
-        primary: &Primary,
+        primary: &Arc<Primary>,
         operation: &'static str,
         calls: &[ScriptCall],
         indices: &[usize],
@@ -266,28 +275,50 @@ impl Primaries {
                 .arg(kind::millis(guard.timeout));
         }
         pipeline.ignore_errors();
-        tracing::trace!(target: crate::LOG_TARGET, server = %primary.address, calls = indices.len(), "{operation}: one request for {} calls", indices.len());
-        let replies: Vec<Value> = match primary
-            .node
-            .call(operation, Call::Pipeline(&pipeline), None, |_| false)
-            .await
-        {
+        tracing::trace!(target: crate::LOG_TARGET, server = %primary.address, seed = %self.seed.addr(), calls = indices.len(), "{operation}: one request for {} calls", indices.len());
+        let expected = pipeline.len();
+        let request = {
+            let primary = primary.clone();
+            self.io.spawn(async move {
+                primary
+                    .node
+                    .call(operation, Call::Pipeline(&pipeline), None, |_| false)
+                    .await
+            })
+        };
+        let within = self.response_timeout + guard.map_or(Duration::ZERO, |guard| guard.timeout);
+        let replied = match tokio::time::timeout(within, request).await {
+            Ok(Ok(replied)) => replied,
+            Ok(Err(err)) => Err(crate::io::connect_task_failed(err).into()),
+            Err(_) => Err(BackendError::new(
+                operation,
+                BackendErrorKind::Timeout,
+                format!("no answer within {within:?}"),
+            )
+            .maybe_applied(true)
+            .into()),
+        };
+        let replies: Vec<Value> = match replied {
             Ok((replies, _)) => replies,
             Err(err) => {
                 self.out_of_date();
-                // A primary that did not answer in time is not asked again (a second request
-                // would wait as long): its calls fail, and only its leases stay unknown. After
-                // any other failure (refused, reset: a failover under way) each call goes
-                // alone, through the cluster connection, which follows the failover.
-                let timed_out =
-                    matches!(&err, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
+                if unworkable(&err).is_some() {
+                    // The cluster connection, made with the same settings, got through: the
+                    // calls go alone through it.
+                    return indices.iter().map(|_| None).collect();
+                }
+                // A primary that did not answer (in time, or at all: killed, or failing over)
+                // is not asked again, alone or through the cluster connection, which would
+                // wait as long or retry against the same node: its calls fail, and only its
+                // leases stay unknown this round. The map, read again, names its successor.
+                let failed = failed_at(operation, primary, &err);
                 return indices
                     .iter()
-                    .map(|_| timed_out.then(|| Err(timed_out_at(operation, primary))))
+                    .map(|_| Some(Err(failed.clone().into())))
                     .collect();
             }
         };
-        if replies.len() != pipeline.len() {
+        if replies.len() != expected {
             return indices.iter().map(|_| None).collect();
         }
         let mut replies = replies.into_iter();
@@ -298,7 +329,7 @@ impl Primaries {
                 .is_ok_and(|n| replicated(guard, n, operation, &primary.address)),
             (Some(_), None) => false,
         };
-        scripts
+        let replies = scripts
             .into_iter()
             .map(|reply| match reply {
                 Value::ServerError(err) => match err.code() {
@@ -308,10 +339,12 @@ impl Primaries {
                         self.out_of_date();
                         None
                     }
-                    // Keys of the call on both sides of a migration, a node loading its data,
-                    // the script missing there: the cluster connection waits, retries or
-                    // sends the source.
-                    "TRYAGAIN" | "LOADING" | "NOSCRIPT" => None,
+                    // A node loading its data, the script missing there: the cluster
+                    // connection waits and retries, or sends the source.
+                    "LOADING" | "NOSCRIPT" => None,
+                    // Keys of the call on both sides of a migration (`TRYAGAIN`) are answered
+                    // as they are: the cluster connection would only retry the same call until
+                    // its response timeout, where the store can split it per lock.
                     _ => Some(Err(request_error(operation, RedisError::from(err)))),
                 },
                 reply => Some(
@@ -320,19 +353,63 @@ impl Primaries {
                         .map_err(|err| request_error(operation, err.into())),
                 ),
             })
-            .collect()
+            .collect();
+        replies
     }
 }
 
-/// The error of a call whose primary did not answer in time.
-fn timed_out_at(operation: &'static str, primary: &Primary) -> LockError {
-    BackendError::new(
+/// Why a per-primary connection cannot work with the seed node's settings, when that is why
+/// a pipeline failed: the primary refused the credentials, TLS could not be set up, or what
+/// answered is not Redis (`None`: the primary is sick or gone, not the settings).
+fn unworkable(err: &LockError) -> Option<String> {
+    match err {
+        LockError::Backend(err)
+            if matches!(
+                err.kind(),
+                BackendErrorKind::Authentication
+                    | BackendErrorKind::Tls
+                    | BackendErrorKind::Protocol
+            ) =>
+        {
+            Some(err.cause().to_string())
+        }
+        _ => None,
+    }
+}
+
+/// The error of each call of a pipeline that `primary` did not answer (`err`), naming it.
+fn failed_at(operation: &'static str, primary: &Primary, err: &LockError) -> FailedAt {
+    let (kind, maybe_applied, cause) = match err {
+        LockError::Backend(err) => (err.kind(), err.may_have_applied(), err.cause().to_string()),
+        _ => (BackendErrorKind::Connection, true, err.to_string()),
+    };
+    let how = match kind {
+        BackendErrorKind::Timeout => "did not answer in time".to_owned(),
+        _ => format!("did not answer: {cause}"),
+    };
+    FailedAt {
         operation,
-        BackendErrorKind::Timeout,
-        format!("Cluster primary {} did not answer in time", primary.address),
-    )
-    .maybe_applied(true)
-    .into()
+        kind,
+        maybe_applied,
+        message: format!("Cluster primary {} {how}", primary.address),
+    }
+}
+
+/// One failure shared by every call of a pipeline, made into an error per call.
+#[derive(Clone)]
+struct FailedAt {
+    operation: &'static str,
+    kind: BackendErrorKind,
+    maybe_applied: bool,
+    message: String,
+}
+
+impl From<FailedAt> for LockError {
+    fn from(failed: FailedAt) -> Self {
+        BackendError::new(failed.operation, failed.kind, failed.message)
+            .maybe_applied(failed.maybe_applied)
+            .into()
+    }
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply (`[[start, end, [host, port, …], replicas…],
