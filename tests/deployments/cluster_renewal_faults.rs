@@ -1,12 +1,14 @@
 //! Cluster renewals, sent as one pipeline per primary, under faults inside a pipeline: a live
 //! migration of two slots (`TRYAGAIN` and `ASK` among the replies), a primary SIGKILLed or
 //! SIGSTOPped past the response timeout (its leases fail this round, with no request per lease
-//! and no lease of another primary lost). The requests are counted from the store's TRACE events,
+//! and no lease of another primary lost), and per-primary connections refused for their
+//! credentials (batching turns off with one warning, reads the slot map only when it tries
+//! again, and comes back by itself). The requests are counted from the store's TRACE events,
 //! told apart from other clients' by the client's first node URL (`seed`), which no other test
 //! on the shared cluster puts first. Neighbour: `cluster.rs`, whose helpers these share.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cluster::{
     client, lock_key, names_sharing_slots, pipelined_rounds, ports_in, wait_for_renewal, DEDICATED,
@@ -275,4 +277,143 @@ async fn a_sigkilled_primary_costs_no_request_per_lease_and_no_lease_elsewhere()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_primary_costs_no_request_per_lease_and_no_lease_elsewhere() {
     a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(Sickness::Frozen).await;
+}
+
+/// An ACL user of the shared cluster, deleted from every node however the test ends.
+struct AclUser<'a> {
+    cluster: &'a RedisCluster,
+    name: String,
+}
+
+impl AclUser<'_> {
+    /// Sets the user's rules on every live node.
+    fn set(&self, rules: &[&str]) {
+        for node in self.cluster.live() {
+            let () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&self.name)
+                .arg(rules)
+                .query(&mut self.cluster.connection_to(node))
+                .unwrap_or_else(|err| panic!("ACL SETUSER on node {node}: {err}"));
+        }
+    }
+}
+
+impl Drop for AclUser<'_> {
+    fn drop(&mut self) {
+        for node in self.cluster.live() {
+            let _: Result<i64, _> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.name)
+                .query(&mut self.cluster.connection_to(node));
+        }
+    }
+}
+
+/// When the primaries refuse the credentials of new connections (the password changed after
+/// the cluster connection logged in), renewals go on alone through the cluster connection,
+/// batching turns off with exactly one warning (not one per round), the slot map is read only
+/// when batching tries again (a doubling pause), not every batch, and once the password is
+/// accepted again batching comes back by itself: the renewals go one request per primary again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_refused_by_the_primaries_warns_once_and_comes_back_by_itself() {
+    let captured = support::capture::install();
+    let cluster = shared_cluster();
+    let user = AclUser {
+        cluster,
+        name: format!("batcher{}", fastrand::u32(..)),
+    };
+    user.set(&["reset", "on", ">first-password", "~*", "&*", "+@all"]);
+    let seed_node = 2;
+    let seed = cluster.port(seed_node);
+    let ours = |r: &Record| port_in(r, "seed") == Some(seed);
+    let lease = Duration::from_millis(900);
+    let client = Client::new(
+        Config::cluster(urls_from(
+            cluster,
+            seed_node,
+            Some((&user.name, "first-password")),
+        ))
+        .expect("urls"),
+    )
+    .expect("client");
+    // The cluster connection logs in now; the per-primary ones only at the first renewal.
+    client.ping().await.expect("ping");
+    user.set(&["resetpass", ">second-password"]);
+    let seen_before = captured.records().len();
+    let names: Vec<String> = (0..30)
+        .map(|i| format!("refused-{}-{i}", user.name))
+        .collect();
+    let guards = acquire_all(&client, &names, lease).await;
+    // What is tested is time itself: four leases of renewals with batching refused.
+    let window = lease * 4;
+    tokio::time::sleep(window).await;
+    for guard in &guards {
+        assert!(
+            guard.is_held(),
+            "{}: lost while batching is off",
+            guard.key()
+        );
+    }
+    let records = captured.records().split_off(seen_before);
+    let warnings: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.level == tracing::Level::WARN && ours(r))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning that batching is off, not one per round: {warnings:?}"
+    );
+    let warning = &warnings[0];
+    assert!(
+        warning.name.contains("credentials") && warning.field("cause").is_some(),
+        "the warning says why and what to check: {warning:?}"
+    );
+    let reads = records
+        .iter()
+        .filter(|r| r.name.starts_with("reading the Redis Cluster's slot map") && ours(r))
+        .count();
+    // Tries after 1 s, 2 s more and 4 s more: at most three reads in 3.6 s, where a read per
+    // batch would be one per sixth of a lease (24).
+    assert!(
+        reads <= 3,
+        "{reads} reads of the slot map while batching is off"
+    );
+    // Only the tries send pipelines (each refused), one per primary.
+    let pipelines_while_off = records
+        .iter()
+        .filter(|r| r.name.starts_with("renew: one request for") && ours(r))
+        .count();
+    let primaries = cluster.primaries().len();
+    assert!(
+        pipelines_while_off <= (reads + 1) * primaries,
+        "{pipelines_while_off} pipelines while batching is off, after {reads} tries"
+    );
+
+    user.set(&[">first-password"]);
+    let restored_at = captured.records().len();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let records = captured.records().split_off(restored_at);
+        let back = records.iter().any(|r| {
+            r.name
+                .starts_with("Redis Cluster renewals are sent one pipeline")
+                && ours(r)
+        });
+        let batched = records
+            .iter()
+            .any(|r| r.name.starts_with("renew: one request for") && ours(r));
+        if back && batched {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "batching did not come back within 40 s of the password being accepted again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for guard in guards {
+        assert!(guard.release().await.expect("release"), "still ours");
+    }
 }
