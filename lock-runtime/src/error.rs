@@ -442,7 +442,7 @@ impl BackendError {
 
     /// The failure underneath, without the operation or the advice (for an error that wraps
     /// this one and gives its own).
-    pub(crate) fn cause(&self) -> &(dyn std::error::Error + Send + Sync) {
+    pub(crate) fn cause(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.source
     }
 

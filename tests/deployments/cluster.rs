@@ -17,9 +17,9 @@ use distlock::{Client, Config, LockError};
 use redis::cluster_routing::Slot;
 
 /// Tests with a cluster of their own run one after the other.
-static DEDICATED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static DEDICATED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn client(cluster: &RedisCluster, tune: impl FnOnce(Config) -> Config) -> Client {
+pub(crate) fn client(cluster: &RedisCluster, tune: impl FnOnce(Config) -> Config) -> Client {
     let config = Config::cluster(cluster.urls()).expect("cluster urls");
     Client::new(tune(config)).expect("client")
 }
@@ -28,8 +28,55 @@ fn plain(cluster: &RedisCluster) -> Client {
     client(cluster, |config| config)
 }
 
+/// The ports a record's `field` names: `host:port` (`server`), or a list of
+/// `host:port (db 0)` (`nodes`).
+pub(crate) fn ports_in(record: &support::capture::Record, field: &str) -> Vec<u16> {
+    record.field(field).map_or_else(Vec::new, |addresses| {
+        addresses
+            .split(',')
+            .filter_map(|address| {
+                let after = address.split(" (").next()?.rsplit(':').next()?;
+                after.trim().parse().ok()
+            })
+            .collect()
+    })
+}
+
+/// Waits (bounded) until the primaries on `ports` got, in the records after the first
+/// `since`, renewal pipelines carrying `calls` slot calls in all: on a new cluster, the
+/// first round's calls answer `NOSCRIPT` and go alone (which loads the script), so a test of
+/// what a round costs starts after the second.
+pub(crate) async fn pipelined_rounds(
+    captured: &support::capture::Captured,
+    since: usize,
+    ports: &[u16],
+    calls: usize,
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let sent: usize = captured
+            .records()
+            .split_off(since)
+            .iter()
+            .filter(|r| {
+                r.name.starts_with("renew: one request for")
+                    && ports_in(r, "server").iter().any(|p| ports.contains(p))
+            })
+            .filter_map(|r| r.field("calls")?.parse::<usize>().ok())
+            .sum();
+        if sent >= calls {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sent} of {calls} renewal calls pipelined within 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The lock key of `name` under the default prefix (for names not starting with `}`).
-fn lock_key(name: &str) -> String {
+pub(crate) fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
@@ -230,12 +277,13 @@ async fn a_release_wakes_a_waiter_on_another_client_through_sharded_pub_sub() {
     }
 }
 
-/// `groups` sets of `per_group` lock names, each set in one slot of its own.
-fn names_sharing_slots(groups: usize, per_group: usize) -> Vec<Vec<String>> {
+/// `groups` sets of `per_group` lock names starting with `stem`, each set in one slot of its
+/// own.
+pub(crate) fn names_sharing_slots(stem: &str, groups: usize, per_group: usize) -> Vec<Vec<String>> {
     let mut by_slot: HashMap<Slot, Vec<String>> = HashMap::new();
     let mut targets: Vec<Slot> = Vec::new();
     for i in 0.. {
-        let name = format!("batch-{i}");
+        let name = format!("{stem}{i}");
         let slot = Slot::for_key(lock_key(&name));
         if targets.len() < groups && !targets.contains(&slot) {
             targets.push(slot);
@@ -261,7 +309,7 @@ async fn renewals_are_batched_one_call_per_slot() {
     let prefix = format!("renewals{}:", fastrand::u64(..));
     let lease = Duration::from_millis(1500);
     let client = client(cluster, |config| config.key_prefix(prefix.clone()));
-    let groups = names_sharing_slots(GROUPS, PER_GROUP);
+    let groups = names_sharing_slots("batch-", GROUPS, PER_GROUP);
     let monitors: Vec<Monitor> = cluster
         .primaries()
         .into_iter()
@@ -349,16 +397,13 @@ async fn a_renewal_round_is_one_request_per_primary_whatever_the_slots() {
     let cluster = RedisCluster::start();
     let ports: Vec<u16> = (0..6).map(|index| cluster.port(index)).collect();
     let ours = |record: &support::capture::Record, field: &str| {
-        record.field(field).is_some_and(|server| {
-            server
-                .rsplit(':')
-                .next()
-                .and_then(|port| port.trim().parse::<u16>().ok())
-                .is_some_and(|port| ports.contains(&port))
-        })
+        ports_in(record, field)
+            .iter()
+            .any(|port| ports.contains(port))
     };
     let lease = Duration::from_millis(900);
     let client = plain(&cluster);
+    let since = captured.records().len();
     let tasks: Vec<_> = (0..LOCKS)
         .map(|i| tokio::spawn(client.lock(format!("spread-{i}")).lease(lease).acquire()))
         .collect();
@@ -369,6 +414,7 @@ async fn a_renewal_round_is_one_request_per_primary_whatever_the_slots() {
     let slots: std::collections::HashSet<Slot> = (0..LOCKS)
         .map(|i| Slot::for_key(lock_key(&format!("spread-{i}"))))
         .collect();
+    pipelined_rounds(&captured, since, &ports, slots.len() * 2).await;
     let seen_before = captured.records().len();
     let window = lease * 4;
     // What is tested is time itself: four leases' worth of renewals.
@@ -866,7 +912,7 @@ fn request(client: &Client, kind: Kind, name: &str, partner: &str) -> distlock::
 
 /// Polls (bounded) until the watchdog has renewed `name`'s lease: inspect shows a holder
 /// with more lease left than `below`.
-async fn wait_for_renewal(client: &Client, name: &str, below: Duration) {
+pub(crate) async fn wait_for_renewal(client: &Client, name: &str, below: Duration) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let state = client

@@ -5,7 +5,7 @@
 //! own deployments.
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
-//! `cluster`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
+//! `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
 //! server), the global client (`observability` alone), and a panic hook that counts panics in
 //! the redis crate (`redis_faults`). Tests that fail over or freeze a Cluster start their own;
 //! the shared one ([`support::cluster::shared_cluster`]) is left as `cluster`'s tests found it.
@@ -14,6 +14,7 @@
 mod support;
 
 mod cluster;
+mod cluster_renewal_faults;
 mod deployments_support;
 mod eviction_warning;
 mod observability;

@@ -9,9 +9,12 @@
 //! connections of the transport's own to each primary, found by slot in a map read from
 //! `CLUSTER SLOTS` (`primaries.rs`, which says why the cluster connection cannot carry them);
 //! each call still names one slot's keys. A call its primary does not answer for — `MOVED`,
-//! `ASK`, `TRYAGAIN`, `NOSCRIPT`, a primary that failed, a slot the map lacks — is sent alone
-//! as any other call, so failovers and migrations are followed as before, and a primary that
-//! fails leaves only its own calls unanswered.
+//! `ASK`, `NOSCRIPT`, a slot the map lacks — is sent alone as any other call, so failovers and
+//! migrations are followed as before; a `TRYAGAIN` is answered as it is (the store splits the
+//! call per lock), and a primary that fails or does not answer leaves only its own calls
+//! unanswered, without a request per call. Where per-primary connections cannot work (their
+//! credentials, TLS, an unusable host), batching turns off, with a warning, until a later
+//! try finds them working (`primaries.rs`).
 //! Releases announce themselves by sharded pub/sub (`SPUBLISH`), which the waker (`wake.rs`)
 //! follows with one subscription per channel. The connection is made on the client's I/O
 //! runtime, so it outlives the caller's runtime. Neighbours: `connection.rs` is the
@@ -214,8 +217,10 @@ impl Transport for Cluster {
         Ok((value, enough))
     }
 
-    /// One pipeline per primary, all at once ([`Primaries::send`]); a call its primary did not
-    /// answer for is sent alone, as [`call`](Self::call) sends it (so is a batch of one).
+    /// One pipeline per primary, all at once ([`Primaries::send`]), even for a batch of one (a
+    /// `TRYAGAIN` then comes back as it is, rather than being retried until the response
+    /// timeout); a call its primary did not answer for is sent alone, as
+    /// [`call`](Self::call) sends it.
     async fn call_each<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
@@ -223,7 +228,7 @@ impl Transport for Cluster {
         guard: Option<ReplicaGuard>,
     ) -> Vec<Result<(R, bool), LockError>> {
         let mut answers: Vec<Sent<R>> = calls.iter().map(|_| None).collect();
-        if calls.len() > 1 {
+        if !calls.is_empty() {
             if let Ok(connection) = self.connection().await {
                 self.primaries.refresh(&connection);
                 answers = self.primaries.send(operation, calls, guard).await;

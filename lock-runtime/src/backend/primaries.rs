@@ -15,12 +15,21 @@
 //! transport connects and again, in the background, once a reply showed it out of date (a
 //! redirection, `CLUSTERDOWN`, `READONLY`, a primary that failed or that the map lacks): a
 //! batch never waits for it, and a stale map costs only the calls it misroutes, which go
-//! alone.
+//! alone. A primary that does not answer (a timeout, a broken or refused connection) fails
+//! its own calls for this batch: they are not sent again alone, as a sick node would then get
+//! one request per call.
+//!
+//! Batching turns itself off ([`Batching`]) when the per-primary connections cannot work
+//! where the cluster connection does: a primary refuses the seed node's credentials or TLS
+//! settings, or `CLUSTER SLOTS` names a host no client can be made for. That is logged once,
+//! as a warning; while it is off every call goes alone and the map is not read, and after a
+//! pause (doubling up to [`MOST_PAUSE`]) one batch tries again, so batching comes back by
+//! itself once the cause is gone.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
@@ -52,13 +61,39 @@ pub(crate) struct Primaries {
     stale: AtomicBool,
     /// A read of the map is under way.
     reading: AtomicBool,
+    /// Whether batches go as pipelines, or every call alone for a while.
+    batching: Mutex<Batching>,
 }
+
+/// Whether batches are sent one pipeline per primary: on, or off since a per-primary
+/// connection could not be made to work (bad credentials or TLS settings for the primaries,
+/// an unusable host in `CLUSTER SLOTS`), until `retry_at`, when one batch tries again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Batching {
+    On,
+    Off {
+        /// Why, for the logs.
+        cause: String,
+        /// How long this pause lasts; the next one, after a failed try, lasts twice as long
+        /// (at most [`MOST_PAUSE`]).
+        pause: Duration,
+        retry_at: Instant,
+    },
+}
+
+/// The first pause of batching after it turned off.
+const FIRST_PAUSE: Duration = Duration::from_secs(1);
+
+/// The longest pause of batching between two tries.
+const MOST_PAUSE: Duration = Duration::from_secs(30);
 
 /// Which primary serves each slot, as `CLUSTER SLOTS` said.
 struct SlotMap {
     /// Slot → index into `primaries`.
     by_slot: HashMap<Slot, u16>,
     primaries: Vec<Arc<Primary>>,
+    /// A primary no client could be made for (its slots are not in `by_slot`), and why.
+    unusable: Option<String>,
 }
 
 /// One primary and the connection to it.
@@ -85,6 +120,7 @@ impl Primaries {
             map: Mutex::new(None),
             stale: AtomicBool::new(true),
             reading: AtomicBool::new(false),
+            batching: Mutex::new(Batching::On),
         })
     }
 
@@ -111,12 +147,70 @@ impl Primaries {
         self.stale.store(true, Ordering::Relaxed);
     }
 
-    /// Reads the map again in the background over `connection`, if it is out of date and no
-    /// read is under way.
+    fn batching(&self) -> std::sync::MutexGuard<'_, Batching> {
+        self.batching.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether batching is off and its pause not over: every call goes alone, and the map is
+    /// not read.
+    fn paused(&self) -> bool {
+        matches!(&*self.batching(), Batching::Off { retry_at, .. } if Instant::now() < *retry_at)
+    }
+
+    /// Turns batching off for a pause, because of `cause`: with a warning when it was on;
+    /// when this was a try after a pause, for twice as long as that pause. The map is read
+    /// again at the next try.
+    fn switch_off(&self, cause: String) {
+        let now = Instant::now();
+        let mut batching = self.batching();
+        let pause = match &*batching {
+            Batching::On => {
+                tracing::warn!(target: crate::LOG_TARGET, seed = %self.seed.addr(), cause = %cause,
+                    "Redis Cluster renewals are no longer sent one pipeline per primary: {cause}. \
+                     Each slot's renewal goes alone through the cluster connection (one request \
+                     per slot instead of one per primary) until a per-primary connection works; \
+                     tried again after {FIRST_PAUSE:?}, then less and less often (at most every \
+                     {MOST_PAUSE:?}). Check that the credentials and TLS settings of the first \
+                     node URL are valid on every primary, and that the addresses CLUSTER SLOTS \
+                     announces (cluster-announce-ip, cluster-announce-hostname, \
+                     cluster-preferred-endpoint-type) are reachable from this client.");
+                FIRST_PAUSE
+            }
+            // Another primary of the same batch failed too: one pause for both.
+            Batching::Off { retry_at, .. } if now < *retry_at => return,
+            Batching::Off { pause, .. } => {
+                let pause = (*pause * 2).min(MOST_PAUSE);
+                tracing::debug!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals still not sent per primary ({cause}); tried again after {pause:?}");
+                pause
+            }
+        };
+        *batching = Batching::Off {
+            cause,
+            pause,
+            retry_at: now + pause,
+        };
+        self.out_of_date();
+    }
+
+    /// A batch went through with nothing that turns batching off: it is on (again).
+    fn switch_on(&self) {
+        let mut batching = self.batching();
+        if let Batching::Off { cause, .. } = &*batching {
+            tracing::info!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals are sent one pipeline per primary again (they were not: {cause})");
+            *batching = Batching::On;
+        }
+    }
+
+    /// Reads the map again in the background over `connection`, if it is out of date, no
+    /// read is under way and batching is not paused.
     pub(crate) fn refresh(self: &Arc<Self>, connection: &ClusterConnection) {
-        if !self.stale.load(Ordering::Relaxed) || self.reading.swap(true, Ordering::AcqRel) {
+        if self.paused()
+            || !self.stale.load(Ordering::Relaxed)
+            || self.reading.swap(true, Ordering::AcqRel)
+        {
             return;
         }
+        tracing::trace!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "reading the Redis Cluster's slot map");
         self.stale.store(false, Ordering::Relaxed);
         let (primaries, mut connection) = (self.clone(), connection.clone());
         self.io.spawn(async move {
@@ -144,6 +238,7 @@ impl Primaries {
         let old = self.map();
         let mut primaries: Vec<Arc<Primary>> = Vec::new();
         let mut by_slot = HashMap::new();
+        let mut unusable = None;
         for (first, last, (host, port)) in ranges {
             let known =
                 |list: &[Arc<Primary>]| list.iter().position(|p| p.host == host && p.port == port);
@@ -153,10 +248,16 @@ impl Primaries {
                     let kept = old
                         .as_ref()
                         .and_then(|map| known(&map.primaries).map(|at| map.primaries[at].clone()));
-                    let Some(primary) =
-                        kept.or_else(|| self.connect(host.clone(), port).map(Arc::new))
-                    else {
-                        continue;
+                    let made = match kept {
+                        Some(primary) => Ok(primary),
+                        None => self.connect(host.clone(), port).map(Arc::new),
+                    };
+                    let primary = match made {
+                        Ok(primary) => primary,
+                        Err(why) => {
+                            unusable.get_or_insert(why);
+                            continue;
+                        }
                     };
                     primaries.push(primary);
                     primaries.len() - 1
@@ -167,13 +268,25 @@ impl Primaries {
             };
             by_slot.extend((first..=last).filter_map(Slot::new).map(|slot| (slot, at)));
         }
-        *self.map.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(Arc::new(SlotMap { by_slot, primaries }));
+        if let Some(why) = &unusable {
+            self.switch_off(why.clone());
+        }
+        *self.map.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(SlotMap {
+            by_slot,
+            primaries,
+            unusable,
+        }));
     }
 
-    /// A primary at `host:port`, connected on first use with the seed node's settings (`None`:
-    /// those settings do not make a client for it, and its slots' calls go alone).
-    fn connect(&self, host: String, port: u16) -> Option<Primary> {
+    /// A primary at `host:port`, connected on first use with the seed node's settings (an
+    /// error: no client can be made for it — an unknown (`?`) or empty host, or settings that
+    /// do not make a client — and its slots' calls go alone).
+    fn connect(&self, host: String, port: u16) -> Result<Primary, String> {
+        if host.is_empty() || host == "?" {
+            return Err(format!(
+                "CLUSTER SLOTS names no usable host for the primary on port {port} ({host:?})"
+            ));
+        }
         let addr = match self.seed.addr() {
             ConnectionAddr::TcpTls {
                 insecure,
@@ -187,7 +300,9 @@ impl Primaries {
             },
             _ => ConnectionAddr::Tcp(host.clone(), port),
         };
-        let client = redis::Client::open(self.seed.clone().set_addr(addr)).ok()?;
+        let client = redis::Client::open(self.seed.clone().set_addr(addr)).map_err(|err| {
+            format!("no client can be made for the Cluster primary {host}:{port}: {err}")
+        })?;
         let node = Node::new(
             Arc::new(Endpoint::Fixed(client)),
             self.connect_timeout,
@@ -196,7 +311,7 @@ impl Primaries {
             false,
             self.io.clone(),
         );
-        Some(Primary {
+        Ok(Primary {
             address: format!("{host}:{port}"),
             host,
             port,
@@ -206,7 +321,7 @@ impl Primaries {
 
     /// Sends `calls` one pipeline per primary the map knows, all at once: element `i` of the
     /// answer is what became of `calls[i]` (`None`: to be sent alone, as is every call when
-    /// there is no map yet).
+    /// there is no map yet or batching is paused).
     pub(crate) async fn send<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
@@ -214,6 +329,9 @@ impl Primaries {
         guard: Option<ReplicaGuard>,
     ) -> Vec<Sent<R>> {
         let mut answers: Vec<Sent<R>> = calls.iter().map(|_| None).collect();
+        if self.paused() {
+            return answers;
+        }
         let Some(map) = self.map() else {
             return answers;
         };
@@ -224,6 +342,9 @@ impl Primaries {
                 .and_then(|key| map.by_slot.get(&Slot::for_key(key)));
             match primary {
                 Some(&at) => per_primary.entry(usize::from(at)).or_default().push(i),
+                // A slot of a primary no client could be made for: sent alone (batching is
+                // off already, and the map is read again when it is tried again).
+                None if map.unusable.is_some() => {}
                 // A slot nobody serves (the cluster is failing over): sent alone.
                 None => self.out_of_date(),
             }
@@ -231,30 +352,43 @@ impl Primaries {
         let sent = per_primary.into_iter().map(|(at, indices)| {
             let primary = map.primaries[at].clone();
             async move {
-                let replies = self
+                let replied = self
                     .send_to(&primary, operation, calls, &indices, guard)
                     .await;
-                (indices, replies)
+                (indices, replied)
             }
         });
-        for (indices, replies) in futures_util::future::join_all(sent).await {
+        let mut all_usable = map.unusable.is_none();
+        for (indices, (replies, usable)) in futures_util::future::join_all(sent).await {
+            all_usable &= usable;
             for (i, reply) in indices.into_iter().zip(replies) {
                 answers[i] = reply;
             }
+        }
+        if all_usable {
+            self.switch_on();
         }
         answers
     }
 
     /// Sends `calls[i]` for each of `indices` to `primary` in one pipeline (with a `guard`,
-    /// `WAIT` at its end), and reads each reply on its own.
+    /// `WAIT` at its end), and reads each reply on its own. The flag is `false` when the
+    /// connection to the primary cannot be made to work (batching is then off).
+    ///
+    /// The request runs as a task of its own, and the batch waits for it at most a response
+    /// timeout (and the guard's `WAIT`): a primary that must first be connected to, and does
+    /// not accept or answer (frozen, or unreachable), would otherwise hold up the answers of
+    /// every other primary by a connect timeout and more each round, past the leases. Its
+    /// calls then fail this round; the task goes on, so a slow connect still ends, and the next
+    /// batch finds the connection made.
     async fn send_to<R: FromRedisValue + Send>(
         &self,
-        primary: &Primary,
+        primary: &Arc<Primary>,
         operation: &'static str,
         calls: &[ScriptCall],
         indices: &[usize],
         guard: Option<ReplicaGuard>,
-    ) -> Vec<Sent<R>> {
+    ) -> (Vec<Sent<R>>, bool) {
         let mut pipeline = redis::Pipeline::with_capacity(indices.len() + 1);
         for &i in indices {
             pipeline.add_command(calls[i].by_hash());
@@ -266,29 +400,55 @@ impl Primaries {
                 .arg(kind::millis(guard.timeout));
         }
         pipeline.ignore_errors();
-        tracing::trace!(target: crate::LOG_TARGET, server = %primary.address, calls = indices.len(), "{operation}: one request for {} calls", indices.len());
-        let replies: Vec<Value> = match primary
-            .node
-            .call(operation, Call::Pipeline(&pipeline), None, |_| false)
-            .await
-        {
+        tracing::trace!(target: crate::LOG_TARGET, server = %primary.address, seed = %self.seed.addr(), calls = indices.len(), "{operation}: one request for {} calls", indices.len());
+        let expected = pipeline.len();
+        let request = {
+            let primary = primary.clone();
+            self.io.spawn(async move {
+                primary
+                    .node
+                    .call(operation, Call::Pipeline(&pipeline), None, |_| false)
+                    .await
+            })
+        };
+        let within = self.response_timeout + guard.map_or(Duration::ZERO, |guard| guard.timeout);
+        let replied = match tokio::time::timeout(within, request).await {
+            Ok(Ok(replied)) => replied,
+            Ok(Err(err)) => Err(crate::io::connect_task_failed(err).into()),
+            Err(_) => Err(BackendError::new(
+                operation,
+                BackendErrorKind::Timeout,
+                format!("no answer within {within:?}"),
+            )
+            .maybe_applied(true)
+            .into()),
+        };
+        let replies: Vec<Value> = match replied {
             Ok((replies, _)) => replies,
             Err(err) => {
                 self.out_of_date();
-                // A primary that did not answer in time is not asked again (a second request
-                // would wait as long): its calls fail, and only its leases stay unknown. After
-                // any other failure (refused, reset: a failover under way) each call goes
-                // alone, through the cluster connection, which follows the failover.
-                let timed_out =
-                    matches!(&err, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
-                return indices
-                    .iter()
-                    .map(|_| timed_out.then(|| Err(timed_out_at(operation, primary))))
-                    .collect();
+                if let Some(cause) = unworkable(&err) {
+                    // The cluster connection, made with the same settings, got through: the
+                    // calls go alone through it.
+                    self.switch_off(format!("Cluster primary {}: {cause}", primary.address));
+                    return (indices.iter().map(|_| None).collect(), false);
+                }
+                // A primary that did not answer (in time, or at all: killed, or failing over)
+                // is not asked again, alone or through the cluster connection, which would
+                // wait as long or retry against the same node: its calls fail, and only its
+                // leases stay unknown this round. The map, read again, names its successor.
+                let failed = failed_at(operation, primary, &err);
+                return (
+                    indices
+                        .iter()
+                        .map(|_| Some(Err(failed.clone().into())))
+                        .collect(),
+                    true,
+                );
             }
         };
-        if replies.len() != pipeline.len() {
-            return indices.iter().map(|_| None).collect();
+        if replies.len() != expected {
+            return (indices.iter().map(|_| None).collect(), true);
         }
         let mut replies = replies.into_iter();
         let scripts: Vec<Value> = replies.by_ref().take(indices.len()).collect();
@@ -298,7 +458,7 @@ impl Primaries {
                 .is_ok_and(|n| replicated(guard, n, operation, &primary.address)),
             (Some(_), None) => false,
         };
-        scripts
+        let replies = scripts
             .into_iter()
             .map(|reply| match reply {
                 Value::ServerError(err) => match err.code() {
@@ -308,10 +468,12 @@ impl Primaries {
                         self.out_of_date();
                         None
                     }
-                    // Keys of the call on both sides of a migration, a node loading its data,
-                    // the script missing there: the cluster connection waits, retries or
-                    // sends the source.
-                    "TRYAGAIN" | "LOADING" | "NOSCRIPT" => None,
+                    // A node loading its data, the script missing there: the cluster
+                    // connection waits and retries, or sends the source.
+                    "LOADING" | "NOSCRIPT" => None,
+                    // Keys of the call on both sides of a migration (`TRYAGAIN`) are answered
+                    // as they are: the cluster connection would only retry the same call until
+                    // its response timeout, where the store can split it per lock.
                     _ => Some(Err(request_error(operation, RedisError::from(err)))),
                 },
                 reply => Some(
@@ -320,19 +482,63 @@ impl Primaries {
                         .map_err(|err| request_error(operation, err.into())),
                 ),
             })
-            .collect()
+            .collect();
+        (replies, true)
     }
 }
 
-/// The error of a call whose primary did not answer in time.
-fn timed_out_at(operation: &'static str, primary: &Primary) -> LockError {
-    BackendError::new(
+/// Why a per-primary connection cannot work with the seed node's settings, when that is why
+/// a pipeline failed: the primary refused the credentials, TLS could not be set up, or what
+/// answered is not Redis (`None`: the primary is sick or gone, not the settings).
+fn unworkable(err: &LockError) -> Option<String> {
+    match err {
+        LockError::Backend(err)
+            if matches!(
+                err.kind(),
+                BackendErrorKind::Authentication
+                    | BackendErrorKind::Tls
+                    | BackendErrorKind::Protocol
+            ) =>
+        {
+            Some(err.cause().to_string())
+        }
+        _ => None,
+    }
+}
+
+/// The error of each call of a pipeline that `primary` did not answer (`err`), naming it.
+fn failed_at(operation: &'static str, primary: &Primary, err: &LockError) -> FailedAt {
+    let (kind, maybe_applied, cause) = match err {
+        LockError::Backend(err) => (err.kind(), err.may_have_applied(), err.cause().to_string()),
+        _ => (BackendErrorKind::Connection, true, err.to_string()),
+    };
+    let how = match kind {
+        BackendErrorKind::Timeout => "did not answer in time".to_owned(),
+        _ => format!("did not answer: {cause}"),
+    };
+    FailedAt {
         operation,
-        BackendErrorKind::Timeout,
-        format!("Cluster primary {} did not answer in time", primary.address),
-    )
-    .maybe_applied(true)
-    .into()
+        kind,
+        maybe_applied,
+        message: format!("Cluster primary {} {how}", primary.address),
+    }
+}
+
+/// One failure shared by every call of a pipeline, made into an error per call.
+#[derive(Clone)]
+struct FailedAt {
+    operation: &'static str,
+    kind: BackendErrorKind,
+    maybe_applied: bool,
+    message: String,
+}
+
+impl From<FailedAt> for LockError {
+    fn from(failed: FailedAt) -> Self {
+        BackendError::new(failed.operation, failed.kind, failed.message)
+            .maybe_applied(failed.maybe_applied)
+            .into()
+    }
 }
 
 /// The slot ranges of a `CLUSTER SLOTS` reply (`[[start, end, [host, port, …], replicas…],

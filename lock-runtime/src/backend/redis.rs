@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
-use redis::{FromRedisValue, RedisError};
+use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
 
 use super::connection::Node;
@@ -344,7 +344,9 @@ impl<T: Transport> RedisStore<T> {
 
     /// The renewal of `leases` in [`renewal_calls`](Self::renewal_calls), all sent at once by
     /// [`Transport::call_each`] (on a Cluster one request per primary). A call that fails (its
-    /// shard is failing over, say) leaves its leases unknown, not the leases of the others.
+    /// shard is failing over, say) leaves its leases unknown, not the leases of the others; a
+    /// call refused only for naming its keys together (a half-moved slot) goes again as one
+    /// call per lease ([`goes_one_by_one`]).
     async fn renew_all(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let slots = Self::renewal_calls(leases);
         let batches: Vec<Vec<Renewal<'_>>> = slots
@@ -367,12 +369,12 @@ impl<T: Transport> RedisStore<T> {
                     )
                 });
                 match renewed {
-                    // A slot half-moved by a migration refuses a call naming keys on both of its
-                    // nodes (`TRYAGAIN`, until the response timeout); each lock's own key is on
-                    // one of them, so one call per lock goes through.
-                    Err(err) if T::ROUTES_BY_SLOT && batch.len() > 1 => {
+                    Err(err) if T::ROUTES_BY_SLOT && batch.len() > 1 && goes_one_by_one(&err) => {
                         self.renew_one_by_one(batch, err).await
                     }
+                    // Anything else (a timeout, a broken or refused connection, too few
+                    // replicas): the leases are unknown this round and the watchdog tries
+                    // again, rather than sending the sick server one request per lease.
                     renewed => renewed,
                 }
             });
@@ -400,13 +402,18 @@ impl<T: Transport> RedisStore<T> {
         Ok(answers)
     }
 
-    /// Renews each of `batch` with a call of its own, after the call for all of them failed
-    /// with `err` (the answer when none of these goes through either).
+    /// Renews each of `batch` with a call of its own, after the call for all of them was
+    /// refused with `err` for the keys it named together ([`goes_one_by_one`]; `err` is the
+    /// answer when none of these goes through either).
     async fn renew_one_by_one(
         &self,
         batch: &[Renewal<'_>],
         err: LockError,
     ) -> Result<Vec<Renewed>, LockError> {
+        let first = batch
+            .first()
+            .map_or("", |renewal| renewal.key.name.as_str());
+        tracing::trace!(target: crate::LOG_TARGET, leases = batch.len(), first, "renew: {} leases one by one after: {err}", batch.len());
         let singles = batch
             .iter()
             .map(|renewal| self.renew(std::slice::from_ref(renewal)));
@@ -454,6 +461,33 @@ impl<T: Transport> RedisStore<T> {
         }
         Ok(all)
     }
+}
+
+/// Whether a renewal call for several leases that failed with `err` is sent again as one call
+/// per lease ([`RedisStore::renew_one_by_one`]): only when the server refused the call for
+/// the keys it names together, which each lease's keys alone would not be refused for —
+///
+/// - `TRYAGAIN` ([`ServerErrorKind::TryAgain`]): the slot is half-moved by a migration and the
+///   call names keys on both of its nodes (or some missing on the node asked); each lock's own
+///   keys are all on one of them;
+/// - `CROSSSLOT` ([`ServerErrorKind::CrossSlot`]): the call names keys of more than one slot.
+///
+/// Never after a timeout, an I/O error, a broken or refused connection, `CLUSTERDOWN`,
+/// `READONLY`, `LOADING`, too few replicas (the failover guard) or any other server error:
+/// those say the server is sick or busy, not that the call was too big, and one request per
+/// lease would only load it more (the leases stay unknown this round; the watchdog tries
+/// again while they may be in force). `MOVED`, `ASK` and `NOSCRIPT` are followed by the
+/// transport itself.
+fn goes_one_by_one(err: &LockError) -> bool {
+    let LockError::Backend(err) = err else {
+        return false;
+    };
+    err.cause().downcast_ref::<RedisError>().is_some_and(|err| {
+        matches!(
+            err.kind(),
+            ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::CrossSlot)
+        )
+    })
 }
 
 /// Most leases one renewal call names: one script call holds the server for as long as it

@@ -1,0 +1,419 @@
+//! Cluster renewals, sent as one pipeline per primary, under faults inside a pipeline: a live
+//! migration of two slots (`TRYAGAIN` and `ASK` among the replies), a primary SIGKILLed or
+//! SIGSTOPped past the response timeout (its leases fail this round, with no request per lease
+//! and no lease of another primary lost), and per-primary connections refused for their
+//! credentials (batching turns off with one warning, reads the slot map only when it tries
+//! again, and comes back by itself). The requests are counted from the store's TRACE events,
+//! told apart from other clients' by the client's first node URL (`seed`), which no other test
+//! on the shared cluster puts first. Neighbour: `cluster.rs`, whose helpers these share.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{
+    client, lock_key, names_sharing_slots, pipelined_rounds, ports_in, wait_for_renewal, DEDICATED,
+};
+use crate::support;
+use crate::support::capture::Record;
+use crate::support::cluster::{shared_cluster, RedisCluster, SlotMigration};
+use distlock::{Client, Config, LockGuard};
+use redis::cluster_routing::Slot;
+
+/// The port a record's `field` names (`host:port`; the first of a list).
+fn port_in(record: &Record, field: &str) -> Option<u16> {
+    ports_in(record, field).first().copied()
+}
+
+/// The cluster's node URLs with node `first` first: its address is then the `seed` of this
+/// client's events.
+fn urls_from(cluster: &RedisCluster, first: usize, user: Option<(&str, &str)>) -> Vec<String> {
+    let mut nodes = cluster.live();
+    let at = nodes.iter().position(|&n| n == first).expect("a live node");
+    nodes.rotate_left(at);
+    nodes
+        .into_iter()
+        .map(|node| match user {
+            Some((user, password)) => {
+                format!("redis://{user}:{password}@127.0.0.1:{}", cluster.port(node))
+            }
+            None => format!("redis://127.0.0.1:{}", cluster.port(node)),
+        })
+        .collect()
+}
+
+async fn acquire_all(client: &Client, names: &[String], lease: Duration) -> Vec<LockGuard> {
+    let tasks: Vec<_> = names
+        .iter()
+        .map(|name| tokio::spawn(client.lock(name).lease(lease).acquire()))
+        .collect();
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(task.await.expect("task").expect("lock"));
+    }
+    guards
+}
+
+/// Slot migrations under way on the shared cluster, finished (the rest of their keys moved,
+/// the slot handed over) however the test ends, so the next test finds the cluster as it was.
+struct Migrating<'a> {
+    cluster: &'a RedisCluster,
+    migrations: Vec<SlotMigration>,
+}
+
+impl Drop for Migrating<'_> {
+    fn drop(&mut self) {
+        for migration in self.migrations.drain(..) {
+            let left = migration.keys_left(self.cluster);
+            if !left.is_empty() {
+                migration.move_named(self.cluster, &left, true);
+            }
+            migration.finish(self.cluster);
+        }
+    }
+}
+
+/// Pipelined renewals of many leases over many slots go on through a live migration of two
+/// of their slots: in one, half of its locks' keys have moved (the slot's call names keys on
+/// both nodes: `TRYAGAIN`, then one call per lock), in the other all of them (`ASK`: the call
+/// goes alone through the cluster connection, which follows it). After two leases every lease
+/// is still held, the locks of both slots were renewed, and every round still went out as one
+/// request per primary for the other slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_renewals_go_on_while_two_of_their_slots_migrate() {
+    const SPREAD: usize = 90;
+    let captured = support::capture::install();
+    let cluster = shared_cluster();
+    let seed_node = 1;
+    let seed = cluster.port(seed_node);
+    let run = fastrand::u32(..);
+    let lease = Duration::from_millis(1500);
+    let client = Client::new(
+        Config::cluster(urls_from(cluster, seed_node, None))
+            .expect("urls")
+            .response_timeout(Duration::from_millis(500)),
+    )
+    .expect("client");
+    let groups = names_sharing_slots(&format!("migrating{run}-"), 2, 4);
+    let (split, moved) = (&groups[0], &groups[1]);
+    let spread: Vec<String> = (0..SPREAD).map(|i| format!("spread{run}-{i}")).collect();
+    let names: Vec<String> = groups.iter().flatten().chain(&spread).cloned().collect();
+    let guards = acquire_all(&client, &names, lease).await;
+    let slots: HashSet<Slot> = names.iter().map(|n| Slot::for_key(lock_key(n))).collect();
+
+    let mut migrating = Migrating {
+        cluster,
+        migrations: Vec::new(),
+    };
+    for (group, keys_moved) in [(split, 2), (moved, 4)] {
+        let slot = cluster.slot_of(&lock_key(&group[0]));
+        let from = cluster.primary_for_slot(slot);
+        let to = *cluster
+            .primaries()
+            .iter()
+            .find(|&&primary| primary != from)
+            .expect("another primary");
+        let migration = cluster.start_migration(slot, from, to);
+        let keys: Vec<String> = group[..keys_moved].iter().map(|n| lock_key(n)).collect();
+        migration.move_named(cluster, &keys, false);
+        migrating.migrations.push(migration);
+    }
+    let seen_before = captured.records().len();
+    // What is tested is time itself: two leases' worth of renewals with both slots migrating.
+    let window = lease * 2;
+    tokio::time::sleep(window).await;
+    for guard in &guards {
+        assert!(
+            guard.is_held(),
+            "{}: lost while its slot migrates",
+            guard.key()
+        );
+    }
+    for name in split.iter().chain(moved) {
+        wait_for_renewal(&client, name, lease / 2).await;
+    }
+    let records = captured.records().split_off(seen_before);
+    let calls: usize = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew: one request for") && port_in(r, "seed") == Some(seed)
+        })
+        .filter_map(|r| r.field("calls")?.parse::<usize>().ok())
+        .sum();
+    // Every slot's call goes every third of a lease: six times in the window.
+    let rounds = (window.as_millis() / (lease / 3).as_millis()) as usize;
+    assert!(
+        calls >= (slots.len() - 2) * (rounds - 2),
+        "{calls} slot calls sent per primary for {} slots over {rounds} periods",
+        slots.len()
+    );
+    drop(migrating);
+    for guard in guards {
+        assert!(guard.release().await.expect("release"), "still ours");
+    }
+}
+
+/// How a primary is made sick.
+#[derive(Debug, Clone, Copy)]
+enum Sickness {
+    /// SIGKILL: its connections are refused.
+    Killed,
+    /// SIGSTOP: it answers nothing, past any response timeout.
+    Frozen,
+}
+
+/// Leases in 24 slots, three per slot, renewed one pipeline per primary, while one primary is
+/// sick and no failover comes (a minute's node timeout): the leases of the other primaries are
+/// all still held after two leases, their primaries got the renewal calls of every round, and
+/// the sick primary's calls just failed — none was sent alone through the cluster connection
+/// and none was split into one call per lease — costing it at most one request per batch.
+async fn a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(sickness: Sickness) {
+    const SLOTS: usize = 24;
+    const PER_SLOT: usize = 3;
+    let _one_at_a_time = DEDICATED.lock().await;
+    let captured = support::capture::install();
+    let mut cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
+    let ports: Vec<u16> = (0..6).map(|index| cluster.port(index)).collect();
+    let lease = Duration::from_millis(1500);
+    let client = client(&cluster, |config| {
+        config.response_timeout(Duration::from_millis(300))
+    });
+    let stem = format!("sick-{sickness:?}-");
+    let groups = names_sharing_slots(&stem, SLOTS, PER_SLOT);
+    let names: Vec<String> = groups.iter().flatten().cloned().collect();
+    let since = captured.records().len();
+    let guards = acquire_all(&client, &names, lease).await;
+    let sick = cluster.primary_for_key(&lock_key(&names[0]));
+    let sick_port = cluster.port(sick);
+    // Asked before the primary is sick: a frozen node would not answer.
+    let on_sick: HashSet<&String> = names
+        .iter()
+        .filter(|n| cluster.primary_for_key(&lock_key(n)) == sick)
+        .collect();
+    let healthy_slots: HashSet<Slot> = names
+        .iter()
+        .filter(|n| !on_sick.contains(n))
+        .map(|n| Slot::for_key(lock_key(n)))
+        .collect();
+    assert!(
+        !healthy_slots.is_empty() && healthy_slots.len() < SLOTS,
+        "the slots must be on the sick primary and on others"
+    );
+    pipelined_rounds(&captured, since, &ports, SLOTS * 2).await;
+    let seen_before = captured.records().len();
+    match sickness {
+        Sickness::Killed => cluster.kill(sick),
+        Sickness::Frozen => cluster.node(sick).signal("STOP"),
+    }
+    // What is tested is time itself: two leases' worth of renewals with the primary sick.
+    let window = lease * 2;
+    tokio::time::sleep(window).await;
+    let records = captured.records().split_off(seen_before);
+    let healthy = |guard: &LockGuard| !on_sick.contains(&guard.key().to_owned());
+    let lost: Vec<&str> = guards
+        .iter()
+        .filter(|guard| healthy(guard) && !guard.is_held())
+        .map(LockGuard::key)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "leases of healthy primaries lost: {lost:?}"
+    );
+    let ours = |r: &Record, field: &str| ports_in(r, field).iter().any(|p| ports.contains(p));
+    let alone: Vec<&Record> = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew:") && r.name.ends_with("sent alone") && ours(r, "nodes")
+        })
+        .collect();
+    assert!(alone.is_empty(), "calls sent alone: {alone:?}");
+    let one_by_one: Vec<&Record> = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew:")
+                && r.field("leases").is_some()
+                && r.field("first").is_some_and(|name| name.starts_with(&stem))
+        })
+        .collect();
+    assert!(
+        one_by_one.is_empty(),
+        "calls split into a request per lease: {one_by_one:?}"
+    );
+    let requests: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.name.starts_with("renew: one request for") && ours(r, "server"))
+        .collect();
+    let healthy_calls: usize = requests
+        .iter()
+        .filter(|r| port_in(r, "server") != Some(sick_port))
+        .filter_map(|r| r.field("calls")?.parse::<usize>().ok())
+        .sum();
+    let rounds = (window.as_millis() / (lease / 3).as_millis()) as usize;
+    assert!(
+        healthy_calls >= healthy_slots.len() * (rounds - 2),
+        "{healthy_calls} calls to the healthy primaries for {} slots over {rounds} periods",
+        healthy_slots.len()
+    );
+    let batches = (window.as_millis() / (lease / 6).as_millis()) as usize + 1;
+    let to_sick = requests
+        .iter()
+        .filter(|r| port_in(r, "server") == Some(sick_port))
+        .count();
+    assert!(
+        to_sick <= batches,
+        "{to_sick} requests to the sick primary in {batches} batches at most"
+    );
+    for guard in guards {
+        if healthy(&guard) {
+            assert!(guard.release().await.expect("release"), "still ours");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_primary_costs_no_request_per_lease_and_no_lease_elsewhere() {
+    a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(Sickness::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_costs_no_request_per_lease_and_no_lease_elsewhere() {
+    a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(Sickness::Frozen).await;
+}
+
+/// An ACL user of the shared cluster, deleted from every node however the test ends.
+struct AclUser<'a> {
+    cluster: &'a RedisCluster,
+    name: String,
+}
+
+impl AclUser<'_> {
+    /// Sets the user's rules on every live node.
+    fn set(&self, rules: &[&str]) {
+        for node in self.cluster.live() {
+            let () = redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&self.name)
+                .arg(rules)
+                .query(&mut self.cluster.connection_to(node))
+                .unwrap_or_else(|err| panic!("ACL SETUSER on node {node}: {err}"));
+        }
+    }
+}
+
+impl Drop for AclUser<'_> {
+    fn drop(&mut self) {
+        for node in self.cluster.live() {
+            let _: Result<i64, _> = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.name)
+                .query(&mut self.cluster.connection_to(node));
+        }
+    }
+}
+
+/// When the primaries refuse the credentials of new connections (the password changed after
+/// the cluster connection logged in), renewals go on alone through the cluster connection,
+/// batching turns off with exactly one warning (not one per round), the slot map is read only
+/// when batching tries again (a doubling pause), not every batch, and once the password is
+/// accepted again batching comes back by itself: the renewals go one request per primary again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_refused_by_the_primaries_warns_once_and_comes_back_by_itself() {
+    let captured = support::capture::install();
+    let cluster = shared_cluster();
+    let user = AclUser {
+        cluster,
+        name: format!("batcher{}", fastrand::u32(..)),
+    };
+    user.set(&["reset", "on", ">first-password", "~*", "&*", "+@all"]);
+    let seed_node = 2;
+    let seed = cluster.port(seed_node);
+    let ours = |r: &Record| port_in(r, "seed") == Some(seed);
+    let lease = Duration::from_millis(900);
+    let client = Client::new(
+        Config::cluster(urls_from(
+            cluster,
+            seed_node,
+            Some((&user.name, "first-password")),
+        ))
+        .expect("urls"),
+    )
+    .expect("client");
+    // The cluster connection logs in now; the per-primary ones only at the first renewal.
+    client.ping().await.expect("ping");
+    user.set(&["resetpass", ">second-password"]);
+    let seen_before = captured.records().len();
+    let names: Vec<String> = (0..30)
+        .map(|i| format!("refused-{}-{i}", user.name))
+        .collect();
+    let guards = acquire_all(&client, &names, lease).await;
+    // What is tested is time itself: four leases of renewals with batching refused.
+    let window = lease * 4;
+    tokio::time::sleep(window).await;
+    for guard in &guards {
+        assert!(
+            guard.is_held(),
+            "{}: lost while batching is off",
+            guard.key()
+        );
+    }
+    let records = captured.records().split_off(seen_before);
+    let warnings: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.level == tracing::Level::WARN && ours(r))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning that batching is off, not one per round: {warnings:?}"
+    );
+    let warning = &warnings[0];
+    assert!(
+        warning.name.contains("credentials") && warning.field("cause").is_some(),
+        "the warning says why and what to check: {warning:?}"
+    );
+    let reads = records
+        .iter()
+        .filter(|r| r.name.starts_with("reading the Redis Cluster's slot map") && ours(r))
+        .count();
+    // Tries after 1 s, 2 s more and 4 s more: at most three reads in 3.6 s, where a read per
+    // batch would be one per sixth of a lease (24).
+    assert!(
+        reads <= 3,
+        "{reads} reads of the slot map while batching is off"
+    );
+    // Only the tries send pipelines (each refused), one per primary.
+    let pipelines_while_off = records
+        .iter()
+        .filter(|r| r.name.starts_with("renew: one request for") && ours(r))
+        .count();
+    let primaries = cluster.primaries().len();
+    assert!(
+        pipelines_while_off <= (reads + 1) * primaries,
+        "{pipelines_while_off} pipelines while batching is off, after {reads} tries"
+    );
+
+    user.set(&[">first-password"]);
+    let restored_at = captured.records().len();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let records = captured.records().split_off(restored_at);
+        let back = records.iter().any(|r| {
+            r.name
+                .starts_with("Redis Cluster renewals are sent one pipeline")
+                && ours(r)
+        });
+        let batched = records
+            .iter()
+            .any(|r| r.name.starts_with("renew: one request for") && ours(r));
+        if back && batched {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "batching did not come back within 40 s of the password being accepted again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for guard in guards {
+        assert!(guard.release().await.expect("release"), "still ours");
+    }
+}
