@@ -924,3 +924,36 @@ async fn a_read_lock_over_a_fencing_counter_past_2_pow_53_is_refused_at_once() {
         );
     }
 }
+
+/// `force_unlock` over a counter at 2^53 or more on one master is refused with
+/// `FencingCounterTooLarge`, and the other masters' counters are not raised past 2^53 (the
+/// raise compared as doubles and wrote the huge token + 1 to every other master, after which
+/// no grant could be made there either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_over_a_fencing_counter_past_2_pow_53_raises_no_counter_past_it() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let huge = (1u64 << 53) + 5;
+    let small = now_micros();
+    set_counter(&masters[0], "huge-forced", huge);
+    for master in &masters[1..] {
+        set_counter(master, "huge-forced", small);
+    }
+    let err = client
+        .force_unlock("huge-forced")
+        .await
+        .expect_err("no token above the counter can be handed out");
+    assert!(
+        matches!(&err, LockError::FencingCounterTooLarge { redis_key, value }
+            if redis_key == "distlock:{huge-forced}:fence" && *value == huge.to_string()),
+        "{err:?}"
+    );
+    for (i, master) in masters.iter().enumerate() {
+        let counter: u64 = redis::cmd("GET")
+            .arg("distlock:{huge-forced}:fence")
+            .query(&mut master.connection())
+            .expect("GET");
+        let expected = if i == 0 { huge } else { small };
+        assert_eq!(counter, expected, "master {i}'s counter is left as it was");
+    }
+}

@@ -87,7 +87,7 @@ use crate::protocol::TooLow;
 use crate::FencingToken;
 
 static RAISE_FENCE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/redlock/raise_fence.lua")));
+    LazyLock::new(|| kind::script(include_str!("../../scripts/redlock/raise_fence.lua")));
 
 pub(crate) struct RedlockBackend {
     masters: Vec<Arc<RedisBackend>>,
@@ -513,14 +513,17 @@ impl RedlockBackend {
     }
 
     /// `force_unlock`'s first round: the counters raised to `token` on as many masters as
-    /// answer; how many are at least at it now.
+    /// answer; how many are at least at it now. A master that refuses for good (a counter of
+    /// another application's, or one or a token at 2^53 or more: nothing written there) is
+    /// the error, preferring a master that names its own counter's value to one that names
+    /// `token`.
     async fn raise_fence(
         &self,
         key: &LockKey,
         token: FencingToken,
         lease: Duration,
         timeout: Duration,
-    ) -> usize {
+    ) -> Result<usize, LockError> {
         let quorum = self.quorum();
         let raised = |answers: &[Answer<i64>]| {
             answers
@@ -543,7 +546,22 @@ impl RedlockBackend {
                 },
             )
             .await;
-        raised(&answers)
+        let count = raised(&answers);
+        let token_named = token.0.to_string();
+        let mut refusals: Vec<LockError> = answers
+            .into_iter()
+            .filter_map(|answer| match answer {
+                Answer::Failed(err) if err.is_final_refusal() => Some(err),
+                _ => None,
+            })
+            .collect();
+        refusals.sort_by_key(|err| {
+            matches!(err, LockError::FencingCounterTooLarge { value, .. } if *value == token_named)
+        });
+        match refusals.into_iter().next() {
+            Some(err) => Err(err),
+            None => Ok(count),
+        }
     }
 }
 
@@ -626,7 +644,7 @@ impl RedlockBackend {
                 FORCED_FENCE_TTL,
                 self.node_timeout,
             )
-            .await;
+            .await?;
         if raised < self.quorum() {
             return Err(self.quorum_unavailable(key, raised, 0));
         }
@@ -647,7 +665,7 @@ impl RedlockBackend {
                     FORCED_FENCE_TTL,
                     self.node_timeout,
                 )
-                .await;
+                .await?;
             if raised < self.quorum() {
                 return Err(self.quorum_unavailable(key, raised, 0));
             }
