@@ -957,3 +957,43 @@ async fn force_unlock_over_a_fencing_counter_past_2_pow_53_raises_no_counter_pas
         assert_eq!(counter, expected, "master {i}'s counter is left as it was");
     }
 }
+
+/// With a majority of masters unreachable (their connections accepted and never answered)
+/// and a connect timeout far above the wait, a fresh client's request ends within its wait
+/// and one node timeout: the wait for connects before a try lasts until the request's
+/// deadline at most (before, the first try waited the whole connect timeout for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_waits_for_connects_no_longer_than_its_requests_wait() {
+    use crate::support::proxy::{Mode, Proxy};
+
+    let masters = start_masters(3);
+    let proxies: Vec<Proxy> = masters[1..]
+        .iter()
+        .map(|master| Proxy::start(master.port()))
+        .collect();
+    for proxy in &proxies {
+        proxy.set_mode(Mode::Stall);
+    }
+    let urls = [masters[0].url(), proxies[0].url(), proxies[1].url()];
+    let node_timeout = Duration::from_millis(200);
+    let wait = Duration::from_millis(500);
+    let config = Config::redlock(urls)
+        .expect("valid urls")
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        .node_timeout(node_timeout)
+        .connect_timeout(Duration::from_secs(20));
+    let client = Client::new(config).expect("client");
+    let started = std::time::Instant::now();
+    let err = client
+        .lock("unreachable")
+        .wait(wait)
+        .acquire()
+        .await
+        .expect_err("a majority is unreachable");
+    let took = started.elapsed();
+    let bound = wait + node_timeout + Duration::from_secs(1);
+    assert!(
+        took < bound,
+        "took {took:?}, the bound is {bound:?}: {err:?}"
+    );
+}
