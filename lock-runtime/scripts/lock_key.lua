@@ -60,18 +60,32 @@ end
 -- Tokens are Lua numbers, doubles, which hold every integer only below 2^53.
 local TOKEN_LIMIT = 9007199254740992
 
--- The fencing counter `key` (Redlock): its value, or nil when absent. Anything else there
--- (another application's data) is NOTALOCK, and a value of 2^53 or more FENCETOOLARGE (no
--- double above it is one more, so every proposal would be refused as too low, forever):
--- raised before a script writes a thing.
-local function fencing_counter(key)
+-- The fencing counter `key` (Redlock) as it is, for a look that grants nothing (`inspect`):
+-- its value, or nil when absent. Anything else there (another application's data) is
+-- NOTALOCK.
+local function counter_value(key)
   local last = redis.pcall('GET', key)
   if (type(last) == 'table' and last.err) or (last and not tonumber(last)) then
     not_a_lock(key, redis.call('TYPE', key)['ok'])
   end
-  local value = tonumber(last)
+  return tonumber(last)
+end
+
+-- A token of 2^53 or more, from the counter `key` or to be written there: FENCETOOLARGE,
+-- `value` as the caller has it (the exact digits, not the rounded double).
+local function refuse_too_large(key, value)
+  error({err = 'FENCETOOLARGE ' .. value .. ' at ' .. key})
+end
+
+-- The fencing counter `key` (Redlock) for a script that grants or raises a token: its value,
+-- or nil when absent. Anything else there is NOTALOCK (`counter_value`), and a value of 2^53
+-- or more FENCETOOLARGE (no double above it is one more, so every proposal would be refused
+-- as too low, forever, and a read grant's token would be rounded): raised before a script
+-- writes a thing.
+local function fencing_counter(key)
+  local value = counter_value(key)
   if value and value >= TOKEN_LIMIT then
-    error({err = 'FENCETOOLARGE ' .. last .. ' at ' .. key})
+    refuse_too_large(key, redis.call('GET', key))
   end
   return value
 end

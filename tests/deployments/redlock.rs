@@ -795,3 +795,205 @@ async fn a_fair_waiter_behind_others_waits_though_a_master_where_it_leads_refuse
     let tries = script_calls(&masters[1]);
     assert!(tries < 100, "{tries} tries in a one-second wait");
 }
+
+/// Another application's data at the fencing counter key — a list on one master, a string on
+/// every master — makes a read lock and a semaphore fail at once with `NotALock`, and the data
+/// is left as it was, with no grant behind on any master. (The read and semaphore scripts read
+/// the counter with a bare `GET`: a list failed on its master after the grant was written
+/// there while the other two granted, and a string was taken for no counter, the clock giving
+/// the token.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_lock_or_a_semaphore_over_someone_elses_counter_key_fails_at_once_and_leaves_it() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    for name in ["read-list", "permit-list"] {
+        let pushed: i64 = redis::cmd("RPUSH")
+            .arg(format!("distlock:{{{name}}}:fence"))
+            .arg("their-item")
+            .query(&mut masters[0].connection())
+            .expect("RPUSH");
+        assert_eq!(pushed, 1);
+    }
+    for name in ["read-string", "permit-string"] {
+        for master in &masters {
+            let () = redis::cmd("SET")
+                .arg(format!("distlock:{{{name}}}:fence"))
+                .arg("their-value")
+                .query(&mut master.connection())
+                .expect("SET");
+        }
+    }
+    for (name, holds) in [
+        ("read-list", "list"),
+        ("read-string", "string"),
+        ("permit-list", "list"),
+        ("permit-string", "string"),
+    ] {
+        let started = std::time::Instant::now();
+        let result = if name.starts_with("read") {
+            client
+                .read_lock(name)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        } else {
+            client
+                .semaphore(name, 2)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        };
+        let err = result.expect_err("the counter key holds someone else's data");
+        assert!(
+            matches!(&err, LockError::NotALock { holds: found, redis_key }
+                if found == holds && *redis_key == format!("distlock:{{{name}}}:fence")),
+            "{name}: {err:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{name}: took {:?}",
+            started.elapsed()
+        );
+    }
+    for name in ["read-list", "permit-list"] {
+        let kept: Vec<String> = redis::cmd("LRANGE")
+            .arg(format!("distlock:{{{name}}}:fence"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut masters[0].connection())
+            .expect("LRANGE");
+        assert_eq!(kept, ["their-item"], "{name}: the list is left as it was");
+    }
+    for name in ["read-string", "permit-string"] {
+        for master in &masters {
+            let (kept, ttl): (String, i64) = redis::pipe()
+                .cmd("GET")
+                .arg(format!("distlock:{{{name}}}:fence"))
+                .cmd("PTTL")
+                .arg(format!("distlock:{{{name}}}:fence"))
+                .query(&mut master.connection())
+                .expect("GET");
+            assert_eq!(
+                (kept.as_str(), ttl),
+                ("their-value", -1),
+                "{name}: the string is left as it was"
+            );
+        }
+    }
+    for master in &masters {
+        assert!(
+            lock_keys(master).is_empty(),
+            "no grant may stay behind: {:?}",
+            lock_keys(master)
+        );
+    }
+}
+
+/// A read lock over a counter at 2^53 or more (on one master) is refused at once with
+/// `FencingCounterTooLarge`, naming the key and the exact value, and nothing is left behind:
+/// a double cannot hold such a token (the read script handed out the counter rounded, here
+/// 2^53 + 4 for 2^53 + 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_lock_over_a_fencing_counter_past_2_pow_53_is_refused_at_once() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let huge = (1u64 << 53) + 5;
+    set_counter(&masters[0], "huge-read", huge);
+    let started = std::time::Instant::now();
+    let err = client
+        .read_lock("huge-read")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect_err("no read token can stand for the counter");
+    assert!(
+        matches!(&err, LockError::FencingCounterTooLarge { redis_key, value }
+            if redis_key == "distlock:{huge-read}:fence" && *value == huge.to_string()),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    for master in &masters {
+        assert!(
+            lock_keys(master).is_empty(),
+            "the refused grant must not stay behind: {:?}",
+            lock_keys(master)
+        );
+    }
+}
+
+/// `force_unlock` over a counter at 2^53 or more on one master is refused with
+/// `FencingCounterTooLarge`, and the other masters' counters are not raised past 2^53 (the
+/// raise compared as doubles and wrote the huge token + 1 to every other master, after which
+/// no grant could be made there either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_over_a_fencing_counter_past_2_pow_53_raises_no_counter_past_it() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let huge = (1u64 << 53) + 5;
+    let small = now_micros();
+    set_counter(&masters[0], "huge-forced", huge);
+    for master in &masters[1..] {
+        set_counter(master, "huge-forced", small);
+    }
+    let err = client
+        .force_unlock("huge-forced")
+        .await
+        .expect_err("no token above the counter can be handed out");
+    assert!(
+        matches!(&err, LockError::FencingCounterTooLarge { redis_key, value }
+            if redis_key == "distlock:{huge-forced}:fence" && *value == huge.to_string()),
+        "{err:?}"
+    );
+    for (i, master) in masters.iter().enumerate() {
+        let counter: u64 = redis::cmd("GET")
+            .arg("distlock:{huge-forced}:fence")
+            .query(&mut master.connection())
+            .expect("GET");
+        let expected = if i == 0 { huge } else { small };
+        assert_eq!(counter, expected, "master {i}'s counter is left as it was");
+    }
+}
+
+/// With a majority of masters unreachable (their connections accepted and never answered)
+/// and a connect timeout far above the wait, a fresh client's request ends within its wait
+/// and one node timeout: the wait for connects before a try lasts until the request's
+/// deadline at most (before, the first try waited the whole connect timeout for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_waits_for_connects_no_longer_than_its_requests_wait() {
+    use crate::support::proxy::{Mode, Proxy};
+
+    let masters = start_masters(3);
+    let proxies: Vec<Proxy> = masters[1..]
+        .iter()
+        .map(|master| Proxy::start(master.port()))
+        .collect();
+    for proxy in &proxies {
+        proxy.set_mode(Mode::Stall);
+    }
+    let urls = [masters[0].url(), proxies[0].url(), proxies[1].url()];
+    let node_timeout = Duration::from_millis(200);
+    let wait = Duration::from_millis(500);
+    let config = Config::redlock(urls)
+        .expect("valid urls")
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        .node_timeout(node_timeout)
+        .connect_timeout(Duration::from_secs(20));
+    let client = Client::new(config).expect("client");
+    let started = std::time::Instant::now();
+    let err = client
+        .lock("unreachable")
+        .wait(wait)
+        .acquire()
+        .await
+        .expect_err("a majority is unreachable");
+    let took = started.elapsed();
+    let bound = wait + node_timeout + Duration::from_secs(1);
+    assert!(
+        took < bound,
+        "took {took:?}, the bound is {bound:?}: {err:?}"
+    );
+}

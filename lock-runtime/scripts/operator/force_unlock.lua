@@ -12,7 +12,9 @@
 --
 -- Returns {holders, token}: the evicted holders as {{owner, remaining ms}, ...} (never a
 -- semaphore's '#permits:N' marker) and the token.
--- A key that holds anything but a lock is left alone: a NOTALOCK error (lock_key.lua).
+-- A key that holds anything but a lock is left alone: a NOTALOCK error (lock_key.lua); so is
+-- a counter that holds anything but a number, and one at 2^53 - 1 or more is a FENCETOOLARGE
+-- error (the token would reach 2^53).
 --
 -- The token is the server clock in microseconds: without a counter every token so far was
 -- read from this clock, and every later grant reads it again at least a round trip later (see
@@ -22,9 +24,14 @@
 -- the live counter) is above it too.
 
 local held = lock_held(KEYS[1])
+local last
 if KEYS[2] then
-  -- Before anything is deleted: a counter of another application's is NOTALOCK.
-  fencing_counter(KEYS[2])
+  -- Before anything is deleted: a counter of another application's is NOTALOCK, one of 2^53
+  -- or more FENCETOOLARGE, and so is one a token above which would be 2^53 (lock_key.lua).
+  last = fencing_counter(KEYS[2])
+  if last and last + 1 >= TOKEN_LIMIT then
+    refuse_too_large(KEYS[2], redis.call('GET', KEYS[2]))
+  end
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -45,7 +52,6 @@ end
 redis.pcall(ARGV[1], ARGV[4], 'w')
 local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if KEYS[2] then
-  local last = tonumber(redis.call('GET', KEYS[2]))
   if last and last >= token then
     token = last + 1
   end

@@ -9,7 +9,8 @@
 --          queue's deadlines (fair/acquire.lua), ARGV[5] an election's leader record
 --          (election/proclaim.lua) (arguments, not keys: lock_key.lua)
 --
--- A key that holds anything but a lock is a NOTALOCK error (lock_key.lua).
+-- A key that holds anything but a lock, or a counter that holds anything but a number, is a
+-- NOTALOCK error (lock_key.lua).
 --
 -- Returns {type, pttl, holders, waiting, subscribers, seconds, microseconds, counter,
 -- permits, queued, record}: the lock key's TYPE ('none', 'string' or 'zset'), its
@@ -48,7 +49,8 @@ if type(counted) == 'table' and not counted.err then
   subscribers = counted[2]
 end
 local counter = false
-if KEYS[2] then
+if KEYS[2] and counter_value(KEYS[2]) then
+  -- As it is, also at 2^53 or more (the caller parses the digits): a look grants nothing.
   counter = redis.call('GET', KEYS[2])
 end
 local queued = 0

@@ -18,13 +18,17 @@
 -- earlier write token and below every later one (see write/acquire.lua for the clock
 -- assumption). And {0, ms} when a writer holds the lock or waits for it, or semaphore permits
 -- hold the key: ms is how long that lasts at most (-1: the writer's key has no expiry). Expired readers are purged on every call.
--- A key that holds anything but a lock is a NOTALOCK error, and nothing of it is purged or
--- written (lock_key.lua).
+-- A key that holds anything but a lock, or a counter that holds anything but a number, is a
+-- NOTALOCK error, and a counter of 2^53 or more a FENCETOOLARGE error; either way nothing is
+-- purged or written (lock_key.lua).
 --
 -- A call whose owner is already a reader is the same try sent again after its reply was lost:
 -- it is granted again, with the lease starting from now.
 
 local held = lock_held(KEYS[1])
+-- Before anything is purged or written, and whoever holds the lock: a counter of another
+-- application's is NOTALOCK, one of 2^53 or more FENCETOOLARGE (lock_key.lua).
+local last = KEYS[2] and fencing_counter(KEYS[2])
 if held == 'writer' or held == 'permits' then
   -- A writer, or a semaphore's permits, which keep readers out as a writer does.
   return {0, redis.call('PTTL', KEYS[1])}
@@ -48,8 +52,7 @@ redis.call('ZADD', KEYS[1], now_ms + lease, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
-local token = KEYS[2] and tonumber(redis.call('GET', KEYS[2]) or '')
-if not token then
-  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if last then
+  return {1, last}
 end
-return {1, token}
+return {1, tonumber(now[1]) * 1000000 + tonumber(now[2])}

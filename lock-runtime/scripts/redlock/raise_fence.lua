@@ -1,6 +1,7 @@
 -- Redlock, `force_unlock`: raise a master's fencing counter to a token above every token
 -- handed out for the key, so that every later grant (whose quorum shares at least one master
 -- with any majority this ran on) takes a larger token. See redlock.rs for the argument.
+-- After lock_key.lua (`kind::script`), for `fencing_counter`.
 --
 -- KEYS[1]  fencing counter
 -- ARGV[1]  the token
@@ -8,19 +9,18 @@
 --          until this master's clock has passed the token and then ARGV[2] ms, as a grant's
 --          does (write/acquire.lua)
 --
--- Returns 1 (the counter is at least the token now). A counter that is not a number is an
--- error reply.
+-- Returns 1 (the counter is at least the token now). A counter that is not a number is a
+-- NOTALOCK error; a counter or a token of 2^53 or more, which the comparison below (doubles)
+-- would round, is a FENCETOOLARGE error: nothing is written (a counter raised past 2^53
+-- would refuse every later grant).
 
-local current = redis.call('GET', KEYS[1])
+local current = fencing_counter(KEYS[1])
 local token = tonumber(ARGV[1])
-if current then
-  local value = tonumber(current)
-  if not value then
-    return redis.error_reply('ERR fencing counter ' .. KEYS[1] .. ' is not a number')
-  end
-  if value >= token then
-    return 1
-  end
+if token >= TOKEN_LIMIT then
+  refuse_too_large(KEYS[1], ARGV[1])
+end
+if current and current >= token then
+  return 1
 end
 -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
 local now = redis.call('TIME')

@@ -22,12 +22,16 @@
 -- writer or readers hold the key (ms: the key's PTTL, -1 without expiry). {-1, M} when the
 -- key is a semaphore of M permits, M not N, and some permit of it is held: no silent resize.
 -- A semaphore whose permits all ended takes the new count. A key that holds anything but a
--- lock is a NOTALOCK error, and nothing of it is purged or written (lock_key.lua).
+-- lock, or a counter that holds anything but a number, is a NOTALOCK error, and a counter of
+-- 2^53 or more a FENCETOOLARGE error; either way nothing is purged or written (lock_key.lua).
 --
 -- A call whose owner already holds a permit is the same try sent again after its reply was
 -- lost: it is granted again, with the lease starting from now (never a second permit).
 
 local held, top = lock_held(KEYS[1])
+-- Before anything is purged or written, and whoever holds the lock: a counter of another
+-- application's is NOTALOCK, one of 2^53 or more FENCETOOLARGE (lock_key.lua).
+local last = KEYS[2] and fencing_counter(KEYS[2])
 if held == 'writer' or held == 'readers' then
   -- A writer, or readers (a read lock, not a semaphore): wait for them like a writer.
   return {0, redis.call('PTTL', KEYS[1])}
@@ -57,8 +61,7 @@ redis.call('ZADD', KEYS[1], '+inf', marker)
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
-local token = KEYS[2] and tonumber(redis.call('GET', KEYS[2]) or '')
-if not token then
-  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if last then
+  return {1, last}
 end
-return {1, token}
+return {1, tonumber(now[1]) * 1000000 + tonumber(now[2])}

@@ -34,8 +34,9 @@
 //! token is then at least what every master that answered would take, which keeps the
 //! masters' counters together) — is undone and tried again at once with the largest hint
 //! (and at least a fresh proposal): the rare second round. It keeps to the request's wait
-//! ([`Try::deadline`]): the undo and the second round wait at most until one node timeout past
-//! the deadline, so a try ends within one node timeout of it as on the other stores; a first
+//! ([`Try::deadline`]): the wait for connects before the first round lasts at most until the
+//! deadline, the undo and the second round at most until one node timeout past it, so a try
+//! ends within one node timeout of it as on the other stores; a first
 //! round that a quorum granted is sent again only while the wait lasts (else its grant
 //! stands), and a try left without the time for its second round is refused, for the acquire
 //! loop to try again at once or time out. A read grant carries
@@ -87,7 +88,7 @@ use crate::protocol::TooLow;
 use crate::FencingToken;
 
 static RAISE_FENCE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("../../scripts/redlock/raise_fence.lua")));
+    LazyLock::new(|| kind::script(include_str!("../../scripts/redlock/raise_fence.lua")));
 
 pub(crate) struct RedlockBackend {
     masters: Vec<Arc<RedisBackend>>,
@@ -409,7 +410,13 @@ impl RedlockBackend {
     /// timeout: a
     /// master that is down, or that drops packets, does not slow the tries of the others. A
     /// connect nobody waits for finishes in the background, for the next try.
-    async fn warm_up(&self) {
+    ///
+    /// It also waits no longer than until the request's `deadline`, so that a try sent
+    /// before it still ends within one node timeout past it ([`Bounds`]); past it, it does
+    /// not wait (the first round's requests connect on their own, within the node timeout) —
+    /// except on first use, a fresh client's one try (`wait(0)`), which could otherwise
+    /// hardly be granted: that waits the connect timeout, before its first round.
+    async fn warm_up(&self, deadline: Option<Instant>) {
         let missing: Vec<usize> = (0..self.masters.len())
             .filter(|&i| !self.masters[i].node().is_connected())
             .collect();
@@ -435,10 +442,16 @@ impl RedlockBackend {
         for &i in &missing {
             self.connect_in_background(i);
         }
-        if connected >= enough {
+        let wait = match deadline {
+            Some(deadline) if !first_use || deadline > Instant::now() => self
+                .connect_timeout
+                .min(deadline.saturating_duration_since(Instant::now())),
+            _ => self.connect_timeout,
+        };
+        if connected >= enough || wait.is_zero() {
             return;
         }
-        let _ = tokio::time::timeout(self.connect_timeout, async {
+        let _ = tokio::time::timeout(wait, async {
             while ended.next().await.is_some() {
                 let connected = self
                     .masters
@@ -513,14 +526,17 @@ impl RedlockBackend {
     }
 
     /// `force_unlock`'s first round: the counters raised to `token` on as many masters as
-    /// answer; how many are at least at it now.
+    /// answer; how many are at least at it now. A master that refuses for good (a counter of
+    /// another application's, or one or a token at 2^53 or more: nothing written there) is
+    /// the error, preferring a master that names its own counter's value to one that names
+    /// `token`.
     async fn raise_fence(
         &self,
         key: &LockKey,
         token: FencingToken,
         lease: Duration,
         timeout: Duration,
-    ) -> usize {
+    ) -> Result<usize, LockError> {
         let quorum = self.quorum();
         let raised = |answers: &[Answer<i64>]| {
             answers
@@ -543,7 +559,22 @@ impl RedlockBackend {
                 },
             )
             .await;
-        raised(&answers)
+        let count = raised(&answers);
+        let token_named = token.0.to_string();
+        let mut refusals: Vec<LockError> = answers
+            .into_iter()
+            .filter_map(|answer| match answer {
+                Answer::Failed(err) if err.is_final_refusal() => Some(err),
+                _ => None,
+            })
+            .collect();
+        refusals.sort_by_key(|err| {
+            matches!(err, LockError::FencingCounterTooLarge { value, .. } if *value == token_named)
+        });
+        match refusals.into_iter().next() {
+            Some(err) => Err(err),
+            None => Ok(count),
+        }
     }
 }
 
@@ -626,7 +657,7 @@ impl RedlockBackend {
                 FORCED_FENCE_TTL,
                 self.node_timeout,
             )
-            .await;
+            .await?;
         if raised < self.quorum() {
             return Err(self.quorum_unavailable(key, raised, 0));
         }
@@ -647,7 +678,7 @@ impl RedlockBackend {
                     FORCED_FENCE_TTL,
                     self.node_timeout,
                 )
-                .await;
+                .await?;
             if raised < self.quorum() {
                 return Err(self.quorum_unavailable(key, raised, 0));
             }
@@ -1110,8 +1141,9 @@ fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<
 /// The most a client's lead ([`RedlockBackend::learn`]) grows past the node timeout.
 const MAX_LEARNED_LEAD: Duration = Duration::from_secs(1);
 
-/// How long a try may keep its caller: each round and each undo at most the node timeout, and
-/// nothing after the first round waited for past one node timeout after the request's
+/// How long a try may keep its caller: the wait for connects before it no longer than until
+/// the request's deadline ([`RedlockBackend::warm_up`]), each round and each undo at most the
+/// node timeout, and nothing after the first round waited for past one node timeout after the
 /// deadline — so a try sent before its deadline ends within one node timeout after it (or
 /// after its first round, a try sent at its deadline: `wait(0)`), as a try on the other
 /// stores ends within one response timeout.
@@ -1176,7 +1208,7 @@ impl RedlockBackend {
             timeout: self.timeout_for(attempt.lease()),
             deadline: attempt.deadline(),
         };
-        self.warm_up().await;
+        self.warm_up(bounds.deadline).await;
         if let Some(refusal) = self
             .masters
             .iter()
