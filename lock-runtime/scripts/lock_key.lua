@@ -62,10 +62,11 @@ local TOKEN_LIMIT = 9007199254740992
 
 -- The fencing counter `key` (Redlock) as it is, for a look that grants nothing (`inspect`):
 -- its value, or nil when absent. Anything else there (another application's data) is
--- NOTALOCK.
+-- NOTALOCK: a counter is only ever written as decimal digits (`%d`), so a string that Lua
+-- would also read as a number ('1e20', '0x1f', '-5', '12.5', ' 7') is not one of ours.
 local function counter_value(key)
   local last = redis.pcall('GET', key)
-  if (type(last) == 'table' and last.err) or (last and not tonumber(last)) then
+  if (type(last) == 'table' and last.err) or (last and not string.find(last, '^%d+$')) then
     not_a_lock(key, redis.call('TYPE', key)['ok'])
   end
   return tonumber(last)

@@ -119,7 +119,9 @@ pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<R
     };
     let holders = read_holders(holders);
     let clock = seconds.saturating_mul(1_000_000).saturating_add(micros);
-    let counter = counter.and_then(|c| c.parse::<u64>().ok()).unwrap_or(0);
+    // Decimal digits (the script refuses anything else): only a value past `u64` fails to
+    // parse, and it is above every token.
+    let counter = counter.map_or(0, |c| c.parse::<u64>().unwrap_or(u64::MAX));
     Ok(RawView {
         // A readers' set whose every lease ended is no lock any more.
         mode: mode.filter(|_| !holders.is_empty()),

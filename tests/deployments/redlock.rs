@@ -889,6 +889,71 @@ async fn a_read_lock_or_a_semaphore_over_someone_elses_counter_key_fails_at_once
     }
 }
 
+/// A counter key holding a string that Lua also reads as a number but that no distlock
+/// counter ever is (written `%d`: decimal digits only) — an exponent, hex, a sign, a fraction
+/// — is another application's data: a write lock, a read lock and `inspect` refuse it at once
+/// with `NotALock`, and it is left as it was. (Read as numbers, `1e3` and `0x10` were counters
+/// of 1000 and 16.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_key_holding_a_number_not_written_by_distlock_is_not_a_lock() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    for (at, foreign) in ["1e3", "0x10", "-5", "12.5"].into_iter().enumerate() {
+        let name = format!("number-like-{at}");
+        let fence = format!("distlock:{{{name}}}:fence");
+        for master in &masters {
+            let () = redis::cmd("SET")
+                .arg(&fence)
+                .arg(foreign)
+                .query(&mut master.connection())
+                .expect("SET");
+        }
+        let not_a_lock = |err: &LockError| {
+            matches!(err, LockError::NotALock { holds, redis_key }
+                if holds == "string" && *redis_key == fence)
+        };
+        let write = client
+            .lock(name.as_str())
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect_err("a write lock over someone else's counter");
+        assert!(not_a_lock(&write), "{foreign:?}, write: {write:?}");
+        let read = client
+            .read_lock(name.as_str())
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect_err("a read lock over someone else's counter");
+        assert!(not_a_lock(&read), "{foreign:?}, read: {read:?}");
+        let inspected = client
+            .inspect(name.as_str())
+            .await
+            .expect_err("inspect over someone else's counter");
+        assert!(
+            not_a_lock(&inspected),
+            "{foreign:?}, inspect: {inspected:?}"
+        );
+        for master in &masters {
+            let (kept, ttl): (String, i64) = redis::pipe()
+                .cmd("GET")
+                .arg(&fence)
+                .cmd("PTTL")
+                .arg(&fence)
+                .query(&mut master.connection())
+                .expect("GET");
+            assert_eq!((kept.as_str(), ttl), (foreign, -1), "left as it was");
+        }
+    }
+    for master in &masters {
+        assert!(
+            lock_keys(master).is_empty(),
+            "no grant may stay behind: {:?}",
+            lock_keys(master)
+        );
+    }
+}
+
 /// A read lock over a counter at 2^53 or more (on one master) is refused at once with
 /// `FencingCounterTooLarge`, naming the key and the exact value, and nothing is left behind:
 /// a double cannot hold such a token (the read script handed out the counter rounded, here
