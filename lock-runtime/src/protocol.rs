@@ -181,6 +181,43 @@ impl Call<'_> {
             Call::Pipeline(pipeline) => pipeline.query_async(connection).await,
         }
     }
+
+    /// [`query`](Self::query) on a multiplexed connection (the single-node and Sentinel
+    /// stores' connections), each request awaited in place: the `redis` crate's
+    /// `ConnectionLike` methods box every request's future — an allocation, and a copy of the
+    /// future's state, a large one for a transaction — on the path every lock takes (a
+    /// try, a release). What is sent and how the reply reads are the same as [`query`](Self::query)'s.
+    pub(crate) async fn query_multiplexed<T: ::redis::FromRedisValue>(
+        self,
+        connection: &mut ::redis::aio::MultiplexedConnection,
+    ) -> ::redis::RedisResult<T> {
+        match self {
+            Call::Script(invocation) => invocation.invoke_multiplexed(connection).await,
+            Call::Command(cmd) => ::redis::FromRedisValue::from_redis_value(
+                connection.send_packed_command(cmd).await?,
+            )
+            .map_err(::redis::RedisError::from),
+            // A transaction's one reply is `EXEC`'s, after those of `MULTI` and each queued
+            // command: its array of the commands' replies (error replies kept as values, as
+            // the first try's pipeline asks), or nil when the transaction was aborted.
+            Call::Pipeline(pipeline) if pipeline.is_transaction() => {
+                let mut replies = connection
+                    .send_packed_commands(pipeline, pipeline.len() + 1, 1)
+                    .await?;
+                match replies.pop() {
+                    Some(reply @ (::redis::Value::Array(_) | ::redis::Value::Nil)) => {
+                        ::redis::FromRedisValue::from_redis_value(reply)
+                            .map_err(::redis::RedisError::from)
+                    }
+                    _ => Err(::redis::RedisError::from((
+                        ::redis::ErrorKind::UnexpectedReturnType,
+                        "no reply to EXEC",
+                    ))),
+                }
+            }
+            Call::Pipeline(pipeline) => pipeline.query_async(connection).await,
+        }
+    }
 }
 
 /// What a single try to take a lock found.

@@ -117,6 +117,27 @@ impl ScriptCall {
     }
 }
 
+impl ScriptCall {
+    /// [`invoke_async`](Self::invoke_async) on a multiplexed connection, each request awaited
+    /// in place (see [`Call::query_multiplexed`](crate::protocol::Call::query_multiplexed)).
+    pub(crate) async fn invoke_multiplexed<T: FromRedisValue>(
+        &self,
+        connection: &mut redis::aio::MultiplexedConnection,
+    ) -> RedisResult<T> {
+        let sent = async |cmd: Cmd, connection: &mut redis::aio::MultiplexedConnection| {
+            let reply = connection
+                .send_packed_command(&cmd)
+                .await?
+                .extract_error()?;
+            Ok(T::from_redis_value(reply)?)
+        };
+        match sent(self.by_hash(), connection).await {
+            Err(err) if is_noscript(&err) => sent(self.with_source(), connection).await,
+            replied => replied,
+        }
+    }
+}
+
 /// Whether the server answered that it does not have the script.
 pub(crate) fn is_noscript(err: &redis::RedisError) -> bool {
     err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)

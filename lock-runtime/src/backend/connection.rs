@@ -666,7 +666,7 @@ impl Transport for Node {
                 Ok(())
             };
             let sent = match closed {
-                Ok(()) => call.query(&mut in_use.connection).await,
+                Ok(()) => call.query_multiplexed(&mut in_use.connection).await,
                 Err(err) => Err(err),
             };
             let err = match sent {
