@@ -1,7 +1,9 @@
 //! Cluster renewals, sent as one pipeline per primary, under faults inside a pipeline: a live
 //! migration of two slots (`TRYAGAIN` and `ASK` among the replies), a primary SIGKILLed or
 //! SIGSTOPped past the response timeout (its leases fail this round, with no request per lease
-//! and no lease of another primary lost), and per-primary connections refused for their
+//! and no lease of another primary lost), a cluster down after a primary with no replica was
+//! killed (`CLUSTERDOWN` from every node: the calls fail, none goes alone), and per-primary
+//! connections refused for their
 //! credentials (batching turns off with one warning, reads the slot map only when it tries
 //! again, and comes back by itself). The requests are counted from the store's TRACE events,
 //! told apart from other clients' by the client's first node URL (`seed`), which no other test
@@ -14,7 +16,7 @@ use crate::cluster::{
     client, lock_key, names_sharing_slots, pipelined_rounds, ports_in, wait_for_renewal, DEDICATED,
 };
 use crate::support;
-use crate::support::capture::Record;
+use crate::support::capture::{Captured, Record};
 use crate::support::cluster::{shared_cluster, RedisCluster, SlotMigration};
 use distlock::{Client, Config, LockGuard};
 use redis::cluster_routing::Slot;
@@ -277,6 +279,128 @@ async fn a_sigkilled_primary_costs_no_request_per_lease_and_no_lease_elsewhere()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_primary_costs_no_request_per_lease_and_no_lease_elsewhere() {
     a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(Sickness::Frozen).await;
+}
+
+/// Panics raised so far, on any thread, in distlock's library code or in the `redis` crate's
+/// (a test's own failed assertions are not counted).
+fn library_panics() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.location().is_some_and(|at| {
+                at.file().contains("lock-runtime/src") || at.file().contains("/redis-")
+            }) {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+    PANICS.load(Ordering::SeqCst)
+}
+
+/// How many pipelines (`renew: one request for …`) each of `ports` was sent in `records`.
+fn pipelines_to(records: &[Record], ports: &[u16]) -> Vec<usize> {
+    ports
+        .iter()
+        .map(|&port| {
+            records
+                .iter()
+                .filter(|r| {
+                    r.name.starts_with("renew: one request for")
+                        && port_in(r, "server") == Some(port)
+                })
+                .count()
+        })
+        .collect()
+}
+
+/// Waits until each of `ports` was sent `rounds` renewal pipelines since record `since`.
+async fn renewal_rounds(captured: &Captured, since: usize, ports: &[u16], rounds: usize) {
+    support::wait_until_async(
+        &format!("{rounds} renewal rounds on each of {ports:?}"),
+        Duration::from_secs(15),
+        || {
+            let sent = pipelines_to(&captured.records().split_off(since), ports);
+            if sent.iter().all(|&n| n >= rounds) {
+                Ok(())
+            } else {
+                Err(format!("pipelines sent: {sent:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// A primary with no replica is SIGKILLed: once the others mark it failed, the cluster is down
+/// (`cluster-require-full-coverage`, Redis's default) and every node answers `CLUSTERDOWN` to
+/// every call. Renewal rounds go on as one pipeline per primary, each `CLUSTERDOWN` failing its
+/// call for the round (the leases are unknown, tried again while they may be in force): no call
+/// is sent alone through the cluster connection (which would retry it until its response
+/// timeout, one request per slot on every primary every round), none is split into a request
+/// per lease, and nothing panics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_down_costs_no_request_per_call_and_none_per_lease() {
+    const SLOTS: usize = 24;
+    const PER_SLOT: usize = 3;
+    const ROUNDS: usize = 3;
+    let _one_at_a_time = DEDICATED.lock().await;
+    let captured = support::capture::install();
+    let panics_before = library_panics();
+    let mut cluster = RedisCluster::start_without_replicas(Duration::from_millis(1000));
+    let ports: Vec<u16> = cluster.live().iter().map(|&i| cluster.port(i)).collect();
+    // Long enough for a few rounds (retried every tenth of a lease) between the cluster going
+    // down and the leases running out.
+    let lease = Duration::from_secs(6);
+    let client = client(&cluster, |config| {
+        config.response_timeout(Duration::from_millis(300))
+    });
+    let stem = "clusterdown-";
+    let groups = names_sharing_slots(stem, SLOTS, PER_SLOT);
+    let names: Vec<String> = groups.iter().flatten().cloned().collect();
+    let since = captured.records().len();
+    let guards = acquire_all(&client, &names, lease).await;
+    let killed = cluster.primary_for_key(&lock_key(&names[0]));
+    let on_every_primary: HashSet<usize> = names
+        .iter()
+        .map(|n| cluster.primary_for_key(&lock_key(n)))
+        .collect();
+    assert_eq!(on_every_primary.len(), 3, "leases on every primary");
+    pipelined_rounds(&captured, since, &ports, SLOTS * 2).await;
+    cluster.kill(killed);
+    cluster.wait_until_down();
+    let seen_before = captured.records().len();
+    let healthy: Vec<u16> = cluster.live().iter().map(|&i| cluster.port(i)).collect();
+    renewal_rounds(&captured, seen_before, &healthy, ROUNDS).await;
+    let records = captured.records().split_off(seen_before);
+    let ours = |r: &Record, field: &str| ports_in(r, field).iter().any(|p| ports.contains(p));
+    let alone: Vec<&Record> = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew:") && r.name.ends_with("sent alone") && ours(r, "nodes")
+        })
+        .collect();
+    assert!(alone.is_empty(), "calls sent alone: {alone:?}");
+    let one_by_one: Vec<&Record> = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew:")
+                && r.field("leases").is_some()
+                && r.field("first").is_some_and(|name| name.starts_with(stem))
+        })
+        .collect();
+    assert!(
+        one_by_one.is_empty(),
+        "calls split into a request per lease: {one_by_one:?}"
+    );
+    assert_eq!(
+        library_panics(),
+        panics_before,
+        "panics in distlock or the redis crate while the cluster was down"
+    );
+    drop(guards);
 }
 
 /// An ACL user of the shared cluster, deleted from every node however the test ends.

@@ -1,7 +1,8 @@
-//! A real Redis Cluster for tests: three primaries and three replicas on free loopback ports,
-//! each an ordinary [`RedisServer`] (so the watcher in `mod.rs` kills it with the test process),
-//! formed by `redis-cli --cluster create`. It offers the faults a cluster test needs: a manual
-//! failover, a SIGKILLed primary and its replica taking over, a node coming back empty, a slot
+//! A real Redis Cluster for tests: three primaries and three replicas on free loopback ports
+//! (or three primaries alone), each an ordinary [`RedisServer`] (so the watcher in `mod.rs`
+//! kills it with the test process), formed by `redis-cli --cluster create`. It offers the
+//! faults a cluster test needs: a manual failover, a SIGKILLed primary and its replica taking
+//! over (or, without replicas, the cluster going down), a node coming back empty, a slot
 //! moved between primaries (also stopped half-way, for ASK), and a flushed script cache.
 //! Readiness is polled (`CLUSTER INFO`, `CLUSTER NODES`, `ROLE`) because an external cluster
 //! offers no event to wait on. [`shared_cluster`] lets one test binary start a single cluster.
@@ -35,9 +36,10 @@ pub fn shared_cluster() -> &'static RedisCluster {
     SHARED.get_or_init(RedisCluster::start)
 }
 
-/// A 3-primary/3-replica Redis Cluster; every node is stopped and the config files removed on
-/// drop. Nodes are named by their index, `0..6`, which stays with the port across restarts;
-/// which indices are primaries is decided by `redis-cli` and changes with failovers.
+/// A 3-primary/3-replica (or 3-primary) Redis Cluster; every node is stopped and the config
+/// files removed on drop. Nodes are named by their index, `0..6` (`0..3`), which stays with
+/// the port across restarts; which indices are primaries is decided by `redis-cli` and
+/// changes with failovers.
 pub struct RedisCluster {
     dir: PathBuf,
     nodes: Vec<Node>,
@@ -71,10 +73,23 @@ impl RedisCluster {
 
     /// Like [`start`](Self::start), with another `cluster-node-timeout`.
     pub fn start_with_node_timeout(node_timeout: Duration) -> Self {
+        Self::form(1, node_timeout)
+    }
+
+    /// Three primaries and no replica, with `node_timeout`: a killed primary's slots stay
+    /// unserved, so once the others mark it failed the cluster is down
+    /// (`cluster-require-full-coverage`, Redis's default) and every node answers `CLUSTERDOWN`.
+    pub fn start_without_replicas(node_timeout: Duration) -> Self {
+        Self::form(0, node_timeout)
+    }
+
+    /// Starts three primaries with `replicas` replicas each, forms the cluster and waits until
+    /// it is ok.
+    fn form(replicas: usize, node_timeout: Duration) -> Self {
         require_redis_server();
         let dir = scratch_dir("cluster");
         let timeout_ms = node_timeout.as_millis().to_string();
-        let nodes: Vec<Node> = (0..6)
+        let nodes: Vec<Node> = (0..3 * (1 + replicas))
             .map(|index| Node::start(&dir, index, &timeout_ms))
             .collect();
         let mut cluster = Self { dir, nodes };
@@ -85,7 +100,7 @@ impl RedisCluster {
             create.arg(format!("127.0.0.1:{}", node.server.port()));
         }
         let output = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("run redis-cli --cluster create (it comes with redis-server)");
         assert!(
@@ -338,6 +353,21 @@ impl RedisCluster {
     pub fn wait_ok(&self) {
         wait_until("the cluster to converge", CONVERGE_TIMEOUT, || {
             self.convergence_problem().map_or(Ok(()), Err)
+        });
+    }
+
+    /// After a primary without replicas was killed: waits until every running node reports
+    /// `cluster_state:fail` (about two node timeouts), so that each answers `CLUSTERDOWN`.
+    pub fn wait_until_down(&self) {
+        wait_until("the cluster to go down", CONVERGE_TIMEOUT, || {
+            for index in self.live() {
+                let info: String = query_port(self.port(index), redis::cmd("CLUSTER").arg("INFO"))?;
+                let state = info_field(&info, "cluster_state");
+                if state != Some("fail") {
+                    return Err(format!("node {index} says cluster_state {state:?}"));
+                }
+            }
+            Ok(())
         });
     }
 

@@ -11,10 +11,11 @@
 //! each call still names one slot's keys. A call its primary does not answer for — `MOVED`,
 //! `ASK`, `NOSCRIPT`, a slot the map lacks — is sent alone as any other call, so failovers and
 //! migrations are followed as before; a `TRYAGAIN` is answered as it is (the store splits the
-//! call per lock), and a primary that fails or does not answer leaves only its own calls
-//! unanswered, without a request per call. Where per-primary connections cannot work (their
-//! credentials, TLS, an unusable host), batching turns off, with a warning, until a later
-//! try finds them working (`primaries.rs`).
+//! call per lock), a `CLUSTERDOWN`, `MASTERDOWN` or `LOADING` fails its call for the batch,
+//! and a primary that fails or does not answer leaves only its own calls unanswered, without
+//! a request per call. Where per-primary connections cannot work (their credentials, TLS, an
+//! unusable host), batching turns off, with a warning, until a later try finds them working
+//! (`primaries.rs`).
 //! Releases announce themselves by sharded pub/sub (`SPUBLISH`), which the waker (`wake.rs`)
 //! follows with one subscription per channel. The connection is made on the client's I/O
 //! runtime, so it outlives the caller's runtime. Neighbours: `connection.rs` is the

@@ -9,7 +9,9 @@
 //! store does, `connection.rs`), and every reply is read on its own: a call whose slot answers
 //! that it lives elsewhere or lacks the script is handed back to be sent alone through the
 //! cluster connection, which follows redirections, failovers and migrations and sends a
-//! missing script's source.
+//! missing script's source; a call answered that the cluster or the node cannot serve it yet
+//! (`CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `TRYAGAIN`) fails for this batch, as the cluster
+//! connection would only ask again until its response timeout.
 //!
 //! The map comes from `CLUSTER SLOTS` (through the cluster connection), read when the
 //! transport connects and again, in the background, once a reply showed it out of date (a
@@ -458,22 +460,32 @@ impl Primaries {
                 .is_ok_and(|n| replicated(guard, n, operation, &primary.address)),
             (Some(_), None) => false,
         };
+        // An error reply goes alone through the cluster connection only where that gets an
+        // answer now: another node serves the slot, or the script needs its source. Where the
+        // cluster connection would just ask again until its response timeout (the redis
+        // crate's `WaitAndRetry`: `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `TRYAGAIN`), the call
+        // fails for this round (its leases unknown, tried again while they may be in force):
+        // a cluster down answers so to every call on every node, every round.
         let replies = scripts
             .into_iter()
             .map(|reply| match reply {
                 Value::ServerError(err) => match err.code() {
-                    // The slot is elsewhere now (or half-way there), or the cluster or this
-                    // node is failing over: the cluster connection finds where it is.
-                    "MOVED" | "ASK" | "CLUSTERDOWN" | "READONLY" | "MASTERDOWN" => {
+                    // The slot is elsewhere now (or half-way there), or this node is a
+                    // replica since a failover: the cluster connection finds where it is.
+                    "MOVED" | "ASK" | "READONLY" => {
                         self.out_of_date();
                         None
                     }
-                    // A node loading its data, the script missing there: the cluster
-                    // connection waits and retries, or sends the source.
-                    "LOADING" | "NOSCRIPT" => None,
-                    // Keys of the call on both sides of a migration (`TRYAGAIN`) are answered
-                    // as they are: the cluster connection would only retry the same call until
-                    // its response timeout, where the store can split it per lock.
+                    // The script is missing there: the cluster connection sends its source.
+                    "NOSCRIPT" => None,
+                    // The cluster is down, or this node's primary (it is a replica now):
+                    // the map is read again, for the failover that may come.
+                    "CLUSTERDOWN" | "MASTERDOWN" => {
+                        self.out_of_date();
+                        Some(Err(request_error(operation, RedisError::from(err))))
+                    }
+                    // A node loading its data; keys of the call on both sides of a migration
+                    // (`TRYAGAIN`, which the store then splits per lock); any other error.
                     _ => Some(Err(request_error(operation, RedisError::from(err)))),
                 },
                 reply => Some(
