@@ -135,7 +135,8 @@ pub enum LockError {
     /// A Redlock master's fencing counter for the lock holds 2^53 or more (set by hand, or
     /// by a clock decades ahead): the masters' scripts compare tokens as doubles, which
     /// cannot count past it, so no token above it could ever be granted. The request was
-    /// refused at once, and nothing was changed.
+    /// refused at once and no grant of it was left (masters that granted before another
+    /// refused were undone; a counter one of them raised stays raised, below 2^53).
     #[error(
         "the fencing counter `{}` on a Redlock master holds {}, at or above 2^53, which the \
          masters' scripts cannot count past: no fencing token above it can be granted. Find \
@@ -149,7 +150,8 @@ pub enum LockError {
     FencingCounterTooLarge {
         /// The counter's Redis key (with the prefix and hash tag), as the server named it.
         redis_key: String,
-        /// What the counter holds.
+        /// What the counter holds — or, from `force_unlock` over a counter at 2^53 − 1,
+        /// the token that would follow it.
         value: String,
     },
 

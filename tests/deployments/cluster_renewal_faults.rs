@@ -423,6 +423,18 @@ impl AclUser<'_> {
     }
 }
 
+impl AclUser<'_> {
+    /// Sets the user's rules on `node` alone.
+    fn set_on(&self, node: usize, rules: &[&str]) {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&self.name)
+            .arg(rules)
+            .query(&mut self.cluster.connection_to(node))
+            .unwrap_or_else(|err| panic!("ACL SETUSER on node {node}: {err}"));
+    }
+}
+
 impl Drop for AclUser<'_> {
     fn drop(&mut self) {
         for node in self.cluster.live() {
@@ -531,6 +543,113 @@ async fn batching_refused_by_the_primaries_warns_once_and_comes_back_by_itself()
         if back && batched {
             break;
         }
+        assert!(
+            Instant::now() < deadline,
+            "batching did not come back within 40 s of the password being accepted again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for guard in guards {
+        assert!(guard.release().await.expect("release"), "still ours");
+    }
+}
+
+/// One primary refuses the credentials of new connections; this client's leases on it are
+/// long (3 s: renewed every second, early by up to half a second to join another round) and
+/// its leases elsewhere short (450 ms: a round every 150 ms), so most renewal rounds do not
+/// reach that primary and the others do. Batching
+/// turns off with one warning and stays off: a round that does not reach the failed primary
+/// and works elsewhere does not turn it on again (which made the next round that reached it
+/// warn anew and start the pauses over — three warnings and two "again" in 4 s).
+/// Once the password is accepted there again, batching comes back by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batching_off_for_one_primary_stays_off_though_rounds_that_miss_it_work() {
+    let captured = support::capture::install();
+    let cluster = shared_cluster();
+    let user = AclUser {
+        cluster,
+        name: format!("onebatcher{}", fastrand::u32(..)),
+    };
+    user.set(&["reset", "on", ">first-password", "~*", "&*", "+@all"]);
+    let culprit = cluster.primaries()[0];
+    let seed_node = cluster
+        .primaries()
+        .into_iter()
+        .find(|&p| p != culprit)
+        .expect("another primary");
+    let seed = cluster.port(seed_node);
+    let ours = |r: &Record| port_in(r, "seed") == Some(seed);
+    let (long, short) = (Duration::from_secs(3), Duration::from_millis(450));
+    let client = Client::new(
+        Config::cluster(urls_from(
+            cluster,
+            seed_node,
+            Some((&user.name, "first-password")),
+        ))
+        .expect("urls"),
+    )
+    .expect("client");
+    client.ping().await.expect("ping");
+    user.set_on(culprit, &["resetpass", ">second-password"]);
+    let on_culprit =
+        |name: &String| cluster.primary_for_key(&format!("distlock:{{{name}}}")) == culprit;
+    let all: Vec<String> = (0..200).map(|i| format!("one-{}-{i}", user.name)).collect();
+    let there: Vec<String> = all
+        .iter()
+        .filter(|n| on_culprit(n))
+        .take(10)
+        .cloned()
+        .collect();
+    let elsewhere: Vec<String> = all
+        .iter()
+        .filter(|n| !on_culprit(n))
+        .take(10)
+        .cloned()
+        .collect();
+    assert_eq!(
+        (there.len(), elsewhere.len()),
+        (10, 10),
+        "names on both sides"
+    );
+    let seen_before = captured.records().len();
+    let mut guards = acquire_all(&client, &there, long).await;
+    guards.extend(acquire_all(&client, &elsewhere, short).await);
+    // What is tested is time itself: 4 s of rounds, pauses of 1 s and 2 s among them.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for guard in &guards {
+        assert!(
+            guard.is_held(),
+            "{}: lost while batching is off",
+            guard.key()
+        );
+    }
+    let records = captured.records().split_off(seen_before);
+    let warnings = records
+        .iter()
+        .filter(|r| r.level == tracing::Level::WARN && ours(r))
+        .count();
+    let again = records
+        .iter()
+        .filter(|r| {
+            r.name
+                .starts_with("Redis Cluster renewals are sent one pipeline")
+                && ours(r)
+        })
+        .count();
+    assert_eq!(
+        (warnings, again),
+        (1, 0),
+        "one warning, and batching not on again while the primary still refuses"
+    );
+
+    user.set_on(culprit, &[">first-password"]);
+    let restored_at = captured.records().len();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !captured.records().split_off(restored_at).iter().any(|r| {
+        r.name
+            .starts_with("Redis Cluster renewals are sent one pipeline")
+            && ours(r)
+    }) {
         assert!(
             Instant::now() < deadline,
             "batching did not come back within 40 s of the password being accepted again"

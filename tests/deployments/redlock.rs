@@ -1062,3 +1062,45 @@ async fn a_try_waits_for_connects_no_longer_than_its_requests_wait() {
         "took {took:?}, the bound is {bound:?}: {err:?}"
     );
 }
+
+/// A plain waiter behind a holder on a majority waits for the holder when the one free master
+/// refuses its token as too low (its counter a minute ahead, past the lead a client learns):
+/// that refusal and no grant make no quorum, so it is no reason to try again at once. (Every
+/// such reply read "held for no time": 590 tries in a one-second wait.) The fair twin is
+/// `a_fair_waiter_behind_others_waits_though_a_master_where_it_leads_refuses_its_token`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_waiter_waits_for_the_holder_though_a_free_master_refuses_its_token() {
+    let masters = start_masters(3);
+    let holder = Client::new(redlock(&masters)).expect("client");
+    let waiter = Client::new(redlock(&masters)).expect("client");
+    let warm = waiter.lock("warm").acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+    let held = holder
+        .lock("spin")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .expect("held");
+    // Free on master 0, its counter a minute ahead.
+    let () = redis::cmd("DEL")
+        .arg("distlock:{spin}")
+        .query(&mut masters[0].connection())
+        .expect("DEL");
+    set_counter(&masters[0], "spin", now_micros() + 60_000_000);
+    for master in &masters {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut master.connection())
+            .expect("RESETSTAT");
+    }
+    let err = waiter
+        .lock("spin")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect_err("held on a majority");
+    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+    let tries = script_calls(&masters[1]);
+    assert!(tries < 100, "{tries} tries in a one-second wait");
+    assert!(held.release().await.expect("release"));
+}

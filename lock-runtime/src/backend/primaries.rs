@@ -76,6 +76,10 @@ enum Batching {
     Off {
         /// Why, for the logs.
         cause: String,
+        /// The primary whose connection failed (`None`: an unusable host in the map): only a
+        /// batch that reaches it and works there turns batching on again, so that batches
+        /// which happen to miss it do not, each, warn anew and start the pauses over.
+        culprit: Option<String>,
         /// How long this pause lasts; the next one, after a failed try, lasts twice as long
         /// (at most [`MOST_PAUSE`]).
         pause: Duration,
@@ -159,10 +163,10 @@ impl Primaries {
         matches!(&*self.batching(), Batching::Off { retry_at, .. } if Instant::now() < *retry_at)
     }
 
-    /// Turns batching off for a pause, because of `cause`: with a warning when it was on;
-    /// when this was a try after a pause, for twice as long as that pause. The map is read
-    /// again at the next try.
-    fn switch_off(&self, cause: String) {
+    /// Turns batching off for a pause, because of `cause` (at the primary `culprit`): with a
+    /// warning when it was on; when this was a try after a pause, for twice as long as that
+    /// pause. The map is read again at the next try.
+    fn switch_off(&self, cause: String, culprit: Option<String>) {
         let now = Instant::now();
         let mut batching = self.batching();
         let pause = match &*batching {
@@ -188,16 +192,27 @@ impl Primaries {
         };
         *batching = Batching::Off {
             cause,
+            culprit,
             pause,
             retry_at: now + pause,
         };
         self.out_of_date();
     }
 
-    /// A batch went through with nothing that turns batching off: it is on (again).
-    fn switch_on(&self) {
+    /// A batch went through with nothing that turns batching off, at the primaries `reached`
+    /// (their addresses): it is on again if it was off because of one of them, or of an
+    /// unusable host in a map that has none now. A batch that did not reach the primary that
+    /// failed leaves it off; once its pause is over batches go per primary anyway, and the
+    /// next one to reach that primary either turns batching on or starts a longer pause.
+    fn switch_on(&self, reached: &[&str]) {
         let mut batching = self.batching();
-        if let Batching::Off { cause, .. } = &*batching {
+        if let Batching::Off { cause, culprit, .. } = &*batching {
+            if culprit
+                .as_deref()
+                .is_some_and(|culprit| !reached.contains(&culprit))
+            {
+                return;
+            }
             tracing::info!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals are sent one pipeline per primary again (they were not: {cause})");
             *batching = Batching::On;
         }
@@ -271,7 +286,7 @@ impl Primaries {
             by_slot.extend((first..=last).filter_map(Slot::new).map(|slot| (slot, at)));
         }
         if let Some(why) = &unusable {
-            self.switch_off(why.clone());
+            self.switch_off(why.clone(), None);
         }
         *self.map.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(SlotMap {
             by_slot,
@@ -357,18 +372,21 @@ impl Primaries {
                 let replied = self
                     .send_to(&primary, operation, calls, &indices, guard)
                     .await;
-                (indices, replied)
+                (indices, replied, primary.address.clone())
             }
         });
         let mut all_usable = map.unusable.is_none();
-        for (indices, (replies, usable)) in futures_util::future::join_all(sent).await {
+        let mut reached = Vec::new();
+        for (indices, (replies, usable), address) in futures_util::future::join_all(sent).await {
             all_usable &= usable;
+            reached.push(address);
             for (i, reply) in indices.into_iter().zip(replies) {
                 answers[i] = reply;
             }
         }
         if all_usable {
-            self.switch_on();
+            let reached: Vec<&str> = reached.iter().map(|address| address.as_str()).collect();
+            self.switch_on(&reached);
         }
         answers
     }
@@ -432,7 +450,10 @@ impl Primaries {
                 if let Some(cause) = unworkable(&err) {
                     // The cluster connection, made with the same settings, got through: the
                     // calls go alone through it.
-                    self.switch_off(format!("Cluster primary {}: {cause}", primary.address));
+                    self.switch_off(
+                        format!("Cluster primary {}: {cause}", primary.address),
+                        Some(primary.address.clone()),
+                    );
                     return (indices.iter().map(|_| None).collect(), false);
                 }
                 // A primary that did not answer (in time, or at all: killed, or failing over)

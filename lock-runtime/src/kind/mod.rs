@@ -506,8 +506,9 @@ pub(crate) fn read_acquire_reply(
 
 /// The refusals of one try by several masters (Redlock), tallied into the one reply the
 /// acquire loop gets when too few granted: held for the shortest remaining lease any master
-/// reported, or for no time when a master refused the proposed token as too low (free there:
-/// try again at once); a fair try queued at the highest place any master gave it, and behind
+/// reported, or for no time when masters that refused the proposed token as too low (free
+/// there) and those that granted would make a quorum (try again at once, with a raised
+/// proposal); a fair try queued at the highest place any master gave it, and behind
 /// others unless a quorum of masters had it at the head (the lock held there, or free but for
 /// the token) or granted it — a try behind others waits as one, whatever a master that had
 /// it at the head said.
@@ -558,10 +559,13 @@ impl Refusals {
 
     /// The reply for a try that `granted` masters granted, `quorum` being needed.
     pub(crate) fn reply(self, granted: usize, quorum: usize) -> AcquireReply {
-        // Free on a master but for the token: try again at once (the proposal is raised).
-        let remaining = match self.too_low {
-            0 => self.held_for,
-            _ => Some(Duration::ZERO),
+        // Free on enough masters but for the token, with the grants, to make a quorum: try
+        // again at once (the proposal is raised). Held on too many for that, the holder's
+        // lease is what there is to wait for, however many free masters refused the token.
+        let remaining = if self.too_low > 0 && granted + self.too_low >= quorum {
+            Some(Duration::ZERO)
+        } else {
+            self.held_for
         };
         if self.fair {
             let behind = granted + self.heads + self.too_low < quorum;
@@ -638,13 +642,24 @@ mod refusals_tests {
             "a waiter behind others waits as one, not again at once"
         );
 
-        // Not fair: held for no time, whatever the others said.
+        // Not fair: held for no time when the refusals of the token and the grants make a
+        // quorum, for the holder's lease when the holder has too many masters for that.
         let mut refusals = Refusals::default();
         refusals.count(&AcquireReply::Held(Some(Duration::from_secs(3))));
         refusals.count(&too_low());
         assert_eq!(
             refusals.reply(1, 2),
             AcquireReply::Held(Some(Duration::ZERO))
+        );
+        let mut refusals = Refusals::default();
+        refusals.count(&too_low());
+        for _ in 0..2 {
+            refusals.count(&AcquireReply::Held(Some(Duration::from_secs(3))));
+        }
+        assert_eq!(
+            refusals.reply(0, 2),
+            AcquireReply::Held(Some(Duration::from_secs(3))),
+            "held on a majority: wait for the holder, not again at once"
         );
     }
 }
