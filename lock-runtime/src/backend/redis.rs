@@ -476,7 +476,7 @@ impl<T: Transport> RedisStore<T> {
 /// `READONLY`, `LOADING`, too few replicas (the failover guard) or any other server error:
 /// those say the server is sick or busy, not that the call was too big, and one request per
 /// lease would only load it more (the leases stay unknown this round; the watchdog tries
-/// again while they may be in force). `MOVED`, `ASK` and `NOSCRIPT` are followed by the
+/// again while they may be in force). `MOVED`, `ASK`, `READONLY` and `NOSCRIPT` are followed by the
 /// transport itself.
 fn goes_one_by_one(err: &LockError) -> bool {
     let LockError::Backend(err) = err else {
