@@ -1362,6 +1362,15 @@ impl RedlockBackend {
         // until they answer).
         let settled = !undo.any() || attempt.undo(self, bounds.left(), &undo).await;
         let out = not_awaited(&answers);
+        // Masters that did not answer within the round's time: in a round cut short by the
+        // request's end, for want of time rather than a failure of theirs.
+        let timed_out = answers
+            .iter()
+            .filter(|answer| {
+                matches!(answer, Answer::Failed(LockError::Backend(err))
+                    if err.kind() == BackendErrorKind::Timeout)
+            })
+            .count();
         if let Some(Answer::Failed(err)) = answers
             .into_iter()
             .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
@@ -1369,8 +1378,13 @@ impl RedlockBackend {
             return Err(err);
         }
         // Too many masters failed for a quorum (those not awaited might still have granted);
-        // in a second round cut short by the request's end, for want of time.
-        if answered + out < quorum && timeout < bounds.timeout {
+        // in a second round cut short by the request's end, for want of time — unless those
+        // that did answer or fail for other reasons (refused, reset) were too many for a
+        // quorum anyway: that is a quorum unavailable, whatever time there was.
+        if answered + out < quorum
+            && timeout < bounds.timeout
+            && answered + out + timed_out >= quorum
+        {
             return Ok(Round::Decided(Q::refused(refusals, granted, quorum)));
         }
         if answered + out < quorum {
