@@ -281,26 +281,6 @@ async fn a_frozen_primary_costs_no_request_per_lease_and_no_lease_elsewhere() {
     a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(Sickness::Frozen).await;
 }
 
-/// Panics raised so far, on any thread, in distlock's library code or in the `redis` crate's
-/// (a test's own failed assertions are not counted).
-fn library_panics() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static PANICS: AtomicUsize = AtomicUsize::new(0);
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info.location().is_some_and(|at| {
-                at.file().contains("lock-runtime/src") || at.file().contains("/redis-")
-            }) {
-                PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            previous(info);
-        }));
-    });
-    PANICS.load(Ordering::SeqCst)
-}
-
 /// How many pipelines (`renew: one request for …`) each of `ports` was sent in `records`.
 fn pipelines_to(records: &[Record], ports: &[u16]) -> Vec<usize> {
     ports
@@ -348,7 +328,7 @@ async fn a_cluster_down_costs_no_request_per_call_and_none_per_lease() {
     const ROUNDS: usize = 3;
     let _one_at_a_time = DEDICATED.lock().await;
     let captured = support::capture::install();
-    let panics_before = library_panics();
+    let panics_before = support::panics::library_panics();
     let mut cluster = RedisCluster::start_without_replicas(Duration::from_millis(1000));
     let ports: Vec<u16> = cluster.live().iter().map(|&i| cluster.port(i)).collect();
     // Long enough for a few rounds (retried every tenth of a lease) between the cluster going
@@ -396,7 +376,7 @@ async fn a_cluster_down_costs_no_request_per_call_and_none_per_lease() {
         "calls split into a request per lease: {one_by_one:?}"
     );
     assert_eq!(
-        library_panics(),
+        support::panics::library_panics(),
         panics_before,
         "panics in distlock or the redis crate while the cluster was down"
     );

@@ -7,7 +7,8 @@
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
 //! `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
 //! server), the global client (`observability` alone), and a panic hook that counts panics in
-//! the redis crate (`redis_faults`). Tests that fail over or freeze a Cluster start their own;
+//! the library and the redis crate (`support::panics`, read by `redis_faults` and
+//! `cluster_renewal_faults`). Tests that fail over or freeze a Cluster start their own;
 //! the shared one ([`support::cluster::shared_cluster`]) is left as `cluster`'s tests found it.
 
 #[path = "../support/mod.rs"]

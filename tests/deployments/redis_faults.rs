@@ -771,26 +771,6 @@ fn acl_denials(server: &RedisServer) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Panics raised in the `redis` crate's code on any thread (its connection task, say).
-fn redis_crate_panics() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static PANICS: AtomicUsize = AtomicUsize::new(0);
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if info
-                .location()
-                .is_some_and(|at| at.file().contains("/redis-"))
-            {
-                PANICS.fetch_add(1, Ordering::SeqCst);
-            }
-            previous(info);
-        }));
-    });
-    PANICS.load(Ordering::SeqCst)
-}
-
 /// A client as `url`'s user, with short backoff and timeouts.
 fn acl_client(url: &str) -> Client {
     let config = Config::from_url(url)
@@ -859,7 +839,7 @@ async fn the_readme_acl_user_locks_every_kind_on_redlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_multi_or_exec_locks_with_the_script_and_no_set_runs_alone() {
-    let panics = redis_crate_panics();
+    let panics = support::panics::redis_crate_panics();
     for refused in ["MULTI", "EXEC"] {
         let server = RedisServer::start();
         let url = documented_user(&server, "no-transactions", &[refused]);
@@ -892,12 +872,16 @@ async fn a_user_without_multi_or_exec_locks_with_the_script_and_no_set_runs_alon
             "without {refused}, the ACL refused {denied:?}"
         );
     }
-    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
+    assert_eq!(
+        support::panics::redis_crate_panics(),
+        panics,
+        "the redis crate panicked"
+    );
 }
 
 #[tokio::test]
 async fn a_refused_command_is_a_server_error_that_names_it_and_the_acl() {
-    let panics = redis_crate_panics();
+    let panics = support::panics::redis_crate_panics();
     let server = RedisServer::start();
     let url = documented_user(&server, "no-evalsha", &["EVALSHA"]);
     let client = acl_client(&url);
@@ -915,12 +899,16 @@ async fn a_refused_command_is_a_server_error_that_names_it_and_the_acl() {
     assert!(message.contains("ACL SETUSER <user> +evalsha"), "{message}");
     let exists: i64 = redis_cmd(&server, &["EXISTS", "distlock:{r}"]);
     assert_eq!(exists, 0, "nothing granted");
-    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
+    assert_eq!(
+        support::panics::redis_crate_panics(),
+        panics,
+        "the redis crate panicked"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_that_loses_multi_while_connected_goes_on_locking_with_the_script() {
-    let panics = redis_crate_panics();
+    let panics = support::panics::redis_crate_panics();
     let server = RedisServer::start();
     let url = documented_user(&server, "revoked", &[]);
     let client = acl_client(&url);
@@ -949,5 +937,9 @@ async fn a_user_that_loses_multi_while_connected_goes_on_locking_with_the_script
         transactions,
         "no MULTI ran after it was taken away"
     );
-    assert_eq!(redis_crate_panics(), panics, "the redis crate panicked");
+    assert_eq!(
+        support::panics::redis_crate_panics(),
+        panics,
+        "the redis crate panicked"
+    );
 }

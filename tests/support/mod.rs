@@ -7,7 +7,8 @@
 //! `sentinel` (primary, replicas, sentinels) and `masters` (independent masters); `proxy`
 //! and `monitor` inject and observe faults between a client and one server; `stores` is the
 //! list of stores the conformance suites run on; `capture` keeps
-//! what distlock logs, for the tests of its spans and events.
+//! what distlock logs, for the tests of its spans and events; `panics` counts the panics of
+//! the library and the `redis` crate.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 pub mod acl;
@@ -15,6 +16,7 @@ pub mod capture;
 pub mod cluster;
 pub mod masters;
 pub mod monitor;
+pub mod panics;
 pub mod proxy;
 pub mod sentinel;
 pub mod stores;
