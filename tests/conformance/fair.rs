@@ -259,7 +259,15 @@ async fn a_frozen_waiter_holds_the_queue_up_for_at_most_two_heartbeats(h: Harnes
     let released = Instant::now();
     assert!(held.release().await.expect("release"));
     let (guard, granted_at) = behind.await.expect("task");
-    let guard = guard.expect("the live waiter is granted once the frozen one is dropped");
+    let guard = match guard {
+        Ok(guard) => guard,
+        // Who holds it, and who is queued, say which rule did not hold.
+        Err(err) => panic!(
+            "the live waiter is granted once the frozen one is dropped: {err:?}; the lock now: \
+             {:?}",
+            observer.inspect("frozen").await
+        ),
+    };
     let stall = granted_at - released;
     assert!(
         stall <= heartbeat * 2 + Duration::from_millis(800),
