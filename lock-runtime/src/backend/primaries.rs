@@ -372,20 +372,19 @@ impl Primaries {
                 let replied = self
                     .send_to(&primary, operation, calls, &indices, guard)
                     .await;
-                (indices, replied, primary.address.clone())
+                (indices, replied, at)
             }
         });
         let mut all_usable = map.unusable.is_none();
         let mut reached = Vec::new();
-        for (indices, (replies, usable), address) in futures_util::future::join_all(sent).await {
+        for (indices, (replies, usable), at) in futures_util::future::join_all(sent).await {
             all_usable &= usable;
-            reached.push(address);
+            reached.push(map.primaries[at].address.as_str());
             for (i, reply) in indices.into_iter().zip(replies) {
                 answers[i] = reply;
             }
         }
         if all_usable {
-            let reached: Vec<&str> = reached.iter().map(|address| address.as_str()).collect();
             self.switch_on(&reached);
         }
         answers
