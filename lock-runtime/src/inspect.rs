@@ -88,8 +88,9 @@ impl Holder {
 ///
 /// On Redlock it is what a majority of the masters agree on: a holder is shown when a quorum
 /// of masters has its owner token, with the lease the quorum keeps (the quorum-th longest of
-/// the masters' remaining leases); waiting processes are summed over the masters (a waiting
-/// process listens on one of them) and the writer-waiting mark counts if any master has it.
+/// the masters' remaining leases); waiting processes are the most any master counts (a waiting
+/// process listens on every master it reaches) and the writer-waiting mark counts if any
+/// master has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockState {

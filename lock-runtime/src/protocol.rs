@@ -139,6 +139,12 @@ impl Announce {
             Announce::ShardedPublish => "SPUBLISH",
         }
     }
+
+    /// The release scripts' argument for `announce`: its command, or `''` for a give-back
+    /// announced to nobody (a Redlock try that fell short: `RedisStore::give_back`).
+    pub(crate) fn argument(announce: Option<Announce>) -> &'static str {
+        announce.map_or("", Announce::command)
+    }
 }
 
 /// 64-bit FNV-1a: a hash that stays the same across builds and platforms, for hash tags.

@@ -431,9 +431,11 @@ async fn a_silent_master_does_not_hold_up_grants() {
     );
 }
 
-/// Every master announces a release, and a waiter listens on whichever master answers: with
+/// Every master announces a release, and a waiter listens on every master that answers: with
 /// the first master down, a release still wakes a waiter whose backoff would otherwise keep it
-/// asleep for seconds.
+/// asleep for seconds — also when the first announcement it hears comes before the other
+/// master has released (its try then falls short of a quorum, and that master's announcement
+/// wakes it again; listening on one master only, this failed about once in 15 runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
     let mut masters = start_masters(3);
@@ -442,12 +444,16 @@ async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
     let holder = Client::new(config.clone()).expect("client");
     let waiter = Client::new(config).expect("client");
     for round in 0..3 {
-        let guard = holder.lock("job").acquire().await.expect("majority up");
+        // A lock of its own each round: a subscription left from the round before (kept a
+        // moment after its last waiter) would not show that this round's waiter waits yet, and
+        // a release before its first try was refused would find nobody to wake.
+        let name = format!("job-{round}");
+        let guard = holder.lock(&name).acquire().await.expect("majority up");
         let waiting = tokio::spawn({
-            let waiter = waiter.clone();
+            let (waiter, name) = (waiter.clone(), name.clone());
             async move {
                 let guard = waiter
-                    .lock("job")
+                    .lock(&name)
                     .wait(Duration::from_secs(20))
                     .acquire()
                     .await;
@@ -455,20 +461,17 @@ async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
             }
         });
         support::wait_until_async("the waiter to subscribe", Duration::from_secs(10), || {
-            let subscribed: i64 = masters[1..]
-                .iter()
-                .map(|master| {
-                    let (_, count): (String, i64) = redis::cmd("PUBSUB")
-                        .arg("NUMSUB")
-                        .arg("distlock:{job}:released")
-                        .query(&mut master.connection())
-                        .expect("PUBSUB NUMSUB");
-                    count
-                })
-                .sum();
-            (subscribed > 0)
+            let subscribed = masters[1..].iter().all(|master| {
+                let (_, count): (String, i64) = redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(format!("distlock:{{{name}}}:released"))
+                    .query(&mut master.connection())
+                    .expect("PUBSUB NUMSUB");
+                count > 0
+            });
+            subscribed
                 .then_some(())
-                .ok_or_else(|| "no subscriber yet".to_owned())
+                .ok_or_else(|| "not subscribed on every live master yet".to_owned())
         })
         .await;
         let released = std::time::Instant::now();
@@ -482,6 +485,142 @@ async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
         );
         granted.release().await.expect("release");
     }
+}
+
+/// The release on the last master of a majority is what frees the lock to a quorum, and it
+/// wakes the waiter too: with one master down and the holder's release held up on its way to
+/// another, the waiter woken by the first master's announcement is refused (no quorum), and
+/// the late master's own announcement wakes it — not its 10 s backoff. Listening on one master
+/// only, that second wake-up never came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_reaches_a_master_late_wakes_the_waiter_when_it_does() {
+    use crate::support::proxy::{Mode, Proxy};
+
+    let mut masters = start_masters(3);
+    masters[0].stop();
+    // The holder reaches master 2 through a proxy that can hold its release up; with a long
+    // node timeout it waits for it instead of giving the connection up.
+    let proxy = Proxy::start(masters[2].port());
+    let holder = Client::new(
+        Config::redlock([masters[0].url(), masters[1].url(), proxy.url()])
+            .expect("valid urls")
+            .node_timeout(Duration::from_secs(10))
+            .response_timeout(Duration::from_secs(20)),
+    )
+    .expect("client");
+    let waiter =
+        Client::new(redlock(&masters).backoff(Duration::from_secs(10), Duration::from_secs(10)))
+            .expect("client");
+    let guard = holder.lock("late").acquire().await.expect("majority up");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter
+                .lock("late")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (guard, std::time::Instant::now())
+        }
+    });
+    support::wait_until_async("the waiter to listen", Duration::from_secs(10), || {
+        let listening = masters[1..].iter().all(|master| {
+            let (_, count): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("distlock:{late}:released")
+                .query(&mut master.connection())
+                .expect("PUBSUB NUMSUB");
+            count > 0
+        });
+        listening
+            .then_some(())
+            .ok_or_else(|| "not subscribed on every live master yet".to_owned())
+    })
+    .await;
+
+    proxy.set_mode(Mode::Stall);
+    let tries_before = script_calls(&masters[2]);
+    let releasing = tokio::spawn(async move { guard.release().await });
+    // Master 1 announces the release; the waiter it wakes tries master 2, still held there.
+    support::wait_until_async("the woken waiter's try", Duration::from_secs(10), || {
+        let tries = script_calls(&masters[2]) - tries_before;
+        (tries > 0)
+            .then_some(())
+            .ok_or_else(|| "no try on master 2 yet".to_owned())
+    })
+    .await;
+    assert!(
+        !waiting.is_finished(),
+        "granted with one master down and the holder's on another: {:?}",
+        waiting.await
+    );
+    let late = std::time::Instant::now();
+    proxy.set_mode(Mode::Pass);
+    assert!(
+        releasing.await.expect("task").expect("release"),
+        "the holder's release reached a majority"
+    );
+    let (granted, at) = waiting.await.expect("task");
+    let granted = granted.expect("the waiter gets the lock");
+    let after = at - late;
+    assert!(
+        after < Duration::from_secs(2),
+        "granted {after:?} after the release reached master 2, as if its announcement did \
+         not wake the waiter"
+    );
+    granted.release().await.expect("release");
+}
+
+/// A try that falls short gives its grants back without announcing a release: the lock was
+/// free there only for that try. Announced, the give-back woke the waiter that gave it back
+/// (and every other waiter listening there): while a minority of masters held the lock, with
+/// too few others up for a quorum, a waiter tried again every millisecond or so (25,441 tries
+/// in a 20 s wait) instead of waiting for the holder's lease or release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_kept_out_by_a_minority_does_not_wake_itself_by_giving_back() {
+    let mut masters = start_masters(3);
+    masters[0].stop();
+    let holder = Client::new(redlock(&masters)).expect("client");
+    let held = holder
+        .lock("minority")
+        .acquire()
+        .await
+        .expect("majority up");
+    // Master 1 loses the grant (as an emptied master would): only master 2 holds the lock,
+    // and with master 0 down nobody can have a quorum until its lease ends.
+    let _: i64 = redis::cmd("DEL")
+        .arg("distlock:{minority}")
+        .query(&mut masters[1].connection())
+        .expect("DEL");
+    let waiter = Client::new(
+        redlock(&masters).backoff(Duration::from_millis(200), Duration::from_millis(400)),
+    )
+    .expect("client");
+    // Subscribed (so that an announced give-back would wake it) before the count starts.
+    let warm = waiter
+        .lock("minority")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(matches!(warm, Err(LockError::Timeout { .. })), "{warm:?}");
+    let before = script_calls(&masters[1]);
+    let refused = waiter
+        .lock("minority")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    // Each try is a grant and its give-back on master 1; a backoff of 200–400 ms allows about
+    // ten tries in 2 s.
+    let calls = script_calls(&masters[1]) - before;
+    assert!(
+        calls <= 40,
+        "{calls} script calls on master 1 in a 2 s wait: the waiter did not wait between tries"
+    );
+    drop(held);
 }
 
 /// A renewal that a majority neither confirms nor denies (one master lost the grant, one

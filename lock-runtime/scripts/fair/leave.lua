@@ -4,7 +4,8 @@
 --
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token; its first 24 characters are the waiter id
--- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub); ''
+--          announces nothing (a Redlock try's give-back)
 -- ARGV[3]  the lock's release channel
 -- ARGV[4]  the queue (see acquire.lua)
 -- ARGV[5]  the queue's deadlines (see acquire.lua)
@@ -37,7 +38,7 @@ elseif own_queue(queue, true) and own_queue(deadlines, true) then
   redis.call('ZREM', deadlines, waiter)
 end
 -- Free: given back now, or nothing there.
-if released == 1 or not held then
+if ARGV[2] ~= '' and (released == 1 or not held) then
   local first = queue_front(queue, true)
   local head = first and first[1]
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.

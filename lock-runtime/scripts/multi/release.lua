@@ -3,7 +3,8 @@
 --
 -- KEYS     the locks' keys
 -- ARGV[1]  owner token
--- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster; '' announces
+--          nothing (a Redlock try's give-back)
 -- ARGV[2 + i]  lock i's release channel (arguments, not keys: lock_key.lua)
 --
 -- Returns how many locks were ours and are now free (each is announced as write/release.lua
@@ -15,7 +16,9 @@ for i = 1, #KEYS do
   if redis.pcall('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
     -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
-    redis.pcall(ARGV[2], ARGV[2 + i], 'w')
+    if ARGV[2] ~= '' then
+      redis.pcall(ARGV[2], ARGV[2 + i], 'w')
+    end
     released = released + 1
   end
 end

@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  lock key (the readers' sorted set of owner tokens scored by expiry, ms, server clock)
 -- ARGV[1]  owner token
--- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub); ''
+--          announces nothing (a Redlock try's give-back)
 -- ARGV[3]  writer-waiting mark's key, ARGV[4] the lock's release channel (arguments, not
 --          keys: lock_key.lua)
 --
@@ -25,7 +26,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if #last > 0 then
   redis.call('PEXPIREAT', KEYS[1], last[2])
-elseif writer_waiting(ARGV[3]) ~= -2 then
+elseif ARGV[2] ~= '' and writer_waiting(ARGV[3]) ~= -2 then
   -- A user without channel permissions (Redis 7 ACLs) only loses the wake-up.
   redis.pcall(ARGV[2], ARGV[4], 'w')
 end

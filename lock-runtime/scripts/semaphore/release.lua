@@ -4,7 +4,8 @@
 -- KEYS[1]  lock key (the semaphore's sorted set: permit owners scored by expiry in ms on the
 --          server clock, and the '#permits:N' marker scored +inf)
 -- ARGV[1]  owner token
--- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub); ''
+--          announces nothing (a Redlock try's give-back)
 -- ARGV[3]  the lock's release channel (an argument: lock_key.lua)
 --
 -- Returns 1 when the caller held a permit with a live lease and no longer does, 0 when it did
@@ -30,7 +31,9 @@ else
 end
 -- One announcement per freed permit; a user without channel permissions (Redis 7 ACLs) only
 -- loses the wake-up.
-redis.pcall(ARGV[2], ARGV[3], 's')
+if ARGV[2] ~= '' then
+  redis.pcall(ARGV[2], ARGV[3], 's')
+end
 if tonumber(score) > now_ms then
   return 1
 end

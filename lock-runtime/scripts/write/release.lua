@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  lock key
 -- ARGV[1]  owner token
--- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub)
+-- ARGV[2]  how the store announces: 'PUBLISH', or 'SPUBLISH' on Cluster (sharded pub/sub); ''
+--          announces nothing (a Redlock try's give-back: kind/mod.rs `Announce::Nobody`)
 -- ARGV[3]  the lock's release channel (an argument: lock_key.lua)
 --
 -- Publishes 'w': each client wakes one of its waiting writers, or all its waiting readers when
@@ -17,7 +18,9 @@
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   -- Wake waiters; a user without channel permissions (Redis 7 ACLs) only loses the wake-up.
-  redis.pcall(ARGV[2], ARGV[3], 'w')
+  if ARGV[2] ~= '' then
+    redis.pcall(ARGV[2], ARGV[3], 'w')
+  end
   return 1
 end
 return 0

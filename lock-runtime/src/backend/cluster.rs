@@ -40,7 +40,7 @@ use super::connection::{request_error, Failure};
 use super::primaries::{Primaries, Sent};
 use super::redis::{NodeOptions, RedisStore};
 use super::transport::{replicated, ScanStep, Transport};
-use super::wake::{Announcers, ReleaseListener};
+use super::wake::{Announcer, ReleaseListener};
 use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, LockError};
@@ -89,7 +89,7 @@ impl ClusterBackend {
             LockError::Config("a Redis Cluster needs at least one node URL".to_owned())
         })?;
         let waker = ReleaseListener::new(
-            Announcers::Cluster(infos),
+            vec![Announcer::Cluster(infos)],
             io.clone(),
             options.connect_timeout,
             options.response_timeout,

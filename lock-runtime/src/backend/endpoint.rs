@@ -3,9 +3,7 @@
 //! connection — so after a connection error or a `READONLY` reply (which drop the connection)
 //! the next request goes to whichever primary the sentinels name by then. The connection
 //! checks the role of what it reached before it sends anything else (`redis-rs`' own sentinel
-//! connection does not follow a failover). Redlock's wake-ups use a third kind, any one of its
-//! masters ([`Endpoint::AnyOf`]): every master announces a release, so one subscription on
-//! whichever answers is enough.
+//! connection does not follow a failover).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -21,12 +19,6 @@ pub(crate) enum Endpoint {
     Fixed(redis::Client),
     /// The primary these sentinels name.
     Sentinel(Sentinel),
-    /// Any one of these servers, tried in turn (for pub/sub only), starting after the last
-    /// one tried, so a master that hangs is not the first one tried every time.
-    AnyOf {
-        servers: Vec<redis::Client>,
-        next: AtomicUsize,
-    },
 }
 
 /// Sentinels that monitor one primary.
@@ -53,32 +45,12 @@ impl Endpoint {
         match self {
             Endpoint::Fixed(client) => Ok(client.clone()),
             Endpoint::Sentinel(sentinel) => sentinel.primary().await,
-            Endpoint::AnyOf { servers, next } => {
-                let at = next.fetch_add(1, Ordering::Relaxed) % servers.len().max(1);
-                servers
-                    .get(at)
-                    .cloned()
-                    .ok_or_else(|| RedisError::from((ErrorKind::Client, "no server to connect to")))
-            }
         }
     }
 
-    /// A pub/sub connection to the server: for [`AnyOf`](Endpoint::AnyOf), to the first of
-    /// its servers that answers.
+    /// A pub/sub connection to the server.
     pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, RedisError> {
-        let tries = match self {
-            Endpoint::AnyOf { servers, .. } => servers.len().max(1),
-            _ => 1,
-        };
-        let mut last = None;
-        for _ in 0..tries {
-            match self.resolve().await?.get_async_pubsub().await {
-                Ok(pubsub) => return Ok(pubsub),
-                Err(err) => last = Some(err),
-            }
-        }
-        Err(last
-            .unwrap_or_else(|| RedisError::from((ErrorKind::Client, "no server to connect to"))))
+        self.resolve().await?.get_async_pubsub().await
     }
 
     /// How many times the server this endpoint names has changed (a Sentinel failover seen by
@@ -105,14 +77,6 @@ impl Endpoint {
                 sentinel.master,
                 sentinel
                     .sentinels
-                    .iter()
-                    .map(server_address)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Endpoint::AnyOf { servers, .. } => format!(
-                "any of {}",
-                servers
                     .iter()
                     .map(server_address)
                     .collect::<Vec<_>>()

@@ -24,7 +24,7 @@ use super::connection::Node;
 use super::endpoint::Endpoint;
 use super::guarded::Guarded;
 use super::transport::Transport;
-use super::wake::{Announcers, ReleaseListener};
+use super::wake::{Announcer, ReleaseListener};
 use super::{
     AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal,
     Renewed, Try,
@@ -34,6 +34,7 @@ use crate::election_scripts as election;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 use crate::operator_scripts::{self as operator, RawHolder, RawView};
+use crate::protocol::Announce;
 
 /// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +74,7 @@ impl RedisBackend {
         let endpoint = Arc::new(endpoint);
         let waker = options.wake_ups.then(|| {
             ReleaseListener::new(
-                Announcers::Node(endpoint.clone()),
+                vec![Announcer::Node(endpoint.clone())],
                 io.clone(),
                 options.connect_timeout,
                 options.response_timeout,
@@ -431,20 +432,30 @@ impl<T: Transport> RedisStore<T> {
         Ok(renewed)
     }
 
-    /// Gives back `owner`'s write lock of each of `keys` (which one call may name); `true`
-    /// when every one was still ours.
-    async fn release_keys(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+    /// Gives back `owner`'s write lock of each of `keys` (which one call may name), announced
+    /// as `announce` says; `true` when every one was still ours.
+    async fn release_keys(
+        &self,
+        keys: &[&LockKey],
+        owner: &str,
+        announce: Option<Announce>,
+    ) -> Result<bool, LockError> {
         let released: usize = self
             .invoke(
                 "release",
-                multi::release_call(keys.iter().copied(), owner, T::ANNOUNCE),
+                multi::release_call(keys.iter().copied(), owner, announce),
             )
             .await?;
         Ok(released == keys.len())
     }
 
     /// One call per slot, all slots at once.
-    async fn release_per_slot(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+    async fn release_per_slot(
+        &self,
+        keys: &[&LockKey],
+        owner: &str,
+        announce: Option<Announce>,
+    ) -> Result<bool, LockError> {
         let mut by_slot: HashMap<Slot, Vec<&LockKey>> = HashMap::new();
         for &key in keys {
             by_slot
@@ -454,12 +465,67 @@ impl<T: Transport> RedisStore<T> {
         }
         let calls = by_slot
             .into_values()
-            .map(|slot_keys| async move { self.release_keys(&slot_keys, owner).await });
+            .map(|slot_keys| async move { self.release_keys(&slot_keys, owner, announce).await });
         let mut all = true;
         for outcome in futures_util::future::join_all(calls).await {
             all &= outcome?;
         }
         Ok(all)
+    }
+
+    /// Gives back a grant a Redlock try took on this master and did not keep (too few
+    /// masters granted), announced to nobody: the lock was free here only for the try, so no
+    /// waiter was kept out of a lock it could take now, except in a split between waiters,
+    /// which their backoff spreads. Announced, the give-back woke the waiters of the client
+    /// that gave it back, its own request among them: while a minority of masters held the
+    /// lock for a lease, that request tried again at once after each give-back, a try every
+    /// millisecond.
+    pub(crate) async fn give_back(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
+        self.give_back_as(holding, key, owner, None).await
+    }
+
+    /// [`give_back`](Self::give_back) for a multi-key try.
+    pub(crate) async fn give_back_all(
+        &self,
+        keys: &[&LockKey],
+        owner: &str,
+    ) -> Result<bool, LockError> {
+        self.give_back_all_as(keys, owner, None).await
+    }
+
+    /// Releases `owner`'s grant (or seat) at `key`, announced as `announce` says; `true` when
+    /// it was still ours.
+    async fn give_back_as(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+        announce: Option<Announce>,
+    ) -> Result<bool, LockError> {
+        let released: i64 = self
+            .invoke("release", holding.release_call(key, owner, announce))
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// Releases `owner`'s write lock of each of `keys`, announced as `announce` says; `true`
+    /// when every one was still ours.
+    async fn give_back_all_as(
+        &self,
+        keys: &[&LockKey],
+        owner: &str,
+        announce: Option<Announce>,
+    ) -> Result<bool, LockError> {
+        if T::ROUTES_BY_SLOT {
+            self.release_per_slot(keys, owner, announce).await
+        } else {
+            self.release_keys(keys, owner, announce).await
+        }
     }
 }
 
@@ -612,10 +678,8 @@ impl<T: Transport> LockBackend for RedisStore<T> {
         key: &LockKey,
         owner: &str,
     ) -> Result<bool, LockError> {
-        let released: i64 = self
-            .invoke("release", holding.release_call(key, owner, T::ANNOUNCE))
-            .await?;
-        Ok(released == 1)
+        self.give_back_as(holding, key, owner, Some(T::ANNOUNCE))
+            .await
     }
 
     /// One call for every [`MOST_PER_CALL`] leases, on a Cluster per slot, all at once.
@@ -687,10 +751,6 @@ impl<T: Transport> LockBackend for RedisStore<T> {
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
-        if T::ROUTES_BY_SLOT {
-            self.release_per_slot(keys, owner).await
-        } else {
-            self.release_keys(keys, owner).await
-        }
+        self.give_back_all_as(keys, owner, Some(T::ANNOUNCE)).await
     }
 }

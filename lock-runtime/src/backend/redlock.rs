@@ -51,9 +51,11 @@
 //! round's floor is a counter or a master's clock plus one), while a later proposal is at
 //! least its client's clock plus the node timeout. `force_unlock` still raises a majority's
 //! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
-//! rule). Wake-ups come from one subscription on whichever master answers: a release is
+//! rule). Wake-ups come from a subscription on every master that answers: a release is
 //! announced on every master (by the release script where the grant was, by a plain
-//! `PUBLISH` elsewhere); the backoff covers the rest.
+//! `PUBLISH` elsewhere), and a waiter woken by the first master's announcement, refused
+//! because another had not released yet, is woken again by that one's (`wake.rs`); the
+//! backoff covers the rest.
 //!
 //! **Semaphores.** A permit needs more than a majority (the kind's `quorum`): each master counts
 //! at most N holders, and permits taken by bare majorities could admit up to about 2N − 1
@@ -62,7 +64,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -75,7 +77,7 @@ use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, RedisBackend};
-use super::wake::{Announcers, ReleaseListener};
+use super::wake::{Announcer, ReleaseListener};
 use super::{
     AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal, Renewed,
     Try,
@@ -103,7 +105,7 @@ pub(crate) struct RedlockBackend {
     /// No try has warmed up yet: the first waits for every master (up to the connect
     /// timeout), so a replica among them is refused from the start.
     first_use: AtomicBool,
-    /// Wake-ups from whichever master answers: every master announces a release.
+    /// Wake-ups from every master that answers: each announces a release.
     waker: ReleaseListener,
     /// How far ahead of this client's clock a write grant's token is proposed, in
     /// microseconds ([`propose`](Self::propose)): the node timeout, raised by refusals.
@@ -258,10 +260,10 @@ impl RedlockBackend {
             first_use: AtomicBool::new(true),
             lead: AtomicU64::new(micros(node_timeout)),
             waker: ReleaseListener::new(
-                Announcers::Node(Arc::new(Endpoint::AnyOf {
-                    servers: masters.to_vec(),
-                    next: AtomicUsize::new(0),
-                })),
+                masters
+                    .iter()
+                    .map(|master| Announcer::Node(Arc::new(Endpoint::Fixed(master.clone()))))
+                    .collect(),
                 io.clone(),
                 options.connect_timeout,
                 options.response_timeout,
@@ -800,7 +802,8 @@ impl RedlockBackend {
 
 /// One view of a lock from the masters' views: a holder counts when at least `quorum` masters
 /// have its owner token, with the lease that quorum keeps (the `quorum`-th longest of its
-/// remaining leases); the waiting processes are summed (each listens on one master), the fair
+/// remaining leases); the waiting processes are the most any master counts (each listens on
+/// every master it reaches), the fair
 /// waiters are the most any master queues, the writer-waiting mark counts when any master has
 /// it, and the token ceiling is the highest.
 fn merge_views(views: &[RawView], quorum: usize) -> RawView {
@@ -853,7 +856,7 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
         remaining: holders.iter().filter_map(|(_, r)| *r).max(),
         holders,
         writer_waiting: views.iter().any(|view| view.writer_waiting),
-        subscribers: views.iter().map(|view| view.subscribers).sum(),
+        subscribers: views.iter().map(|view| view.subscribers).max().unwrap_or(0),
         // A fair waiter queues on every master it reaches.
         queued: views.iter().map(|view| view.queued).max().unwrap_or(0),
         token_ceiling: views
@@ -982,7 +985,7 @@ impl QuorumTry for Try<'_> {
                     let (master, key, owner) = (master.clone(), key.clone(), owner.clone());
                     async move {
                         match needed {
-                            true => master.release(holding, &key, &owner).await,
+                            true => master.give_back(holding, &key, &owner).await,
                             false => Ok(false),
                         }
                     }
@@ -1071,7 +1074,7 @@ impl QuorumTry for MultiTry<'_> {
                     async move {
                         let keys: Vec<&LockKey> = keys.iter().collect();
                         match needed {
-                            true => master.release_all(&keys, &owner).await,
+                            true => master.give_back_all(&keys, &owner).await,
                             false => Ok(false),
                         }
                     }
@@ -1659,7 +1662,7 @@ mod tests {
             [("a".to_owned(), Some(Duration::from_millis(700)))]
         );
         assert_eq!(merged.remaining, Some(Duration::from_millis(700)));
-        assert_eq!((merged.subscribers, merged.token_ceiling), (3, 20));
+        assert_eq!((merged.subscribers, merged.token_ceiling), (2, 20));
 
         let split = [
             view(w, &[("a", 900)], 0),

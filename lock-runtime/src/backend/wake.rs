@@ -17,8 +17,13 @@
 //! instead of reconnecting on every wait; a waiter tries subscribing again when the pause ends,
 //! within its wait.
 //!
-//! Two kinds of [`Announcers`] carry the subscriptions. On one server: plain pub/sub
-//! (`SUBSCRIBE`) on a connection of its own. On a Redis Cluster a release runs `SPUBLISH` on
+//! Two kinds of [`Announcer`] carry the subscriptions. On one server: plain pub/sub
+//! (`SUBSCRIBE`) on a connection of its own. Redlock listens on each of its masters, a
+//! connection and subscriptions of its own for each (one [`Announcer::Node`] per master): every
+//! master announces a release, and the lock is free to a quorum only once the last master of a
+//! majority has released it, so a waiter woken by the first announcement and refused because
+//! another master had not released yet is woken again by that master's. A client then hears a
+//! release once per master; the extra wake-ups cost at most one try each. On a Redis Cluster a release runs `SPUBLISH` on
 //! the lock's shard, so waiters subscribe with `SSUBSCRIBE` over a RESP3 cluster connection
 //! that routes each command by its channel's slot: **one command per channel**, never one
 //! naming several (across slots that fails with `CROSSSLOT`). The `redis` crate resubscribes
@@ -105,9 +110,10 @@ const UNSUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 struct State {
     channels: Mutex<HashMap<String, Channel>>,
-    /// The pub/sub connection's sink and the channels subscribed on it; one lock serialises
-    /// SUBSCRIBE and UNSUBSCRIBE so they cannot overtake each other.
-    subscriptions: tokio::sync::Mutex<Subscriptions>,
+    /// For each announcer (by its index in [`Inner::announcers`]), the pub/sub connection's sink
+    /// and the channels subscribed on it; one lock per announcer serialises its SUBSCRIBE and
+    /// UNSUBSCRIBE so they cannot overtake each other.
+    subscriptions: Vec<tokio::sync::Mutex<Subscriptions>>,
 }
 
 impl State {
@@ -148,8 +154,8 @@ impl Subscriptions {
     }
 }
 
-/// The servers that announce releases, and how a waker reaches them.
-pub(crate) enum Announcers {
+/// A server (or a cluster) that announces releases, and how a waker reaches it.
+pub(crate) enum Announcer {
     /// Plain pub/sub (`SUBSCRIBE`) on the store's server (for Sentinel, the primary it names
     /// now).
     Node(Arc<Endpoint>),
@@ -158,12 +164,12 @@ pub(crate) enum Announcers {
     Cluster(Vec<ConnectionInfo>),
 }
 
-impl Announcers {
+impl Announcer {
     /// How many times the server that announces has changed ([`Endpoint::moves`]).
     fn moves(&self) -> u64 {
         match self {
-            Announcers::Node(endpoint) => endpoint.moves(),
-            Announcers::Cluster(_) => 0,
+            Announcer::Node(endpoint) => endpoint.moves(),
+            Announcer::Cluster(_) => 0,
         }
     }
 }
@@ -258,8 +264,8 @@ pub(crate) struct ReleaseListener {
 }
 
 struct Inner {
-    /// Where and how to subscribe.
-    announcers: Announcers,
+    /// Where and how to subscribe: every one of them, each with its own connection.
+    announcers: Vec<Announcer>,
     io: Handle,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -287,11 +293,15 @@ enum Side {
 
 impl ReleaseListener {
     pub(crate) fn new(
-        announcers: Announcers,
+        announcers: Vec<Announcer>,
         io: Handle,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
+        let subscriptions = announcers
+            .iter()
+            .map(|_| tokio::sync::Mutex::new(Subscriptions::default()))
+            .collect();
         Self {
             inner: Arc::new(Inner {
                 announcers,
@@ -300,7 +310,7 @@ impl ReleaseListener {
                 response_timeout,
                 state: Arc::new(State {
                     channels: Mutex::new(HashMap::new()),
-                    subscriptions: tokio::sync::Mutex::new(Subscriptions::default()),
+                    subscriptions,
                 }),
             }),
         }
@@ -415,53 +425,68 @@ impl ReleaseListener {
         }
     }
 
-    /// When `channel` is not subscribed because pub/sub is paused after a failure: the end of
-    /// the pause, when subscribing may be tried again. `None` when it is subscribed.
+    /// When `channel` is not subscribed on an announcer because its pub/sub is paused after a
+    /// failure: the earliest end of such a pause, when subscribing may be tried again. `None`
+    /// when it is subscribed on every announcer.
     async fn retry_after_pause(&self, channel: &str) -> Option<Instant> {
-        let subscriptions = self.inner.state.subscriptions.lock().await;
-        if subscriptions.subscribed.contains(channel) {
-            return None;
-        }
-        subscriptions
-            .pause
-            .until
-            .filter(|_| subscriptions.pause.active())
-    }
-
-    /// Whether releases on `channel` reach this client now (its subscription is up), as far
-    /// as can be seen without waiting: `false` while a subscription is being made.
-    pub(crate) fn listening(&self, channel: &str) -> bool {
-        self.inner
-            .state
-            .subscriptions
-            .try_lock()
-            .is_ok_and(|subscriptions| subscriptions.subscribed.contains(channel))
-    }
-
-    /// Starts subscribing to `channel` unless it is known to be subscribed already.
-    fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
-        if let Ok(subscriptions) = self.inner.state.subscriptions.try_lock() {
-            let current = subscriptions.moves == self.inner.announcers.moves();
-            if (current && subscriptions.subscribed.contains(channel))
-                || subscriptions.pause.active()
-            {
-                return None;
+        let mut earliest: Option<Instant> = None;
+        for subscriptions in &self.inner.state.subscriptions {
+            let subscriptions = subscriptions.lock().await;
+            if subscriptions.subscribed.contains(channel) || !subscriptions.pause.active() {
+                continue;
             }
+            if let Some(until) = subscriptions.pause.until {
+                earliest = Some(earliest.map_or(until, |earliest| earliest.min(until)));
+            }
+        }
+        earliest
+    }
+
+    /// Whether releases on `channel` reach this client now (its subscription is up on some
+    /// announcer), as far as can be seen without waiting: `false` while subscriptions are
+    /// being made.
+    pub(crate) fn listening(&self, channel: &str) -> bool {
+        self.inner.state.subscriptions.iter().any(|subscriptions| {
+            subscriptions
+                .try_lock()
+                .is_ok_and(|subscriptions| subscriptions.subscribed.contains(channel))
+        })
+    }
+
+    /// Starts subscribing to `channel` on every announcer where it is not known to be
+    /// subscribed already (nor paused): one task for them all, which ends when each has
+    /// answered or failed.
+    fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
+        let wanted: Vec<usize> = (0..self.inner.announcers.len())
+            .filter(|&at| self.inner.needs_subscribing(at, channel))
+            .collect();
+        if wanted.is_empty() {
+            return None;
         }
         let inner = self.inner.clone();
         let channel = channel.to_owned();
-        Some(
-            self.inner
-                .io
-                .spawn(async move { inner.subscribe(&channel).await }),
-        )
+        Some(self.inner.io.spawn(async move {
+            let subscribing = wanted.iter().map(|&at| inner.subscribe(at, &channel));
+            futures_util::future::join_all(subscribing).await;
+        }))
     }
 }
 
 impl Inner {
-    async fn subscribe(&self, channel: &str) {
-        let mut subscriptions = self.state.subscriptions.lock().await;
-        let moves = self.announcers.moves();
+    /// Whether `channel` may need subscribing on announcer `at`, as far as can be seen without
+    /// waiting (its state busy: yes, the task finds out).
+    fn needs_subscribing(&self, at: usize, channel: &str) -> bool {
+        let Ok(subscriptions) = self.state.subscriptions[at].try_lock() else {
+            return true;
+        };
+        let current = subscriptions.moves == self.announcers[at].moves();
+        !((current && subscriptions.subscribed.contains(channel)) || subscriptions.pause.active())
+    }
+
+    /// Subscribes `channel` on announcer `at`, connecting first if need be.
+    async fn subscribe(&self, at: usize, channel: &str) {
+        let mut subscriptions = self.state.subscriptions[at].lock().await;
+        let moves = self.announcers[at].moves();
         if subscriptions.sink.is_some() && subscriptions.moves != moves {
             tracing::debug!(target: crate::LOG_TARGET, "the primary has moved: wake-ups subscribe on the new one");
             subscriptions.forget();
@@ -471,12 +496,12 @@ impl Inner {
             return;
         }
         if subscriptions.sink.is_none() {
-            match self.connect(subscriptions.generation).await {
+            match self.connect(at, subscriptions.generation).await {
                 Ok((sink, reader)) => {
                     subscriptions.sink = Some(sink);
                     subscriptions.reader = Some(reader);
                     // Read after connecting: the connect asked the sentinels itself.
-                    subscriptions.moves = self.announcers.moves();
+                    subscriptions.moves = self.announcers[at].moves();
                 }
                 Err(err) => {
                     tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release (backoff instead): {err}");
@@ -511,16 +536,17 @@ impl Inner {
 
     /// Connects (this runs on the I/O runtime, so the connection's driver lives there too) and
     /// starts the reader that wakes waiters.
-    async fn connect(&self, generation: u64) -> Result<(Sink, AbortHandle), String> {
+    async fn connect(&self, at: usize, generation: u64) -> Result<(Sink, AbortHandle), String> {
         let (sink, reader) = tokio::time::timeout(self.connect_timeout, async {
-            match &self.announcers {
-                Announcers::Node(endpoint) => {
+            match &self.announcers[at] {
+                Announcer::Node(endpoint) => {
                     let pubsub = endpoint.pubsub().await?;
                     let (sink, stream) = pubsub.split();
-                    let reader = tokio::spawn(read_node(stream, self.state.clone(), generation));
+                    let reader =
+                        tokio::spawn(read_node(stream, self.state.clone(), at, generation));
                     Ok::<_, redis::RedisError>((Sink::Node(sink), reader))
                 }
-                Announcers::Cluster(nodes) => {
+                Announcer::Cluster(nodes) => {
                     let (pushes, received) = tokio::sync::mpsc::unbounded_channel();
                     let connection = ClusterClient::builder(nodes.clone())
                         .use_protocol(redis::ProtocolVersion::RESP3)
@@ -531,7 +557,7 @@ impl Inner {
                         .get_async_connection()
                         .await?;
                     let reader =
-                        tokio::spawn(read_cluster(received, self.state.clone(), generation));
+                        tokio::spawn(read_cluster(received, self.state.clone(), at, generation));
                     Ok((Sink::Cluster(connection), reader))
                 }
             }
@@ -554,8 +580,13 @@ fn wake(state: &State, channel: &[u8], payload: &[u8]) {
     }
 }
 
-/// Reads a plain pub/sub connection until it ends.
-async fn read_node(mut stream: redis::aio::PubSubStream, state: Arc<State>, generation: u64) {
+/// Reads a plain pub/sub connection (of announcer `at`) until it ends.
+async fn read_node(
+    mut stream: redis::aio::PubSubStream,
+    state: Arc<State>,
+    at: usize,
+    generation: u64,
+) {
     while let Some(message) = stream.next().await {
         wake(
             &state,
@@ -563,7 +594,7 @@ async fn read_node(mut stream: redis::aio::PubSubStream, state: Arc<State>, gene
             message.get_payload_bytes(),
         );
     }
-    connection_gone(&state, generation).await;
+    connection_gone(&state, at, generation).await;
 }
 
 /// Reads the pushes of a cluster connection until it is dropped: messages wake waiters; a
@@ -572,6 +603,7 @@ async fn read_node(mut stream: redis::aio::PubSubStream, state: Arc<State>, gene
 async fn read_cluster(
     mut pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
     state: Arc<State>,
+    at: usize,
     generation: u64,
 ) {
     while let Some(push) = pushes.recv().await {
@@ -595,7 +627,7 @@ async fn read_cluster(
                 // Forgetting may wait for a subscribe under way; messages must not.
                 let state = state.clone();
                 tokio::spawn(async move {
-                    let mut subscriptions = state.subscriptions.lock().await;
+                    let mut subscriptions = state.subscriptions[at].lock().await;
                     if subscriptions.generation != generation {
                         return;
                     }
@@ -610,12 +642,12 @@ async fn read_cluster(
             _ => {}
         }
     }
-    connection_gone(&state, generation).await;
+    connection_gone(&state, at, generation).await;
 }
 
-/// The connection is gone: the next wait connects and subscribes again.
-async fn connection_gone(state: &State, generation: u64) {
-    let mut subscriptions = state.subscriptions.lock().await;
+/// Announcer `at`'s connection is gone: the next wait connects and subscribes again.
+async fn connection_gone(state: &State, at: usize, generation: u64) {
+    let mut subscriptions = state.subscriptions[at].lock().await;
     if subscriptions.generation == generation {
         subscriptions.reader = None; // this task, ending anyway
         subscriptions.reset();
@@ -648,18 +680,21 @@ impl Drop for WaitRegistration {
             // UNSUBSCRIBE between two waits, and its next waiter a subscription's round trip.
             tokio::time::sleep(UNSUBSCRIBE_AFTER).await;
             let (state, timeout) = (&inner.state, inner.response_timeout);
-            let mut subscriptions = state.subscriptions.lock().await;
-            // A new waiter may have come meanwhile: it keeps the subscription.
-            if state.channels().contains_key(&name) || !subscriptions.subscribed.remove(&name) {
-                return;
-            }
-            if let Some(sink) = subscriptions.sink.as_mut() {
-                let unsubscribed = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
-                // A cluster channel left subscribed only brings a message nobody waits for.
-                if !matches!(unsubscribed, Ok(Ok(()))) && sink.breaks_on_error() {
-                    subscriptions.reset();
+            let unsubscribing = state.subscriptions.iter().map(|subscriptions| async {
+                let mut subscriptions = subscriptions.lock().await;
+                // A new waiter may have come meanwhile: it keeps the subscription.
+                if state.channels().contains_key(&name) || !subscriptions.subscribed.remove(&name) {
+                    return;
                 }
-            }
+                if let Some(sink) = subscriptions.sink.as_mut() {
+                    let unsubscribed = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
+                    // A cluster channel left subscribed only brings a message nobody waits for.
+                    if !matches!(unsubscribed, Ok(Ok(()))) && sink.breaks_on_error() {
+                        subscriptions.reset();
+                    }
+                }
+            });
+            futures_util::future::join_all(unsubscribing).await;
         });
     }
 }

@@ -177,8 +177,13 @@ impl Holding {
     }
 
     /// The script call that gives `owner`'s grant (or seat) at `key` back, announcing it as
-    /// the store does.
-    pub(crate) fn release_call(self, key: &LockKey, owner: &str, announce: Announce) -> ScriptCall {
+    /// `announce` says: as the store does, or (`None`) to nobody.
+    pub(crate) fn release_call(
+        self,
+        key: &LockKey,
+        owner: &str,
+        announce: Option<Announce>,
+    ) -> ScriptCall {
         let script: &'static LuaScript = match self {
             Holding::Grant(Kind::Write) => &write::RELEASE,
             Holding::Grant(Kind::Read) => &read::RELEASE,
@@ -189,7 +194,9 @@ impl Holding {
         // Every release script takes the lock key, the owner token and how the store
         // announces, then the keys it reaches beside the lock (arguments: `lock_key.lua`).
         let mut call = script.prepare_invoke();
-        call.key(&key.lock).arg(owner).arg(announce.command());
+        call.key(&key.lock)
+            .arg(owner)
+            .arg(Announce::argument(announce));
         match self {
             Holding::Grant(Kind::Write | Kind::Semaphore(_)) => call.arg(key.channel()),
             Holding::Grant(Kind::Read) => call.arg(key.writer_waiting()).arg(key.channel()),

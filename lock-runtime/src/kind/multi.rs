@@ -129,18 +129,18 @@ pub(crate) fn read_acquire_reply(
 }
 
 /// The script call that gives `owner`'s grant of every key in `keys` back (keys that share a
-/// node or a Cluster slot).
+/// node or a Cluster slot), announcing each freed key as `announce` says (`None`: to nobody).
 pub(crate) fn release_call<'k>(
     keys: impl IntoIterator<Item = &'k LockKey>,
     owner: &str,
-    announce: Announce,
+    announce: Option<Announce>,
 ) -> ScriptCall {
     let keys: Vec<&LockKey> = keys.into_iter().collect();
     let mut call = RELEASE.prepare_invoke();
     for key in &keys {
         call.key(&key.lock);
     }
-    call.arg(owner).arg(announce.command());
+    call.arg(owner).arg(Announce::argument(announce));
     for key in &keys {
         call.arg(key.channel());
     }
