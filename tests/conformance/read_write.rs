@@ -194,6 +194,7 @@ async fn a_read_grant_whose_reply_was_lost_leaves_no_reader_entry() {
     assert!(warm.release().await.expect("release"));
 
     // The script runs, its reply is lost with the connection, and the retry cannot connect.
+    let scripts_before = server.script_calls();
     proxy.set_mode(Mode::DropReplies);
     let result = client
         .read_lock("lost-reply")
@@ -202,10 +203,16 @@ async fn a_read_grant_whose_reply_was_lost_leaves_no_reader_entry() {
         .acquire()
         .await;
     assert!(matches!(&result, Err(LockError::Backend(_))), "{result:?}");
-    assert_eq!(
+    // The scenario under test: the read script ran on the server. Its entry is there now,
+    // unless the give-back in the background (a script call too) has already run: a new
+    // connection whose handshake needs no reply gets through the proxy.
+    let (readers, scripts) = (
         server.readers("lost-reply"),
-        1,
-        "the read script ran on the server (the scenario under test)"
+        server.script_calls() - scripts_before,
+    );
+    assert!(
+        readers == 1 || (readers == 0 && scripts >= 2),
+        "the read script did not run on the server: {readers} readers, {scripts} script calls"
     );
     proxy.set_mode(Mode::Pass);
     assert!(

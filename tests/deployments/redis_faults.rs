@@ -450,22 +450,6 @@ fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Script calls the server has executed (`EVALSHA` and `EVAL`), from `INFO commandstats`.
-fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = redis_cmd(server, &["INFO", "commandstats"]);
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_held_leases_are_renewed_in_a_few_batched_requests() {
     let server = RedisServer::start();
@@ -482,10 +466,10 @@ async fn many_held_leases_are_renewed_in_a_few_batched_requests() {
                 .expect("acquire"),
         );
     }
-    let before = script_calls(&server);
+    let before = server.script_calls();
     let held_for = Duration::from_secs(2);
     tokio::time::sleep(held_for).await;
-    let renewal_requests = script_calls(&server) - before;
+    let renewal_requests = server.script_calls() - before;
     assert!(guards.iter().all(|g| g.is_held()), "every lease was kept");
     // One renewal per lock per third of a lease would be 200 * 10 = 2000 requests.
     let unbatched = 200 * (held_for.as_millis() / (lease / 3).as_millis()) as u64;
@@ -560,7 +544,7 @@ async fn one_release_wakes_one_waiter_of_a_client_not_all_of_them() {
         .collect();
     // All 20 have tried once and sleep on their 3 s backoff.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = script_calls(&server);
+    let before = server.script_calls();
     assert!(guard.release().await.expect("release"));
     // Each release wakes one waiter, which takes the lock and releases it, waking the next:
     // 20 handoffs in a chain, far faster than one backoff step.
@@ -569,7 +553,7 @@ async fn one_release_wakes_one_waiter_of_a_client_not_all_of_them() {
         task.await.expect("task");
     }
     let took = started.elapsed();
-    let calls = script_calls(&server) - before;
+    let calls = server.script_calls() - before;
     assert!(took < Duration::from_secs(2), "20 handoffs took {took:?}");
     // 20 acquires + 20 releases, plus a few wasted tries; waking all 20 on every release
     // would be hundreds.

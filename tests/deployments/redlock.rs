@@ -263,25 +263,6 @@ async fn a_grant_takes_a_token_above_counters_pushed_ahead_on_a_majority() {
     assert!(other.release().await.expect("release"));
 }
 
-/// Script calls (`EVAL`, `EVALSHA`) `server` ran since its statistics were reset.
-fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .expect("INFO");
-    ["cmdstat_evalsha", "cmdstat_eval"]
-        .iter()
-        .filter_map(|name| support::info_field(&info, name))
-        .map(|stats| {
-            stats
-                .split(',')
-                .find_map(|stat| stat.strip_prefix("calls="))
-                .and_then(|calls| calls.parse::<u64>().ok())
-                .expect("calls=")
-        })
-        .sum()
-}
-
 /// An uncontended fenced grant is one request to each master: the token is proposed, and no
 /// second round writes it back (at `0f0a22d` the masters that had not handed out the quorum's
 /// largest token ran `raise_fence.lua` after the grant).
@@ -300,7 +281,7 @@ async fn an_uncontended_fenced_grant_is_one_request_to_each_master() {
     }
     let guard = client.lock("job").acquire().await.expect("all up");
     assert!(guard.fencing_token().is_some());
-    let calls: Vec<u64> = masters.iter().map(script_calls).collect();
+    let calls: Vec<u64> = masters.iter().map(RedisServer::script_calls).collect();
     assert_eq!(calls, [1, 1, 1], "script calls per master for one grant");
     assert!(guard.release().await.expect("release"));
 }
@@ -539,11 +520,11 @@ async fn a_release_that_reaches_a_master_late_wakes_the_waiter_when_it_does() {
     .await;
 
     proxy.set_mode(Mode::Stall);
-    let tries_before = script_calls(&masters[2]);
+    let tries_before = masters[2].script_calls();
     let releasing = tokio::spawn(async move { guard.release().await });
     // Master 1 announces the release; the waiter it wakes tries master 2, still held there.
     support::wait_until_async("the woken waiter's try", Duration::from_secs(10), || {
-        let tries = script_calls(&masters[2]) - tries_before;
+        let tries = masters[2].script_calls() - tries_before;
         (tries > 0)
             .then_some(())
             .ok_or_else(|| "no try on master 2 yet".to_owned())
@@ -603,7 +584,7 @@ async fn a_waiter_kept_out_by_a_minority_does_not_wake_itself_by_giving_back() {
         .acquire()
         .await;
     assert!(matches!(warm, Err(LockError::Timeout { .. })), "{warm:?}");
-    let before = script_calls(&masters[1]);
+    let before = masters[1].script_calls();
     let refused = waiter
         .lock("minority")
         .wait(Duration::from_secs(2))
@@ -615,7 +596,7 @@ async fn a_waiter_kept_out_by_a_minority_does_not_wake_itself_by_giving_back() {
     );
     // Each try is a grant and its give-back on master 1; a backoff of 200–400 ms allows about
     // ten tries in 2 s.
-    let calls = script_calls(&masters[1]) - before;
+    let calls = masters[1].script_calls() - before;
     assert!(
         calls <= 40,
         "{calls} script calls on master 1 in a 2 s wait: the waiter did not wait between tries"
@@ -931,7 +912,7 @@ async fn a_fair_waiter_behind_others_waits_though_a_master_where_it_leads_refuse
         .await
         .expect_err("behind a waiter that stays");
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    let tries = script_calls(&masters[1]);
+    let tries = masters[1].script_calls();
     assert!(tries < 100, "{tries} tries in a one-second wait");
 }
 
@@ -1239,7 +1220,7 @@ async fn a_plain_waiter_waits_for_the_holder_though_a_free_master_refuses_its_to
         .await
         .expect_err("held on a majority");
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    let tries = script_calls(&masters[1]);
+    let tries = masters[1].script_calls();
     assert!(tries < 100, "{tries} tries in a one-second wait");
     assert!(held.release().await.expect("release"));
 }

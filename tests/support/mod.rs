@@ -187,6 +187,25 @@ impl RedisServer {
             .query(&mut redis)
             .expect("ZCARD")
     }
+
+    /// Script calls (`EVALSHA` and `EVAL`) the server has run, from `INFO commandstats`.
+    pub fn script_calls(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .expect("INFO commandstats");
+        ["cmdstat_evalsha", "cmdstat_eval"]
+            .iter()
+            .filter_map(|name| info_field(&info, name))
+            .map(|stats| {
+                stats
+                    .split(',')
+                    .find_map(|stat| stat.strip_prefix("calls="))
+                    .and_then(|calls| calls.parse::<u64>().ok())
+                    .expect("calls=")
+            })
+            .sum()
+    }
 }
 
 impl Drop for RedisServer {
