@@ -604,6 +604,42 @@ async fn a_waiter_kept_out_by_a_minority_does_not_wake_itself_by_giving_back() {
     drop(held);
 }
 
+/// A frozen master (SIGSTOP) holds the waker's connection and subscription to it up until they
+/// time out; a waiter's wait still ends when its wait does, not when that connect gives up.
+/// (The waker once waited for that master's subscription state past the wait: 3 s here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_stretch_a_waiters_wait() {
+    let masters = start_masters(3);
+    let slow_to_give_up = Duration::from_secs(3);
+    let config = redlock(&masters)
+        .connect_timeout(slow_to_give_up)
+        .response_timeout(slow_to_give_up);
+    let holder = Client::new(config.clone()).expect("client");
+    let waiter = Client::new(config).expect("client");
+    // The waiter's lock connections are made while every master is up.
+    let warm = waiter.lock("warm").acquire().await.expect("all up");
+    assert!(warm.release().await.expect("release"));
+    let held = holder.lock("frozen-wait").acquire().await.expect("all up");
+
+    masters[2].signal("STOP");
+    let wait = Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let refused = waiter.lock("frozen-wait").wait(wait).acquire().await;
+    let took = started.elapsed();
+    masters[2].signal("CONT");
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    // The wait, and one node timeout (200 ms) for the try that first meets the frozen master;
+    // far less than the 3 s a connect to it or a subscription on it takes to give up.
+    assert!(
+        took < Duration::from_secs(2),
+        "a {wait:?} wait took {took:?}"
+    );
+    assert!(held.release().await.expect("release"));
+}
+
 /// A renewal that a majority neither confirms nor denies (one master lost the grant, one
 /// does not answer in time) is tried again, not taken for a loss: the lease lives on once the
 /// silent master answers again.

@@ -504,18 +504,6 @@ impl Node {
         Ok(refused.is_none())
     }
 
-    /// Announces a release on `channel` without a script (Redlock, on a master that did not
-    /// hold the grant). Best effort: a lost announcement costs a waiter one backoff step.
-    pub(crate) async fn announce(&self, channel: &str) {
-        if let Ok(InUse { mut connection, .. }) = self.in_use().await {
-            let _ = redis::cmd("PUBLISH")
-                .arg(channel)
-                .arg("w")
-                .exec_async(&mut connection)
-                .await;
-        }
-    }
-
     /// Whether a connection is in use (it may still turn out broken).
     pub(crate) fn is_connected(&self) -> bool {
         self.cached(false).is_some()

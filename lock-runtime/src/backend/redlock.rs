@@ -51,10 +51,10 @@
 //! round's floor is a counter or a master's clock plus one), while a later proposal is at
 //! least its client's clock plus the node timeout. `force_unlock` still raises a majority's
 //! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
-//! rule). Wake-ups come from a subscription on every master that answers: a release is
-//! announced on every master (by the release script where the grant was, by a plain
-//! `PUBLISH` elsewhere), and a waiter woken by the first master's announcement, refused
-//! because another had not released yet, is woken again by that one's (`wake.rs`); the
+//! rule). Wake-ups come from a subscription on every master that answers: each master that
+//! held the grant announces its release (the release script), and a waiter woken by the first
+//! master's announcement, refused because another had not released yet, is woken again by
+//! that one's (`wake.rs`); a try that fell short gives back unannounced ([`Undo`]); the
 //! backoff covers the rest.
 //!
 //! **Semaphores.** A permit needs more than a majority (the kind's `quorum`): each master counts
@@ -150,13 +150,21 @@ fn not_awaited<T>(answers: &[Answer<T>]) -> usize {
 /// Where a try that did not stand is undone: on each master that granted it, failed in a way
 /// that leaves it unknown, or was not awaited. The undo waits for the masters that answered
 /// the try; one that was not awaited gets the undo behind the try and is not waited for.
+///
+/// A try that fell short of a quorum gives back without announcing a release
+/// ([`RedisStore::give_back`](super::redis::RedisStore::give_back)): the lock was free on
+/// those masters only for it. One that a quorum granted and that does not stand anyway (too
+/// late, or refused by a master for good) kept everyone else out: its give-back is announced,
+/// as a release is.
 struct Undo {
     /// Per master: (undo it, wait for the undo's answer).
     masters: Vec<(bool, bool)>,
+    /// The give-back is announced to waiters.
+    announced: bool,
 }
 
 impl Undo {
-    fn of<Q: QuorumTry>(answers: &[Answer<Q::Reply>]) -> Self {
+    fn of<Q: QuorumTry>(answers: &[Answer<Q::Reply>], announced: bool) -> Self {
         let masters = answers
             .iter()
             .map(|answer| match answer {
@@ -165,7 +173,7 @@ impl Undo {
                 Answer::NotAwaited => (true, false),
             })
             .collect();
-        Self { masters }
+        Self { masters, announced }
     }
 
     fn any(&self) -> bool {
@@ -981,12 +989,13 @@ impl QuorumTry for Try<'_> {
             .until_decided(
                 timeout,
                 |i, master| {
-                    let needed = undo.needed(i);
+                    let (needed, announced) = (undo.needed(i), undo.announced);
                     let (master, key, owner) = (master.clone(), key.clone(), owner.clone());
                     async move {
-                        match needed {
-                            true => master.give_back(holding, &key, &owner).await,
-                            false => Ok(false),
+                        match (needed, announced) {
+                            (true, true) => master.release(holding, &key, &owner).await,
+                            (true, false) => master.give_back(holding, &key, &owner).await,
+                            (false, _) => Ok(false),
                         }
                     }
                 },
@@ -1069,13 +1078,14 @@ impl QuorumTry for MultiTry<'_> {
             .until_decided(
                 timeout,
                 |i, master| {
-                    let needed = undo.needed(i);
+                    let (needed, announced) = (undo.needed(i), undo.announced);
                     let (master, keys, owner) = (master.clone(), keys.clone(), owner.clone());
                     async move {
                         let keys: Vec<&LockKey> = keys.iter().collect();
-                        match needed {
-                            true => master.give_back_all(&keys, &owner).await,
-                            false => Ok(false),
+                        match (needed, announced) {
+                            (true, true) => master.release_all(&keys, &owner).await,
+                            (true, false) => master.give_back_all(&keys, &owner).await,
+                            (false, _) => Ok(false),
                         }
                     }
                 },
@@ -1357,8 +1367,10 @@ impl RedlockBackend {
             ));
         }
         // Too few grants, too late, or a token to propose again: undo wherever a grant may be
-        // (also where the answer got lost or was not awaited), then report.
-        let undo = Undo::of::<Q>(&answers);
+        // (also where the answer got lost or was not awaited), then report. A quorum's grant
+        // kept the others out: its give-back wakes them, unless this request tries again at
+        // once.
+        let undo = Undo::of::<Q>(&answers, granted >= quorum && !rerun);
         // A second round reuses the owner token: only once every undo of this one has been
         // answered, so that none can run after it and give its grant back. An undo cut short
         // by the request's end finishes in the background (its masters are asked as slow ones
@@ -1438,27 +1450,16 @@ impl LockBackend for RedlockBackend {
         let mut answered = 0;
         let mut released = 0;
         let mut error = None;
-        let mut silent = Vec::new();
-        for (i, answer) in answers.into_iter().enumerate() {
+        // Each master that held the grant announces its release; waiters listen on every
+        // master (`wake.rs`), so the others need not.
+        for answer in answers {
             match answer {
                 Answer::Said(was_ours) => {
                     answered += 1;
                     released += usize::from(was_ours);
-                    if !was_ours {
-                        silent.push(i);
-                    }
                 }
                 Answer::Failed(err) => error = Some(err),
                 Answer::NotAwaited => {}
-            }
-        }
-        // A master that did not hold the grant announced nothing, but waiters may listen
-        // there: announce the release on it too (in the background, off the caller's path).
-        if released > 0 {
-            for i in silent {
-                let (master, channel) = (self.masters[i].clone(), key.channel().clone());
-                self.io
-                    .spawn(async move { master.node().announce(&channel).await });
             }
         }
         // Decided without them, the masters not awaited count as not failed.
@@ -1601,15 +1602,6 @@ impl LockBackend for RedlockBackend {
                 }
                 Answer::Failed(err) => error = Some(err),
                 Answer::NotAwaited => {}
-            }
-        }
-        // Waiters listen on one master, perhaps one that did not hold the grant: announce the
-        // release on every master (in the background, off the caller's path).
-        for master in &self.masters {
-            for key in keys {
-                let (master, channel) = (master.clone(), key.channel().clone());
-                self.io
-                    .spawn(async move { master.node().announce(&channel).await });
             }
         }
         if answered + out < self.quorum() {

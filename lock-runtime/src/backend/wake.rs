@@ -1,7 +1,7 @@
 //! Wake-up on release for the Redis stores. A write release, the last reader's release
 //! while a writer waits, and every semaphore permit's release publish on the lock's `…:released` channel (same hash tag as the lock
-//! key); waiters of this client subscribe to it over one pub/sub connection, made on the
-//! client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
+//! key); waiters of this client subscribe to it over one pub/sub connection per announcing
+//! server (on Redlock, one per master: see below), made on the client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
 //! client, or **all** its waiting readers when no writer of this client waits (a waiting writer
 //! has set the writer-waiting mark, which keeps readers out; readers share the lock, writers
 //! would only collide). A semaphore waiter counts as a writer here: a release frees one permit,
@@ -403,7 +403,10 @@ impl ReleaseListener {
                 if let Some(subscribing) = self.subscribe(&interest.name) {
                     let _ = tokio::time::timeout_at(until, subscribing).await;
                 }
-                match self.retry_after_pause(&interest.name).await {
+                // Bounded too: a subscribe under way on a frozen server holds its state until
+                // it times out, which must not keep this wait past its end.
+                let retry = tokio::time::timeout_at(until, self.retry_after_pause(&interest.name));
+                match retry.await.ok().flatten() {
                     Some(at) if at < until => tokio::time::sleep_until(at).await,
                     _ => break,
                 }
