@@ -412,6 +412,42 @@ async fn a_silent_master_does_not_hold_up_grants() {
     );
 }
 
+/// Starts a request of `waiter` for `name` that waits up to 20 s (its result and when it
+/// ended), and returns once `waiter` listens for the lock's release on each of `live`.
+async fn waiting_on_every_live_master(
+    waiter: &Client,
+    name: &str,
+    live: &[RedisServer],
+) -> tokio::task::JoinHandle<(Result<distlock::LockGuard, LockError>, std::time::Instant)> {
+    let waiting = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        async move {
+            let guard = waiter
+                .lock(&name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            (guard, std::time::Instant::now())
+        }
+    });
+    let channel = format!("distlock:{{{name}}}:released");
+    support::wait_until_async("the waiter to listen", Duration::from_secs(10), || {
+        let listening = live.iter().all(|master| {
+            let (_, count): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut master.connection())
+                .expect("PUBSUB NUMSUB");
+            count > 0
+        });
+        listening
+            .then_some(())
+            .ok_or_else(|| "not subscribed on every live master yet".to_owned())
+    })
+    .await;
+    waiting
+}
+
 /// Every master announces a release, and a waiter listens on every master that answers: with
 /// the first master down, a release still wakes a waiter whose backoff would otherwise keep it
 /// asleep for seconds — also when the first announcement it hears comes before the other
@@ -430,31 +466,7 @@ async fn a_release_wakes_a_waiter_while_the_first_master_is_down() {
         // a release before its first try was refused would find nobody to wake.
         let name = format!("job-{round}");
         let guard = holder.lock(&name).acquire().await.expect("majority up");
-        let waiting = tokio::spawn({
-            let (waiter, name) = (waiter.clone(), name.clone());
-            async move {
-                let guard = waiter
-                    .lock(&name)
-                    .wait(Duration::from_secs(20))
-                    .acquire()
-                    .await;
-                (guard, std::time::Instant::now())
-            }
-        });
-        support::wait_until_async("the waiter to subscribe", Duration::from_secs(10), || {
-            let subscribed = masters[1..].iter().all(|master| {
-                let (_, count): (String, i64) = redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(format!("distlock:{{{name}}}:released"))
-                    .query(&mut master.connection())
-                    .expect("PUBSUB NUMSUB");
-                count > 0
-            });
-            subscribed
-                .then_some(())
-                .ok_or_else(|| "not subscribed on every live master yet".to_owned())
-        })
-        .await;
+        let waiting = waiting_on_every_live_master(&waiter, &name, &masters[1..]).await;
         let released = std::time::Instant::now();
         assert!(guard.release().await.expect("release"));
         let (granted, at) = waiting.await.expect("task");
@@ -493,31 +505,7 @@ async fn a_release_that_reaches_a_master_late_wakes_the_waiter_when_it_does() {
         Client::new(redlock(&masters).backoff(Duration::from_secs(10), Duration::from_secs(10)))
             .expect("client");
     let guard = holder.lock("late").acquire().await.expect("majority up");
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter
-                .lock("late")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await;
-            (guard, std::time::Instant::now())
-        }
-    });
-    support::wait_until_async("the waiter to listen", Duration::from_secs(10), || {
-        let listening = masters[1..].iter().all(|master| {
-            let (_, count): (String, i64) = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg("distlock:{late}:released")
-                .query(&mut master.connection())
-                .expect("PUBSUB NUMSUB");
-            count > 0
-        });
-        listening
-            .then_some(())
-            .ok_or_else(|| "not subscribed on every live master yet".to_owned())
-    })
-    .await;
+    let waiting = waiting_on_every_live_master(&waiter, "late", &masters[1..]).await;
 
     proxy.set_mode(Mode::Stall);
     let tries_before = masters[2].script_calls();
