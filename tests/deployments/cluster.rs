@@ -525,11 +525,7 @@ async fn a_waiter_gets_a_lock_whose_slot_migrates_meanwhile_through_ask_and_move
     let key = lock_key(name);
     let slot = cluster.slot_of(&key);
     let from = cluster.primary_for_slot(slot);
-    let to = *cluster
-        .primaries()
-        .iter()
-        .find(|&&primary| primary != from)
-        .expect("another primary");
+    let to = cluster.another_primary(from);
 
     let held = holder
         .lock(name)
@@ -949,11 +945,7 @@ async fn a_lock_lives_through_a_live_migration_of_its_slot(kind: Kind, name: &st
     let key = lock_key(name);
     let slot = cluster.slot_of(&key);
     let from = cluster.primary_for_slot(slot);
-    let to = *cluster
-        .primaries()
-        .iter()
-        .find(|&&primary| primary != from)
-        .expect("another primary");
+    let to = cluster.another_primary(from);
     let free = name_in_slot(cluster, slot, &format!("{name}:free"), name);
     // `lock_all`'s second key, in another slot (the usual case: names are their own tags).
     let partner = format!("{name}:partner");
@@ -1309,11 +1301,7 @@ async fn renewals_of_locks_sharing_a_slot_go_on_while_the_slot_is_half_moved() {
     }
     let slot = cluster.slot_of(&lock_key(&first));
     let from = cluster.primary_for_slot(slot);
-    let to = *cluster
-        .primaries()
-        .iter()
-        .find(|&&primary| primary != from)
-        .expect("another primary");
+    let to = cluster.another_primary(from);
     let migration = cluster.start_migration(slot, from, to);
     migration.move_named(cluster, &[lock_key(&first)], false);
     // What is tested is time itself: two leases' worth of renewals with the slot half-moved.

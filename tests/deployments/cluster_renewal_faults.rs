@@ -109,11 +109,7 @@ async fn pipelined_renewals_go_on_while_two_of_their_slots_migrate() {
     for (group, keys_moved) in [(split, 2), (moved, 4)] {
         let slot = cluster.slot_of(&lock_key(&group[0]));
         let from = cluster.primary_for_slot(slot);
-        let to = *cluster
-            .primaries()
-            .iter()
-            .find(|&&primary| primary != from)
-            .expect("another primary");
+        let to = cluster.another_primary(from);
         let migration = cluster.start_migration(slot, from, to);
         let keys: Vec<String> = group[..keys_moved].iter().map(|n| lock_key(n)).collect();
         migration.move_named(cluster, &keys, false);
@@ -220,26 +216,8 @@ async fn a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(sickne
         lost.is_empty(),
         "leases of healthy primaries lost: {lost:?}"
     );
+    assert_none_alone_or_split(&records, &ports, &stem);
     let ours = |r: &Record, field: &str| ports_in(r, field).iter().any(|p| ports.contains(p));
-    let alone: Vec<&Record> = records
-        .iter()
-        .filter(|r| {
-            r.name.starts_with("renew:") && r.name.ends_with("sent alone") && ours(r, "nodes")
-        })
-        .collect();
-    assert!(alone.is_empty(), "calls sent alone: {alone:?}");
-    let one_by_one: Vec<&Record> = records
-        .iter()
-        .filter(|r| {
-            r.name.starts_with("renew:")
-                && r.field("leases").is_some()
-                && r.field("first").is_some_and(|name| name.starts_with(&stem))
-        })
-        .collect();
-    assert!(
-        one_by_one.is_empty(),
-        "calls split into a request per lease: {one_by_one:?}"
-    );
     let requests: Vec<&Record> = records
         .iter()
         .filter(|r| r.name.starts_with("renew: one request for") && ours(r, "server"))
@@ -282,6 +260,31 @@ async fn a_frozen_primary_costs_no_request_per_lease_and_no_lease_elsewhere() {
 }
 
 /// How many pipelines (`renew: one request for …`) each of `ports` was sent in `records`.
+/// Asserts that no renewal call to the primaries at `ports` went alone, and none of the locks
+/// named from `stem` had its call split into a request per lease.
+fn assert_none_alone_or_split(records: &[Record], ports: &[u16], stem: &str) {
+    let ours = |r: &Record, field: &str| ports_in(r, field).iter().any(|p| ports.contains(p));
+    let alone: Vec<&Record> = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew:") && r.name.ends_with("sent alone") && ours(r, "nodes")
+        })
+        .collect();
+    assert!(alone.is_empty(), "calls sent alone: {alone:?}");
+    let one_by_one: Vec<&Record> = records
+        .iter()
+        .filter(|r| {
+            r.name.starts_with("renew:")
+                && r.field("leases").is_some()
+                && r.field("first").is_some_and(|name| name.starts_with(stem))
+        })
+        .collect();
+    assert!(
+        one_by_one.is_empty(),
+        "calls split into a request per lease: {one_by_one:?}"
+    );
+}
+
 fn pipelines_to(records: &[Record], ports: &[u16]) -> Vec<usize> {
     ports
         .iter()
@@ -355,26 +358,7 @@ async fn a_cluster_down_costs_no_request_per_call_and_none_per_lease() {
     let healthy: Vec<u16> = cluster.live().iter().map(|&i| cluster.port(i)).collect();
     renewal_rounds(&captured, seen_before, &healthy, ROUNDS).await;
     let records = captured.records().split_off(seen_before);
-    let ours = |r: &Record, field: &str| ports_in(r, field).iter().any(|p| ports.contains(p));
-    let alone: Vec<&Record> = records
-        .iter()
-        .filter(|r| {
-            r.name.starts_with("renew:") && r.name.ends_with("sent alone") && ours(r, "nodes")
-        })
-        .collect();
-    assert!(alone.is_empty(), "calls sent alone: {alone:?}");
-    let one_by_one: Vec<&Record> = records
-        .iter()
-        .filter(|r| {
-            r.name.starts_with("renew:")
-                && r.field("leases").is_some()
-                && r.field("first").is_some_and(|name| name.starts_with(stem))
-        })
-        .collect();
-    assert!(
-        one_by_one.is_empty(),
-        "calls split into a request per lease: {one_by_one:?}"
-    );
+    assert_none_alone_or_split(&records, &ports, stem);
     assert_eq!(
         support::panics::library_panics(),
         panics_before,

@@ -31,6 +31,18 @@ fn lock_keys(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that no master keeps a grant (a lock key of any lock; fencing counters aside).
+fn assert_no_grant_left(masters: &[RedisServer]) {
+    for master in masters {
+        let left = lock_keys(master);
+        assert!(
+            left.is_empty(),
+            "a grant stayed behind on the master at port {}: {left:?}",
+            master.port()
+        );
+    }
+}
+
 fn now_micros() -> u64 {
     u64::try_from(
         SystemTime::now()
@@ -706,13 +718,7 @@ async fn a_corrupt_fencing_counter_is_an_error_that_leaves_no_grant_behind() {
         matches!(&err, LockError::NotALock { holds, .. } if holds == "list"),
         "{err:?}"
     );
-    for master in &masters {
-        assert!(
-            lock_keys(master).is_empty(),
-            "the failed grant must not stay behind: {:?}",
-            lock_keys(master)
-        );
-    }
+    assert_no_grant_left(&masters);
 }
 
 /// A frozen master (SIGSTOP: it keeps its connections and takes requests, and answers none)
@@ -883,13 +889,7 @@ async fn a_fencing_counter_past_2_pow_53_is_refused_at_once_with_what_to_do() {
         );
         assert!(took < Duration::from_secs(2), "{key}: took {took:?}");
     }
-    for master in &masters {
-        assert!(
-            lock_keys(master).is_empty(),
-            "the refused grant must not stay behind: {:?}",
-            lock_keys(master)
-        );
-    }
+    assert_no_grant_left(&masters);
 }
 
 /// A fair waiter behind another waiter on a majority of masters waits as a waiter behind
@@ -1024,13 +1024,7 @@ async fn a_read_lock_or_a_semaphore_over_someone_elses_counter_key_fails_at_once
             );
         }
     }
-    for master in &masters {
-        assert!(
-            lock_keys(master).is_empty(),
-            "no grant may stay behind: {:?}",
-            lock_keys(master)
-        );
-    }
+    assert_no_grant_left(&masters);
 }
 
 /// A counter key holding a string that Lua also reads as a number but that no distlock
@@ -1089,13 +1083,7 @@ async fn a_counter_key_holding_a_number_not_written_by_distlock_is_not_a_lock() 
             assert_eq!((kept.as_str(), ttl), (foreign, -1), "left as it was");
         }
     }
-    for master in &masters {
-        assert!(
-            lock_keys(master).is_empty(),
-            "no grant may stay behind: {:?}",
-            lock_keys(master)
-        );
-    }
+    assert_no_grant_left(&masters);
 }
 
 /// A read lock over a counter at 2^53 or more (on one master) is refused at once with
@@ -1125,13 +1113,7 @@ async fn a_read_lock_over_a_fencing_counter_past_2_pow_53_is_refused_at_once() {
         "took {:?}",
         started.elapsed()
     );
-    for master in &masters {
-        assert!(
-            lock_keys(master).is_empty(),
-            "the refused grant must not stay behind: {:?}",
-            lock_keys(master)
-        );
-    }
+    assert_no_grant_left(&masters);
 }
 
 /// `force_unlock` over a counter at 2^53 or more on one master is refused with

@@ -156,6 +156,14 @@ impl RedisCluster {
             .collect()
     }
 
+    /// A running primary other than `than` (to move a slot of `than`'s to).
+    pub fn another_primary(&self, than: usize) -> usize {
+        self.primaries()
+            .into_iter()
+            .find(|&primary| primary != than)
+            .expect("another primary")
+    }
+
     /// The indices of the running replicas.
     pub fn replicas(&self) -> Vec<usize> {
         self.live()

@@ -594,21 +594,35 @@ mod refusals_tests {
         AcquireReply::TooLow(TooLow { hint: 2, clock: 1 })
     }
 
+    /// A fair try's refusal by a master where others are ahead of it, at place 7.
+    fn behind() -> AcquireReply {
+        AcquireReply::Queued {
+            place: 7,
+            behind: true,
+            remaining: None,
+        }
+    }
+
+    fn held(seconds: u64) -> AcquireReply {
+        AcquireReply::Held(Some(Duration::from_secs(seconds)))
+    }
+
+    /// The refusals of one try, counted from each master's reply.
+    fn counted(replies: &[AcquireReply]) -> Refusals {
+        let mut refusals = Refusals::default();
+        for reply in replies {
+            refusals.count(reply);
+        }
+        refusals
+    }
+
     /// A fair try whose token a majority refused as too low was at their queues' head: it
     /// tries again at once, not reported behind others; one behind others on a majority
     /// waits as one, however many masters refused its token.
     #[test]
     fn a_fair_try_refused_as_too_low_by_a_majority_is_at_the_head_and_tries_again_at_once() {
-        let mut refusals = Refusals::default();
-        refusals.count(&too_low());
-        refusals.count(&too_low());
-        refusals.count(&AcquireReply::Queued {
-            place: 7,
-            behind: true,
-            remaining: None,
-        });
         assert_eq!(
-            refusals.reply(0, 2),
+            counted(&[too_low(), too_low(), behind()]).reply(0, 2),
             AcquireReply::Queued {
                 place: 7,
                 behind: false,
@@ -617,55 +631,27 @@ mod refusals_tests {
         );
 
         // One master's too-low refusal and one grant make the quorum's head too.
-        let mut refusals = Refusals::default();
-        refusals.count(&too_low());
-        refusals.count(&AcquireReply::Queued {
-            place: 7,
-            behind: true,
-            remaining: None,
-        });
         assert!(matches!(
-            refusals.reply(1, 2),
+            counted(&[too_low(), behind()]).reply(1, 2),
             AcquireReply::Queued { behind: false, .. }
         ));
 
         // Behind others on a majority is behind.
-        let mut refusals = Refusals::default();
-        refusals.count(&too_low());
-        for _ in 0..2 {
-            refusals.count(&AcquireReply::Queued {
-                place: 7,
-                behind: true,
-                remaining: None,
-            });
-        }
         assert_eq!(
-            refusals.reply(0, 2),
-            AcquireReply::Queued {
-                place: 7,
-                behind: true,
-                remaining: None,
-            },
+            counted(&[too_low(), behind(), behind()]).reply(0, 2),
+            behind(),
             "a waiter behind others waits as one, not again at once"
         );
 
         // Not fair: held for no time when the refusals of the token and the grants make a
         // quorum, for the holder's lease when the holder has too many masters for that.
-        let mut refusals = Refusals::default();
-        refusals.count(&AcquireReply::Held(Some(Duration::from_secs(3))));
-        refusals.count(&too_low());
         assert_eq!(
-            refusals.reply(1, 2),
+            counted(&[held(3), too_low()]).reply(1, 2),
             AcquireReply::Held(Some(Duration::ZERO))
         );
-        let mut refusals = Refusals::default();
-        refusals.count(&too_low());
-        for _ in 0..2 {
-            refusals.count(&AcquireReply::Held(Some(Duration::from_secs(3))));
-        }
         assert_eq!(
-            refusals.reply(0, 2),
-            AcquireReply::Held(Some(Duration::from_secs(3))),
+            counted(&[too_low(), held(3), held(3)]).reply(0, 2),
+            held(3),
             "held on a majority: wait for the holder, not again at once"
         );
     }
