@@ -397,6 +397,23 @@ impl AclUser<'_> {
             .query(&mut self.cluster.connection_to(node))
             .unwrap_or_else(|err| panic!("ACL SETUSER on node {node}: {err}"));
     }
+
+    /// A client of the cluster logged in as this user with `first-password`, seeded with node
+    /// `seed_node`, its cluster connection made now (the per-primary ones come at the first
+    /// renewal).
+    async fn client(&self, seed_node: usize) -> Client {
+        let client = Client::new(
+            Config::cluster(urls_from(
+                self.cluster,
+                seed_node,
+                Some((&self.name, "first-password")),
+            ))
+            .expect("urls"),
+        )
+        .expect("client");
+        client.ping().await.expect("ping");
+        client
+    }
 }
 
 impl Drop for AclUser<'_> {
@@ -428,17 +445,8 @@ async fn batching_refused_by_the_primaries_warns_once_and_comes_back_by_itself()
     let seed = cluster.port(seed_node);
     let ours = |r: &Record| port_in(r, "seed") == Some(seed);
     let lease = Duration::from_millis(900);
-    let client = Client::new(
-        Config::cluster(urls_from(
-            cluster,
-            seed_node,
-            Some((&user.name, "first-password")),
-        ))
-        .expect("urls"),
-    )
-    .expect("client");
     // The cluster connection logs in now; the per-primary ones only at the first renewal.
-    client.ping().await.expect("ping");
+    let client = user.client(seed_node).await;
     user.set(&["resetpass", ">second-password"]);
     let seen_before = captured.records().len();
     let names: Vec<String> = (0..30)
@@ -536,24 +544,11 @@ async fn batching_off_for_one_primary_stays_off_though_rounds_that_miss_it_work(
     };
     user.set(&["reset", "on", ">first-password", "~*", "&*", "+@all"]);
     let culprit = cluster.primaries()[0];
-    let seed_node = cluster
-        .primaries()
-        .into_iter()
-        .find(|&p| p != culprit)
-        .expect("another primary");
+    let seed_node = cluster.another_primary(culprit);
     let seed = cluster.port(seed_node);
     let ours = |r: &Record| port_in(r, "seed") == Some(seed);
     let (long, short) = (Duration::from_secs(3), Duration::from_millis(450));
-    let client = Client::new(
-        Config::cluster(urls_from(
-            cluster,
-            seed_node,
-            Some((&user.name, "first-password")),
-        ))
-        .expect("urls"),
-    )
-    .expect("client");
-    client.ping().await.expect("ping");
+    let client = user.client(seed_node).await;
     user.set_on(culprit, &["resetpass", ">second-password"]);
     let on_culprit =
         |name: &String| cluster.primary_for_key(&format!("distlock:{{{name}}}")) == culprit;
