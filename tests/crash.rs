@@ -820,9 +820,9 @@ async fn record(recorder: &mut redis::aio::MultiplexedConnection, event: String)
 
 /// A campaigner process: observes the election (logging each leader it sees, `O:pid:epoch`),
 /// and campaigns; while it leads it appends `pid:epoch` to the fenced list `accepted` every
-/// 50 ms through the fenced-write helper with its epoch (logging `L` when it starts to lead,
-/// `W`/`R` for each write accepted or refused as stale, `X` when the leadership is lost), and
-/// campaigns again once it is lost.
+/// 50 ms through the fenced-write helper with its epoch, and once more when it learns the
+/// leadership is lost (logging `L` when it starts to lead, `W`/`R` for each write accepted or
+/// refused as stale, `X` when the leadership is lost), and campaigns again once it is lost.
 fn campaign_until_killed(store: &str) {
     let recorder_url = std::env::var(RECORDER_ENV).expect("the recorder's URL");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -860,14 +860,15 @@ fn campaign_until_killed(store: &str) {
             let epoch = leadership.epoch();
             record(&mut recorder, format!("L:{pid}:{epoch}:{}", now_micros())).await;
             loop {
-                // The write first when both are ready: a leader frozen past its term writes
-                // once more on waking before it learns it was deposed, as a real one may;
-                // the fence must refuse that write.
-                tokio::select! {
+                // A loss ends the loop after one more write: the write a leader had on its way
+                // when it was paused past its term reaches the resource late, as a real one's
+                // may. The fence must refuse it. (Which a frozen leader sees first on waking,
+                // its timer or its loss, is a race between threads: the write cannot wait on it.)
+                let lost = tokio::select! {
                     biased;
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
-                    () = leadership.lost() => break,
-                }
+                    () = tokio::time::sleep(Duration::from_millis(50)) => false,
+                    () = leadership.lost() => true,
+                };
                 let write = distlock::fenced::pipe("accepted", epoch)
                     .cmd(
                         redis::cmd("RPUSH")
@@ -877,15 +878,20 @@ fn campaign_until_killed(store: &str) {
                     .query_async::<(u64,)>(&mut recorder)
                     .await;
                 let what = match write {
-                    Ok(outcome) if outcome.is_applied() => "W",
-                    Ok(_) => "R",
-                    Err(_) => continue,
+                    Ok(outcome) if outcome.is_applied() => Some("W"),
+                    Ok(_) => Some("R"),
+                    Err(_) => None,
                 };
-                record(
-                    &mut recorder,
-                    format!("{what}:{pid}:{epoch}:{}", now_micros()),
-                )
-                .await;
+                if let Some(what) = what {
+                    record(
+                        &mut recorder,
+                        format!("{what}:{pid}:{epoch}:{}", now_micros()),
+                    )
+                    .await;
+                }
+                if lost {
+                    break;
+                }
             }
             record(&mut recorder, format!("X:{pid}:{epoch}:{}", now_micros())).await;
         }
