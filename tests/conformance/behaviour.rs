@@ -86,7 +86,7 @@ crate::support::stores::on_every_store!(
     one_readers_expiry_or_release_never_frees_another,
     a_waiting_writer_keeps_new_readers_out,
     read_grants_carry_a_token_between_the_write_tokens_around_them,
-    a_writer_gets_in_within_300ms_under_fifty_tasks_of_overlapping_reads,
+    a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads,
     the_lock_and_write_lock_are_the_same_lock,
     grants_without_fencing_exclude_each_other_and_carry_no_token,
 );
@@ -339,14 +339,18 @@ async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness, mode: LockM
         .acquire()
         .await
         .expect("acquire");
+    // Connected before the clock starts: the bound is for the try, not a Cluster's or
+    // Redlock's first connections.
+    let client = h.client();
+    assert!(client.is_locked("once").await.expect("is_locked"));
     let started = Instant::now();
-    let result = h.client().lock("once").wait(Duration::ZERO).acquire().await;
+    let result = client.lock("once").wait(Duration::ZERO).acquire().await;
     assert!(
         matches!(result, Err(LockError::Timeout { .. })),
         "{result:?}"
     );
     assert!(
-        started.elapsed() < Duration::from_millis(250),
+        started.elapsed() < Duration::from_millis(500),
         "{:?}",
         started.elapsed()
     );
@@ -704,7 +708,7 @@ async fn read_grants_carry_a_token_between_the_write_tokens_around_them(h: Harne
     c.release().await.expect("release");
 }
 
-async fn a_writer_gets_in_within_300ms_under_fifty_tasks_of_overlapping_reads(h: Harness) {
+async fn a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads(h: Harness) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
     let clients: Vec<Client> = (0..5).map(|_| h.client()).collect();
@@ -753,8 +757,10 @@ async fn a_writer_gets_in_within_300ms_under_fifty_tasks_of_overlapping_reads(h:
     for reader in readers {
         reader.await.expect("reader task");
     }
+    // Its wait is the readers' 20 ms and a wake-up; the bound is for a loaded machine (a
+    // starved writer would wait out its 10 s).
     assert!(
-        slowest <= Duration::from_millis(300),
+        slowest <= Duration::from_secs(1),
         "a writer waited {slowest:?} among 50 overlapping readers"
     );
 }

@@ -243,7 +243,7 @@ async fn a_timed_out_acquire_is_cleaned_up_after(key: &str, stall: Duration) {
     let lock_key = format!("distlock:{{{key}}}");
     let started = Instant::now();
     loop {
-        let granted = command_calls(&server, "set");
+        let granted = server.command_calls(&["set"]);
         let lock: i64 = redis_cmd(&server, &["EXISTS", &lock_key]);
         if granted == 2 && lock == 0 {
             return;
@@ -441,15 +441,6 @@ async fn fencing_tokens_keep_increasing_when_the_counter_comes_back_stale() {
     );
 }
 
-/// Calls of `command` the server has executed, from `INFO commandstats`.
-fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = redis_cmd(server, &["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_held_leases_are_renewed_in_a_few_batched_requests() {
     let server = RedisServer::start();
@@ -492,12 +483,15 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
     let holder = client_for(&server);
     let waiter = Client::new(slow).expect("client");
     for round in 0..5 {
-        let guard = holder.lock("handoff").acquire().await.expect("acquire");
+        // A lock per round: the subscription a round leaves behind (kept a while after its
+        // last waiter) must not pass for this round's waiter's.
+        let name = format!("handoff-{round}");
+        let guard = holder.lock(&name).acquire().await.expect("acquire");
         let waiting = tokio::spawn({
-            let waiter = waiter.clone();
+            let (waiter, name) = (waiter.clone(), name.clone());
             async move {
                 let guard = waiter
-                    .lock("handoff")
+                    .lock(&name)
                     .wait(Duration::from_secs(10))
                     .acquire()
                     .await
@@ -505,8 +499,16 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
                 (Instant::now(), guard)
             }
         });
-        // Let the waiter try once, subscribe and go to sleep for its 2 s backoff.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The waiter subscribes once its first try is refused, then sleeps its 2 s backoff.
+        let channel = format!("distlock:{{{name}}}:released");
+        support::wait_until_async("the waiter subscribed", Duration::from_secs(10), || {
+            let counts: Vec<redis::Value> = redis_cmd(&server, &["PUBSUB", "NUMSUB", &channel]);
+            match counts.get(1) {
+                Some(redis::Value::Int(count)) if *count >= 1 => Ok(()),
+                other => Err(format!("{channel}: {other:?}")),
+            }
+        })
+        .await;
         assert!(guard.release().await.expect("release"));
         let released = Instant::now();
         let (granted, next) = waiting.await.expect("task");
@@ -847,7 +849,7 @@ async fn a_user_without_multi_or_exec_locks_with_the_script_and_no_set_runs_alon
             assert_eq!(exists, 0, "without {refused}: freed by the release");
         }
         // No transaction was ever begun: no `SET` ran outside one.
-        assert_eq!(command_calls(&server, "multi"), 0, "without {refused}");
+        assert_eq!(server.command_calls(&["multi"]), 0, "without {refused}");
         let denied = acl_denials(&server);
         assert!(
             denied
@@ -898,7 +900,7 @@ async fn a_user_that_loses_multi_while_connected_goes_on_locking_with_the_script
     let client = acl_client(&url);
     let guard = client.lock("t").acquire().await.expect("acquire");
     assert!(guard.release().await.expect("release"));
-    let transactions = command_calls(&server, "multi");
+    let transactions = server.command_calls(&["multi"]);
     assert!(transactions >= 2, "the probe's and the first try's MULTI");
     // The operator takes MULTI away and closes the user's connections: the client's first try
     // was picked as a transaction, and meets a connection that may not send one.
@@ -917,7 +919,7 @@ async fn a_user_that_loses_multi_while_connected_goes_on_locking_with_the_script
         assert_eq!(exists, 0, "round {round}: freed by the release");
     }
     assert_eq!(
-        command_calls(&server, "multi"),
+        server.command_calls(&["multi"]),
         transactions,
         "no MULTI ran after it was taken away"
     );

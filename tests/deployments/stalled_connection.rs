@@ -90,9 +90,10 @@ async fn a_stalled_connection_fires_lost_before_the_server_side_key_expires() {
     let a = client_through(&proxy);
     let mut redis = server.connection();
     let key = lock_key("stalled");
-    // Long enough that the margin the library keeps for clock drift (1% + 2 ms) dwarfs the
-    // scheduling delays of a busy test machine.
-    let lease = Duration::from_secs(3);
+    // Long enough that the margin the library keeps for clock drift (1% + 2 ms: 82 ms here)
+    // dwarfs the delay, on a busy 2-core machine, between the deadline passing and this task
+    // running to read the clock (32 ms, with a 3 s lease, was too little at times).
+    let lease = Duration::from_secs(8);
 
     let acquired_at = Instant::now();
     let guard = a

@@ -190,13 +190,19 @@ impl RedisServer {
 
     /// Script calls (`EVALSHA` and `EVAL`) the server has run, from `INFO commandstats`.
     pub fn script_calls(&self) -> u64 {
+        self.command_calls(&["evalsha", "eval"])
+    }
+
+    /// Calls of the `commands` (lower case, as `INFO commandstats` names them) the server has
+    /// run, added up.
+    pub fn command_calls(&self, commands: &[&str]) -> u64 {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query(&mut self.connection())
             .expect("INFO commandstats");
-        ["cmdstat_evalsha", "cmdstat_eval"]
+        commands
             .iter()
-            .filter_map(|name| info_field(&info, name))
+            .filter_map(|command| info_field(&info, &format!("cmdstat_{command}")))
             .map(|stats| {
                 stats
                     .split(',')

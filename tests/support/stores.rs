@@ -86,8 +86,10 @@ impl Harness {
         let config = Config::redlock(masters.iter().map(RedisServer::url))
             .expect("valid urls")
             .key_prefix(&prefix)
-            // Many tests run at once on two cores: allow for scheduling delays.
-            .node_timeout(Duration::from_millis(200));
+            // Many tests run at once on two cores: allow for scheduling delays (a semaphore's
+            // release needs every master to answer within the timeout). No test stops or
+            // freezes these shared masters.
+            .node_timeout(Duration::from_secs(1));
         let nodes = Nodes::Masters(masters.iter().map(RedisServer::url).collect());
         Self::tuned(config, None, true, prefix, nodes)
     }
