@@ -501,14 +501,13 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
         });
         // The waiter subscribes once its first try is refused, then sleeps its 2 s backoff.
         let channel = format!("distlock:{{{name}}}:released");
-        support::wait_until_async(
-            "the waiter subscribed",
-            Duration::from_secs(10),
-            || match server.subscribers(&channel) {
-                0 => Err(format!("no subscriber to {channel}")),
-                _ => Ok(()),
-            },
-        )
+        support::wait_until_async("the waiter subscribed", Duration::from_secs(10), || {
+            let counts: Vec<redis::Value> = redis_cmd(&server, &["PUBSUB", "NUMSUB", &channel]);
+            match counts.get(1) {
+                Some(redis::Value::Int(count)) if *count >= 1 => Ok(()),
+                other => Err(format!("{channel}: {other:?}")),
+            }
+        })
         .await;
         assert!(guard.release().await.expect("release"));
         let released = Instant::now();

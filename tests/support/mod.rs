@@ -188,16 +188,6 @@ impl RedisServer {
             .expect("ZCARD")
     }
 
-    /// How many connections are subscribed to `channel` (`PUBSUB NUMSUB`).
-    pub fn subscribers(&self, channel: &str) -> i64 {
-        let (_, count): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query(&mut self.connection())
-            .expect("PUBSUB NUMSUB");
-        count
-    }
-
     /// Script calls (`EVALSHA` and `EVAL`) the server has run, from `INFO commandstats`.
     pub fn script_calls(&self) -> u64 {
         self.command_calls(&["evalsha", "eval"])

@@ -6,11 +6,10 @@
 //! while losing their replies ([`Mode::DropReplies`]). Apart from the mode, it can hold just
 //! the connections open now ([`Proxy::hold_current_connections`]) while new ones pass, send
 //! new connections to another server ([`Proxy::retarget`]), and cut any connection that sends
-//! a given command ([`Proxy::cut_connections_sending`]), hold every reply for a while before
-//! passing it on ([`Proxy::delay_replies`]): a slow network or server, and hold one kind of
-//! request for a while ([`Proxy::delay_requests_sending`]). It runs on its own thread with its
-//! own small tokio runtime, so a test's runtime (or a blocking call in it) cannot slow the
-//! relay down, and everything it started stops when the [`Proxy`] is dropped.
+//! a given command ([`Proxy::cut_connections_sending`]), and hold every reply for a while
+//! before passing it on ([`Proxy::delay_replies`]): a slow network or server. It runs on its own thread
+//! with its own small tokio runtime, so a test's runtime (or a blocking call in it) cannot slow
+//! the relay down, and everything it started stops when the [`Proxy`] is dropped.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
@@ -68,10 +67,6 @@ type CutOn = Arc<Mutex<Option<Vec<u8>>>>;
 /// How long each chunk of replies is held before it is passed on, in microseconds (0: none).
 type ReplyDelay = Arc<AtomicU64>;
 
-/// Bytes that, seen in a request, make the proxy hold that chunk for a while before passing
-/// it on.
-type DelayOn = Arc<Mutex<Option<(Vec<u8>, std::time::Duration)>>>;
-
 /// A running proxy; see the [module documentation](self). Start it with
 /// [`Proxy::start`]`(server.port())`, give the client under test [`Proxy::url`], and switch
 /// faults on and off with [`Proxy::set_mode`].
@@ -81,7 +76,6 @@ pub struct Proxy {
     held_through: watch::Sender<u64>,
     target: Arc<AtomicU16>,
     cut_on: CutOn,
-    delay_on: DelayOn,
     reply_delay: ReplyDelay,
     accepted: Arc<AtomicU64>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -115,8 +109,6 @@ impl Proxy {
         let targets = target.clone();
         let cut_on = CutOn::default();
         let cuts = cut_on.clone();
-        let delay_on = DelayOn::default();
-        let request_delays = delay_on.clone();
         let reply_delay = ReplyDelay::default();
         let delays = reply_delay.clone();
 
@@ -137,11 +129,7 @@ impl Proxy {
                         return;
                     };
                     tokio::select! {
-                        () = accept(listener, targets, modes, holds, Relayed {
-                            cut_on: cuts,
-                            delay_on: request_delays,
-                            reply_delay: delays,
-                        }, counter) => {}
+                        () = accept(listener, targets, modes, holds, cuts, delays, counter) => {}
                         _ = stopped => {}
                     }
                 });
@@ -156,7 +144,6 @@ impl Proxy {
             held_through,
             target,
             cut_on,
-            delay_on,
             reply_delay,
             accepted,
             shutdown: Some(shutdown),
@@ -211,14 +198,6 @@ impl Proxy {
         *self.cut_on.lock().unwrap_or_else(PoisonError::into_inner) = Some(request.to_vec());
     }
 
-    /// Holds every chunk the client sends that contains `request` (say `b"SUBSCRIBE"`) for
-    /// `delay` before passing it on, on every connection, old or new: one kind of request
-    /// reaching the server late. The connection's later chunks wait behind it.
-    pub fn delay_requests_sending(&self, request: &[u8], delay: std::time::Duration) {
-        *self.delay_on.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((request.to_vec(), delay));
-    }
-
     /// Holds every chunk of replies for `delay` before passing it on (zero: none), on every
     /// connection, old or new: a server or network that answers `delay` late. Chunks are
     /// passed on in order, each after its own delay, so replies read together are late
@@ -252,7 +231,8 @@ async fn accept(
     target: Arc<AtomicU16>,
     modes: watch::Receiver<Mode>,
     holds: Hold,
-    relayed: Relayed,
+    cut_on: CutOn,
+    reply_delay: ReplyDelay,
     accepted: Arc<AtomicU64>,
 ) {
     loop {
@@ -273,68 +253,31 @@ async fn accept(
         let faults = Faults {
             modes: modes.clone(),
             holds: holds.clone(),
-            relayed: relayed.clone(),
+            cut_on: cut_on.clone(),
+            reply_delay: reply_delay.clone(),
             id,
         };
         tokio::spawn(relay(client, target, faults));
     }
 }
 
-/// The faults that look at what is relayed: requests to cut a connection on or to hold, and
-/// the replies' delay.
-#[derive(Clone)]
-struct Relayed {
-    cut_on: CutOn,
-    delay_on: DelayOn,
-    reply_delay: ReplyDelay,
-}
-
-/// What one relayed connection watches: the proxy's mode and its hold, what is relayed, and
-/// its own number.
+/// What one relayed connection watches: the proxy's mode and its hold, and its own number.
 #[derive(Clone)]
 struct Faults {
     modes: watch::Receiver<Mode>,
     holds: Hold,
-    relayed: Relayed,
+    cut_on: CutOn,
+    reply_delay: ReplyDelay,
     id: u64,
-}
-
-/// Whether `chunk` contains `request` (never, for an empty one).
-fn contains(chunk: &[u8], request: &[u8]) -> bool {
-    !request.is_empty() && chunk.windows(request.len()).any(|w| w == request)
 }
 
 impl Faults {
     /// Whether `chunk` sent by the client is one the proxy cuts the connection on.
     fn cuts(&self, chunk: &[u8]) -> bool {
-        let cut_on = self
-            .relayed
-            .cut_on
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        cut_on
-            .as_deref()
-            .is_some_and(|request| contains(chunk, request))
-    }
-
-    /// How long to hold `chunk`, going `direction`, before passing it on.
-    fn delay(&self, chunk: &[u8], direction: Direction) -> std::time::Duration {
-        match direction {
-            Direction::ToClient => {
-                std::time::Duration::from_micros(self.relayed.reply_delay.load(Ordering::SeqCst))
-            }
-            Direction::ToServer => {
-                let delay_on = self
-                    .relayed
-                    .delay_on
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                match delay_on.as_ref() {
-                    Some((request, delay)) if contains(chunk, request) => *delay,
-                    _ => std::time::Duration::ZERO,
-                }
-            }
-        }
+        let cut_on = self.cut_on.lock().unwrap_or_else(PoisonError::into_inner);
+        cut_on.as_deref().is_some_and(|request| {
+            !request.is_empty() && chunk.windows(request.len()).any(|w| w == request)
+        })
     }
 }
 
@@ -384,12 +327,12 @@ async fn pump(
         if direction == Direction::ToServer && faults.cuts(&buffer[..read]) {
             return;
         }
-        let delay = faults.delay(&buffer[..read], direction);
-        if !delay.is_zero() {
+        let delay = faults.reply_delay.load(Ordering::SeqCst);
+        if direction == Direction::ToClient && delay > 0 {
             tokio::select! {
                 biased;
                 () = cut(&mut faults.modes) => return,
-                () = tokio::time::sleep(delay) => {}
+                () = tokio::time::sleep(std::time::Duration::from_micros(delay)) => {}
             }
         }
         // A stall that began during the read holds this chunk here.

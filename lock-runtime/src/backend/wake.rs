@@ -8,9 +8,7 @@
 //! so each client wakes one of its waiters for it. A fair lock's release names the head of its
 //! queue (`f:` and its waiter id): only that waiter wakes, in whichever client it waits; any
 //! other release also wakes one of the client's fair waiters. So a handoff costs about one round
-//! trip and many writers do not all retry at once. A release announced between a waiter's
-//! refused try and its subscription reaches nobody: a wait that had to subscribe ends once the
-//! subscription is up, so the waiter tries again then (see [`ReleaseListener::wait`]). An election's observers (`election/`)
+//! trip and many writers do not all retry at once. An election's observers (`election/`)
 //! register as observers: every message on the channel wakes each of them, and a new leader's
 //! announcement (`e:` and its epoch) wakes only them. Anything lost here (a message, the
 //! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
@@ -281,10 +279,6 @@ pub(crate) struct WaitRegistration {
     inner: Arc<Inner>,
     name: String,
     side: Side,
-    /// Whether a wait of this registration has already ended early because it had just
-    /// subscribed the channel (see [`ReleaseListener::wait`]): once per registration, so a
-    /// pub/sub connection that keeps failing cannot turn the backoff into a busy loop.
-    ended_on_subscribing: bool,
 }
 
 /// How a waiter of one side of the lock is woken.
@@ -376,23 +370,14 @@ impl ReleaseListener {
             inner: inner.clone(),
             name: channel.to_owned(),
             side,
-            ended_on_subscribing: false,
         }
     }
 
     /// Waits until a release of `interest`'s lock is announced, or `delay` has passed, never
-    /// longer; `true` when a release announcement ended it. Subscribing runs as a task of its
-    /// own on the I/O runtime, so a wait that ends first cannot cut it short and leave a
-    /// subscription nobody tracks.
-    ///
-    /// The first wait of a registration that subscribes the channel itself ends as soon as
-    /// the subscription is up (returning `false`): a release announced between the try that
-    /// was refused and the subscription reached no subscriber, so the caller tries again now
-    /// rather than sleep out its step (Redisson subscribes before its first retry for this).
+    /// longer; `true` when a release announcement ended it. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
+    /// first cannot cut it short and leave a subscription nobody tracks.
     pub(crate) async fn wait(&self, interest: &mut WaitRegistration, delay: Duration) -> bool {
         let until = Instant::now() + delay;
-        let may_end_on_subscribing = !interest.ended_on_subscribing;
-        let mut ended_on_subscribing = false;
         let woken = async {
             match &mut interest.side {
                 Side::Writer(notify) | Side::Fair(_, notify) => notify.notified().await,
@@ -416,11 +401,7 @@ impl ReleaseListener {
             // say) although pub/sub is back.
             loop {
                 if let Some(subscribing) = self.subscribe(&interest.name) {
-                    let subscribed = tokio::time::timeout_at(until, subscribing).await;
-                    if may_end_on_subscribing && matches!(subscribed, Ok(Ok(true))) {
-                        ended_on_subscribing = true;
-                        return;
-                    }
+                    let _ = tokio::time::timeout_at(until, subscribing).await;
                 }
                 // Bounded too: a subscribe under way on a frozen server holds its state until
                 // it times out, which must not keep this wait past its end.
@@ -432,12 +413,10 @@ impl ReleaseListener {
             }
             tokio::time::sleep_until(until).await;
         };
-        let woken = tokio::select! {
+        tokio::select! {
             () = &mut woken => true,
             () = listening => false,
-        };
-        interest.ended_on_subscribing |= ended_on_subscribing;
-        woken
+        }
     }
 
     /// Subscribes `registration`'s channel now, unless it is already, waiting for it at most
@@ -479,8 +458,8 @@ impl ReleaseListener {
 
     /// Starts subscribing to `channel` on every announcer where it is not known to be
     /// subscribed already (nor paused): one task for them all, which ends when each has
-    /// answered or failed, with whether the channel is subscribed on any announcer then.
-    fn subscribe(&self, channel: &str) -> Option<JoinHandle<bool>> {
+    /// answered or failed.
+    fn subscribe(&self, channel: &str) -> Option<JoinHandle<()>> {
         let wanted: Vec<usize> = (0..self.inner.announcers.len())
             .filter(|&at| self.inner.needs_subscribing(at, channel))
             .collect();
@@ -491,8 +470,7 @@ impl ReleaseListener {
         let channel = channel.to_owned();
         Some(self.inner.io.spawn(async move {
             let subscribing = wanted.iter().map(|&at| inner.subscribe(at, &channel));
-            let subscribed = futures_util::future::join_all(subscribing).await;
-            subscribed.into_iter().any(|subscribed| subscribed)
+            futures_util::future::join_all(subscribing).await;
         }))
     }
 }
@@ -508,9 +486,8 @@ impl Inner {
         !((current && subscriptions.subscribed.contains(channel)) || subscriptions.pause.active())
     }
 
-    /// Subscribes `channel` on announcer `at`, connecting first if need be; whether it is
-    /// subscribed there then.
-    async fn subscribe(&self, at: usize, channel: &str) -> bool {
+    /// Subscribes `channel` on announcer `at`, connecting first if need be.
+    async fn subscribe(&self, at: usize, channel: &str) {
         let mut subscriptions = self.state.subscriptions[at].lock().await;
         let moves = self.announcers[at].moves();
         if subscriptions.sink.is_some() && subscriptions.moves != moves {
@@ -519,7 +496,7 @@ impl Inner {
         }
         let wanted = self.state.channels().contains_key(channel);
         if !wanted || subscriptions.pause.active() || subscriptions.subscribed.contains(channel) {
-            return subscriptions.subscribed.contains(channel);
+            return;
         }
         if subscriptions.sink.is_none() {
             match self.connect(at, subscriptions.generation).await {
@@ -532,12 +509,12 @@ impl Inner {
                 Err(err) => {
                     tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release (backoff instead): {err}");
                     subscriptions.pause.failed();
-                    return false;
+                    return;
                 }
             }
         }
         let Some(sink) = subscriptions.sink.as_mut() else {
-            return false;
+            return;
         };
         match tokio::time::timeout(self.response_timeout, sink.subscribe(channel)).await {
             Ok(Ok(())) => {
@@ -558,7 +535,6 @@ impl Inner {
             // Broken or half-open connection: drop it; the next wait connects again.
             Ok(Err(_)) | Err(_) => subscriptions.reset(),
         }
-        subscriptions.subscribed.contains(channel)
     }
 
     /// Connects (this runs on the I/O runtime, so the connection's driver lives there too) and
