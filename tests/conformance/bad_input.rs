@@ -844,6 +844,36 @@ async fn huge_and_zero_config_durations_are_clear_errors_or_work() {
     assert!(guard.release().await.expect("release"));
 }
 
+/// A huge retry interval ([`Config::retry`]) is allowed: after a failure that may pass (here
+/// a connection refused: nothing listens on the port), the request ends with that failure
+/// when the pause would outlast its wait, never with a panic. Shown to panic ("overflow when
+/// adding duration to instant") with the pause added to the clock unchecked.
+#[tokio::test]
+async fn a_huge_retry_interval_ends_a_failing_request_with_its_failure() {
+    let nobody = crate::support::free_port();
+    let config = Config::from_url(&format!("redis://127.0.0.1:{nobody}"))
+        .expect("url")
+        .connect_timeout(Duration::from_millis(500))
+        .retry(3, Duration::MAX);
+    let client = Client::new(config).expect("a huge retry interval is allowed");
+    let started = Instant::now();
+    let err = client
+        .lock("huge-retry")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect_err("nothing listens");
+    assert!(
+        matches!(&err, LockError::Backend(e) if e.kind() == BackendErrorKind::Connection),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 // ---- another application's data at a lock key (issue 23, items 4 and 5) ---------------------
 
 /// Another application's data at a lock's Redis key, one of each type a user may keep there

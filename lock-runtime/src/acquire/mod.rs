@@ -520,7 +520,9 @@ impl Plan {
         // Between half and all of the step, so that clients failing together spread out.
         let step = self.retry_pause;
         let pause = step / 2 + step.mul_f64(fastrand::f64()) / 2;
-        if Instant::now() + pause >= self.deadline {
+        // Checked: a huge retry interval (allowed) must end the request, not overflow the clock.
+        let resumes = Instant::now().checked_add(pause);
+        if resumes.is_none_or(|resumes| resumes >= self.deadline) {
             return Err(err);
         }
         self.retries_left -= 1;
