@@ -473,54 +473,37 @@ impl<T: Transport> RedisStore<T> {
         Ok(all)
     }
 
-    /// Gives back a grant a Redlock try took on this master and did not keep (too few
-    /// masters granted), announced to nobody: the lock was free here only for the try, so no
-    /// waiter was kept out of a lock it could take now, except in a split between waiters,
-    /// which their backoff spreads. Announced, the give-back woke the waiters of the client
-    /// that gave it back, its own request among them: while a minority of masters held the
-    /// lock for a lease, that request tried again at once after each give-back, a try every
+    /// Releases `owner`'s grant (or seat) at `key`, the release announced when `announced`;
+    /// `true` when it was still ours. Unannounced, it is a Redlock try's give-back on a master
+    /// where the try fell short of a quorum (`redlock.rs`, `Undo`): the lock was free there only
+    /// for that try, so no waiter was kept out of a lock it could take now (except in a split
+    /// between waiters, which their backoff spreads). Announced, that give-back woke the waiters
+    /// of the client giving it back, its own request among them: while a minority of masters
+    /// held the lock for a lease, that request tried again after each give-back, a try every
     /// millisecond.
     pub(crate) async fn give_back(
         &self,
         holding: Holding,
         key: &LockKey,
         owner: &str,
+        announced: bool,
     ) -> Result<bool, LockError> {
-        self.give_back_as(holding, key, owner, None).await
-    }
-
-    /// [`give_back`](Self::give_back) for a multi-key try.
-    pub(crate) async fn give_back_all(
-        &self,
-        keys: &[&LockKey],
-        owner: &str,
-    ) -> Result<bool, LockError> {
-        self.give_back_all_as(keys, owner, None).await
-    }
-
-    /// Releases `owner`'s grant (or seat) at `key`, announced as `announce` says; `true` when
-    /// it was still ours.
-    async fn give_back_as(
-        &self,
-        holding: Holding,
-        key: &LockKey,
-        owner: &str,
-        announce: Option<Announce>,
-    ) -> Result<bool, LockError> {
+        let announce = announced.then_some(T::ANNOUNCE);
         let released: i64 = self
             .invoke("release", holding.release_call(key, owner, announce))
             .await?;
         Ok(released == 1)
     }
 
-    /// Releases `owner`'s write lock of each of `keys`, announced as `announce` says; `true`
-    /// when every one was still ours.
-    async fn give_back_all_as(
+    /// [`give_back`](Self::give_back) for `owner`'s write lock of each of `keys`; `true` when
+    /// every one was still ours.
+    pub(crate) async fn give_back_all(
         &self,
         keys: &[&LockKey],
         owner: &str,
-        announce: Option<Announce>,
+        announced: bool,
     ) -> Result<bool, LockError> {
+        let announce = announced.then_some(T::ANNOUNCE);
         if T::ROUTES_BY_SLOT {
             self.release_per_slot(keys, owner, announce).await
         } else {
@@ -678,8 +661,7 @@ impl<T: Transport> LockBackend for RedisStore<T> {
         key: &LockKey,
         owner: &str,
     ) -> Result<bool, LockError> {
-        self.give_back_as(holding, key, owner, Some(T::ANNOUNCE))
-            .await
+        self.give_back(holding, key, owner, true).await
     }
 
     /// One call for every [`MOST_PER_CALL`] leases, on a Cluster per slot, all at once.
@@ -751,6 +733,6 @@ impl<T: Transport> LockBackend for RedisStore<T> {
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
-        self.give_back_all_as(keys, owner, Some(T::ANNOUNCE)).await
+        self.give_back_all(keys, owner, true).await
     }
 }

@@ -152,7 +152,7 @@ fn not_awaited<T>(answers: &[Answer<T>]) -> usize {
 /// the try; one that was not awaited gets the undo behind the try and is not waited for.
 ///
 /// A try that fell short of a quorum gives back without announcing a release
-/// ([`RedisStore::give_back`](super::redis::RedisStore::give_back)): the lock was free on
+/// ([`RedisStore::give_back`](super::redis::RedisStore::give_back), `announced` false): the lock was free on
 /// those masters only for it. One that a quorum granted and that does not stand anyway (too
 /// late, or refused by a master for good) kept everyone else out: its give-back is announced,
 /// as a release is.
@@ -992,10 +992,10 @@ impl QuorumTry for Try<'_> {
                     let (needed, announced) = (undo.needed(i), undo.announced);
                     let (master, key, owner) = (master.clone(), key.clone(), owner.clone());
                     async move {
-                        match (needed, announced) {
-                            (true, true) => master.release(holding, &key, &owner).await,
-                            (true, false) => master.give_back(holding, &key, &owner).await,
-                            (false, _) => Ok(false),
+                        if needed {
+                            master.give_back(holding, &key, &owner, announced).await
+                        } else {
+                            Ok(false)
                         }
                     }
                 },
@@ -1082,10 +1082,10 @@ impl QuorumTry for MultiTry<'_> {
                     let (master, keys, owner) = (master.clone(), keys.clone(), owner.clone());
                     async move {
                         let keys: Vec<&LockKey> = keys.iter().collect();
-                        match (needed, announced) {
-                            (true, true) => master.release_all(&keys, &owner).await,
-                            (true, false) => master.give_back_all(&keys, &owner).await,
-                            (false, _) => Ok(false),
+                        if needed {
+                            master.give_back_all(&keys, &owner, announced).await
+                        } else {
+                            Ok(false)
                         }
                     }
                 },
