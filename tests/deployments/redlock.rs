@@ -1233,3 +1233,136 @@ async fn a_plain_waiter_waits_for_the_holder_though_a_free_master_refuses_its_to
     assert!(tries < 100, "{tries} tries in a one-second wait");
     assert!(held.release().await.expect("release"));
 }
+
+/// A fencing counter on `master` (`None`: none).
+fn counter(master: &RedisServer, key: &str) -> Option<u64> {
+    redis::cmd("GET")
+        .arg(format!("distlock:{{{key}}}:fence"))
+        .query(&mut master.connection())
+        .expect("GET")
+}
+
+/// How long a fencing counter on `master` lives yet, on the master's clock.
+fn counter_ttl(master: &RedisServer, key: &str) -> Duration {
+    let ms: i64 = redis::cmd("PTTL")
+        .arg(format!("distlock:{{{key}}}:fence"))
+        .query(&mut master.connection())
+        .expect("PTTL");
+    Duration::from_millis(u64::try_from(ms).unwrap_or_else(|_| panic!("PTTL {ms}: no expiry")))
+}
+
+/// Issue 35, item 3: counters set by hand just below 2^53 are raised by grants up to 2^53 − 1
+/// and never to 2^53 or past it: the try after that is `FencingCounterTooLarge` naming the
+/// counter, and nothing of the counters changes from then on; the same for `lock_all`. Each
+/// counter's time to live is what the rule needs (until the master's clock passes the token,
+/// and a lease), never without expiry. At `f597559` the third grant wrote 2^53 (its counter
+/// set to live 229 years) and every later try was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let limit = 1u64 << 53;
+    let lease = distlock::DEFAULT_LEASE;
+    for master in &masters {
+        set_counter(master, "near", limit - 3);
+        set_counter(master, "near-a", limit - 4);
+        set_counter(master, "near-b", limit - 3);
+    }
+    // Every counter lives until its master's clock has passed its token, and a lease: no
+    // longer, and not forever.
+    let assert_ttls = |key: &str, token: u64| {
+        let ahead = Duration::from_micros(token - now_micros());
+        for master in &masters {
+            let left = counter_ttl(master, key);
+            assert!(
+                left <= ahead + lease + Duration::from_millis(1),
+                "{key} on master {}: lives {left:?}, past its token ({ahead:?} ahead) and a lease",
+                master.port()
+            );
+        }
+    };
+    let counters = |key: &str| {
+        masters
+            .iter()
+            .map(|master| counter(master, key))
+            .collect::<Vec<_>>()
+    };
+
+    let mut tokens = Vec::new();
+    let err = loop {
+        match client
+            .lock("near")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Ok(guard) => {
+                let token = guard.fencing_token().expect("fenced").get();
+                assert!(guard.release().await.expect("release"));
+                assert!(token < limit, "granted {token}, at or past 2^53");
+                assert_ttls("near", token);
+                tokens.push(token);
+                assert!(tokens.len() <= 2, "tokens {tokens:?}");
+            }
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(tokens, [limit - 2, limit - 1]);
+    let refused_as_too_large = |err: &LockError, key: &str| {
+        matches!(err, LockError::FencingCounterTooLarge { redis_key, value }
+            if *redis_key == format!("distlock:{{{key}}}:fence")
+                && *value == (limit - 1).to_string())
+    };
+    assert!(refused_as_too_large(&err, "near"), "{err:?}");
+    let ttls: Vec<Duration> = masters.iter().map(|m| counter_ttl(m, "near")).collect();
+    for _ in 0..2 {
+        let err = client
+            .lock("near")
+            .wait(Duration::from_secs(1))
+            .acquire()
+            .await
+            .expect_err("no token above 2^53 - 1");
+        assert!(refused_as_too_large(&err, "near"), "{err:?}");
+    }
+    assert_eq!(counters("near"), vec![Some(limit - 1); 3]);
+    for (master, before) in masters.iter().zip(ttls) {
+        assert!(
+            counter_ttl(master, "near") <= before,
+            "a refusal wrote the counter"
+        );
+    }
+
+    // lock_all: both keys take one token each grant, the larger counter's hint.
+    let mut tokens = Vec::new();
+    let err = loop {
+        match client
+            .lock_all(["near-a", "near-b"])
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Ok(guard) => {
+                let token = guard.fencing_token_of("near-a").expect("fenced").get();
+                assert_eq!(
+                    guard.fencing_token_of("near-b").map(|t| t.get()),
+                    Some(token)
+                );
+                assert!(guard.release().await.expect("release"));
+                assert!(token < limit, "granted {token}, at or past 2^53");
+                assert_ttls("near-a", token);
+                assert_ttls("near-b", token);
+                tokens.push(token);
+                assert!(tokens.len() <= 2, "tokens {tokens:?}");
+            }
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(tokens, [limit - 2, limit - 1]);
+    assert!(
+        refused_as_too_large(&err, "near-a") || refused_as_too_large(&err, "near-b"),
+        "{err:?}"
+    );
+    assert_eq!(counters("near-a"), vec![Some(limit - 1); 3]);
+    assert_eq!(counters("near-b"), vec![Some(limit - 1); 3]);
+    assert_no_grant_left(&masters);
+}
