@@ -1464,9 +1464,10 @@ async fn a_master_restarted_empty_a_lease_and_the_token_lead_after_a_grant_hands
 
 /// Issue 35, item 3: counters set by hand just below 2^53 are raised by grants up to 2^53 − 1
 /// and never to 2^53 or past it: the try after that is `FencingCounterTooLarge` naming the
-/// counter, and nothing of the counters changes from then on; the same for `lock_all`. Each
-/// counter's time to live is what the rule needs (until the master's clock passes the token,
-/// and a lease), never without expiry. At `f597559` the third grant wrote 2^53 (its counter
+/// counter, and nothing of the counters changes from then on; the same for a fair lock and
+/// for `lock_all`. Each counter's time to live is what the rule needs (until the master's
+/// clock passes the token, and a lease; whole milliseconds rounded on both ends), never
+/// without expiry. At `f597559` the third grant wrote 2^53 (its counter
 /// set to live 229 years) and every later try was refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
@@ -1476,6 +1477,7 @@ async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
     let lease = distlock::DEFAULT_LEASE;
     for master in &masters {
         set_counter(master, "near", limit - 3);
+        set_counter(master, "near-fair", limit - 3);
         set_counter(master, "near-a", limit - 4);
         set_counter(master, "near-b", limit - 3);
     }
@@ -1486,7 +1488,7 @@ async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
         for master in &masters {
             let left = counter_ttl(master, key);
             assert!(
-                left <= ahead + lease + Duration::from_millis(1),
+                left <= ahead + lease + Duration::from_millis(2),
                 "{key} on master {}: lives {left:?}, past its token ({ahead:?} ahead) and a lease",
                 master.port()
             );
@@ -1499,48 +1501,53 @@ async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
             .collect::<Vec<_>>()
     };
 
-    let mut tokens = Vec::new();
-    let err = loop {
-        match client
-            .lock("near")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-        {
-            Ok(guard) => {
-                let token = guard.fencing_token().expect("fenced").get();
-                assert!(guard.release().await.expect("release"));
-                assert!(token < limit, "granted {token}, at or past 2^53");
-                assert_ttls("near", token);
-                tokens.push(token);
-                assert!(tokens.len() <= 2, "tokens {tokens:?}");
-            }
-            Err(err) => break err,
-        }
-    };
-    assert_eq!(tokens, [limit - 2, limit - 1]);
     let refused_as_too_large = |err: &LockError, key: &str| {
         matches!(err, LockError::FencingCounterTooLarge { redis_key, value }
             if *redis_key == format!("distlock:{{{key}}}:fence")
                 && *value == (limit - 1).to_string())
     };
-    assert!(refused_as_too_large(&err, "near"), "{err:?}");
-    let ttls: Vec<Duration> = masters.iter().map(|m| counter_ttl(m, "near")).collect();
-    for _ in 0..2 {
-        let err = client
-            .lock("near")
-            .wait(Duration::from_secs(1))
-            .acquire()
-            .await
-            .expect_err("no token above 2^53 - 1");
-        assert!(refused_as_too_large(&err, "near"), "{err:?}");
-    }
-    assert_eq!(counters("near"), vec![Some(limit - 1); 3]);
-    for (master, before) in masters.iter().zip(ttls) {
-        assert!(
-            counter_ttl(master, "near") <= before,
-            "a refusal wrote the counter"
-        );
+    let request = |key: &str| {
+        let request = client.lock(key);
+        if key == "near-fair" {
+            request.fair()
+        } else {
+            request
+        }
+    };
+
+    for key in ["near", "near-fair"] {
+        let mut tokens = Vec::new();
+        let err = loop {
+            match request(key).wait(Duration::from_secs(5)).acquire().await {
+                Ok(guard) => {
+                    let token = guard.fencing_token().expect("fenced").get();
+                    assert!(guard.release().await.expect("release"));
+                    assert!(token < limit, "{key}: granted {token}, at or past 2^53");
+                    assert_ttls(key, token);
+                    tokens.push(token);
+                    assert!(tokens.len() <= 2, "{key}: tokens {tokens:?}");
+                }
+                Err(err) => break err,
+            }
+        };
+        assert_eq!(tokens, [limit - 2, limit - 1], "{key}");
+        assert!(refused_as_too_large(&err, key), "{key}: {err:?}");
+        let ttls: Vec<Duration> = masters.iter().map(|m| counter_ttl(m, key)).collect();
+        for _ in 0..2 {
+            let err = request(key)
+                .wait(Duration::from_secs(1))
+                .acquire()
+                .await
+                .expect_err("no token above 2^53 - 1");
+            assert!(refused_as_too_large(&err, key), "{key}: {err:?}");
+        }
+        assert_eq!(counters(key), vec![Some(limit - 1); 3], "{key}");
+        for (master, before) in masters.iter().zip(ttls) {
+            assert!(
+                counter_ttl(master, key) <= before,
+                "{key}: a refusal wrote the counter"
+            );
+        }
     }
 
     // lock_all: both keys take one token each grant, the larger counter's hint.
@@ -1576,4 +1583,63 @@ async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
     assert_eq!(counters("near-a"), vec![Some(limit - 1); 3]);
     assert_eq!(counters("near-b"), vec![Some(limit - 1); 3]);
     assert_no_grant_left(&masters);
+}
+
+/// No counter script writes a proposal at 2^53 or past it, whatever the client sends: the
+/// write and multi-key grants (the scripts as the runtime loads them, run on a master with
+/// no counter, where nothing else would refuse it) answer FENCETOOLARGE with the proposal,
+/// and neither the lock nor the counter is written. At `f597559` both granted it and set
+/// the counter to 2^53.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_at_2_pow_53_is_refused_by_every_script_that_writes_a_counter() {
+    let masters = start_masters(3);
+    let master = &masters[0];
+    let lock_key = include_str!("../../lock-runtime/scripts/lock_key.lua");
+    let write = redis::Script::new(&format!(
+        "{lock_key}\n{}",
+        include_str!("../../lock-runtime/scripts/write/acquire.lua")
+    ));
+    let multi = redis::Script::new(&format!(
+        "{lock_key}\n{}",
+        include_str!("../../lock-runtime/scripts/multi/acquire.lua")
+    ));
+    let owner = format!("{:032x}:1:proposal", 9);
+    let mut redis = master.connection();
+    for proposed in [1u64 << 53, (1u64 << 53) + 1, u64::MAX / 2] {
+        let token = format!("{proposed}:1000");
+        let refused_write = write
+            .key("distlock:{limit}")
+            .key("distlock:{limit}:fence")
+            .arg(&owner)
+            .arg(1_000)
+            .arg(&token)
+            .arg(0)
+            .arg(0)
+            .arg("distlock:{limit}:writer-waiting")
+            .invoke::<redis::Value>(&mut redis);
+        let refused_multi = multi
+            .key("distlock:{limit}")
+            .key("distlock:{limit}:fence")
+            .arg(&owner)
+            .arg(1_000)
+            .arg(&token)
+            .arg(0)
+            .arg(0)
+            .arg(2)
+            .arg("distlock:{limit}:writer-waiting")
+            .invoke::<redis::Value>(&mut redis);
+        for (script, refused) in [("write", refused_write), ("multi", refused_multi)] {
+            let err = refused.expect_err("no token at or past 2^53 is granted");
+            let message = err.to_string();
+            assert!(
+                message.contains("FENCETOOLARGE")
+                    && message.contains(&format!("{proposed} at distlock:{{limit}}:fence")),
+                "{script}, {proposed}: {message}"
+            );
+            assert!(
+                lock_keys(master).is_empty() && counter(master, "limit").is_none(),
+                "{script}, {proposed}: something was written"
+            );
+        }
+    }
 }
