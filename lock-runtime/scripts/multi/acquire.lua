@@ -19,8 +19,8 @@
 -- fencing); {2, hint, clock} when no lock is held but T is too low for a lock's counter or
 -- the clock (as write/acquire.lua; nothing was taken; a proposal or a hint of 2^53 or more
 -- is FENCETOOLARGE, as there); else {0, ms, i}: nothing was taken; ms is the longest time
--- one of the held locks is kept (its PTTL; -1 when one has no expiry), i the position (from 1) of the first held lock,
--- whose release the caller waits for. All or nothing: the locks are all looked at before
+-- one of the held locks is kept (its PTTL; -1 when one has no expiry), i the position (from
+-- 1) of the first held lock, whose release the caller waits for. All or nothing: the locks are all looked at before
 -- any is written. A lock already ours is the same try sent again after its reply was lost,
 -- and is granted as if new (as in write/acquire.lua). A key that holds anything but a lock
 -- is a NOTALOCK error, and nothing is written (lock_key.lua).
