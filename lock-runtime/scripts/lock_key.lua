@@ -101,12 +101,35 @@ local function too_low(proposed, last, clock)
   return nil
 end
 
--- Sets the fencing counter `key` to `token` until the clock has passed the token and then
--- `ttl` ms more (`clock` in microseconds): while it lives, no smaller token is granted; once
--- it has lapsed, the clock, below which no token is granted, is past it.
+-- A proposed token that a grant would write to the counter `key` (`digits`: as the caller
+-- sent it): FENCETOOLARGE at 2^53 or more, before anything is written, so that no script
+-- writes a counter that `fencing_counter` would then refuse.
+local function writable_token(key, token, digits)
+  if token >= TOKEN_LIMIT then
+    refuse_too_large(key, digits)
+  end
+end
+
+-- A refusal from `too_low`, to be returned: FENCETOOLARGE instead when its hint is 2^53 or
+-- more (the counter `key` at 2^53 - 1: no token above it can be written), so that no caller is
+-- pointed at a token every script refuses. Raised before anything is written.
+local function hint_below_limit(key, refusal)
+  if refusal[2] >= TOKEN_LIMIT then
+    refuse_too_large(key, redis.call('GET', key) or string.format('%d', refusal[3]))
+  end
+  return refusal
+end
+
+-- Sets the fencing counter `key` to `token` (below 2^53: `writable_token`) until the clock
+-- has passed the token and then `ttl` ms more (`clock` in microseconds): while it lives, no
+-- smaller token is granted; once it has lapsed, the clock, below which no token is granted,
+-- is past it. Its time to live is how far the token runs ahead of this clock (a lead of at
+-- most a second from a client whose clock agrees) plus `ttl`: whole milliseconds, written as
+-- digits (below 2^53 / 1000 plus a lease of at most a year), never a number Redis could read
+-- otherwise.
 local function set_counter(key, token, clock, ttl)
   local ahead = math.max(0, math.floor(token / 1000) - math.floor(clock / 1000))
-  redis.call('SET', key, string.format('%d', token), 'PX', ahead + ttl)
+  redis.call('SET', key, string.format('%d', token), 'PX', string.format('%d', ahead + ttl))
 end
 
 -- A command on a key beside the lock: its reply, or nil when the key lives on the other node

@@ -46,6 +46,18 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Redlock: how long one master may take to answer one request before it counts as
 /// unavailable for that request (far below the lease, as the algorithm asks).
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Redlock: the most a client proposes a write grant's fencing token ahead of its own clock,
+/// whatever the settings. A client leads by its node timeout at first (so a master whose clock
+/// agrees and that answers within it takes the token) and raises the lead after a master
+/// refused a token as too low, never past this. Every documented fencing bound grows with it
+/// and none with a setting: a counter lives at most this much longer than a lease after its
+/// last grant, a read token exceeds a later write token by less than this, and a master may be
+/// restarted empty a lease plus this after its last grant (all while the clocks agree).
+pub const MAX_TOKEN_LEAD: Duration = Duration::from_secs(1);
+/// Redlock: the longest node timeout [`Config`] accepts ([`Config::node_timeout`]): a client
+/// proposes tokens at most [`MAX_TOKEN_LEAD`] ahead of its clock, so a master that takes
+/// longer than that to answer would refuse them as too low even with clocks that agree.
+pub const MAX_NODE_TIMEOUT: Duration = MAX_TOKEN_LEAD;
 
 /// Environment variable with the single server's URL ([`Config::from_env`]).
 pub const ENV_REDIS_URL: &str = "REDIS_URL";
@@ -533,7 +545,10 @@ impl Config {
     }
 
     /// Redlock: how long one master may take to answer one request (at most a tenth of the
-    /// lease is used, whichever is shorter). Defaults to [`DEFAULT_NODE_TIMEOUT`].
+    /// lease is used, whichever is shorter). Defaults to [`DEFAULT_NODE_TIMEOUT`]; at most
+    /// [`MAX_NODE_TIMEOUT`] (a second), else [`Client::new`](crate::Client::new) refuses the
+    /// config: it is also how far ahead of its clock a client first proposes a fencing token,
+    /// which stays within [`MAX_TOKEN_LEAD`].
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -571,6 +586,16 @@ impl Config {
                     "`{name}` must be greater than zero"
                 )));
             }
+        }
+        if self.node_timeout > MAX_NODE_TIMEOUT {
+            return Err(LockError::Config(format!(
+                "`node_timeout` is {:?}; it must be at most {MAX_NODE_TIMEOUT:?} \
+                 (`MAX_NODE_TIMEOUT`): a Redlock client proposes fencing tokens at most \
+                 {MAX_TOKEN_LEAD:?} ahead of its clock (`MAX_TOKEN_LEAD`), so a master slower \
+                 than that would refuse every token. Lower it (the default is \
+                 {DEFAULT_NODE_TIMEOUT:?}); a master that needs longer counts as down",
+                self.node_timeout
+            )));
         }
         if let Some(why) = lease_out_of_bounds(self.default_lease) {
             return Err(LockError::Config(format!("`default_lease` is {why}")));
@@ -699,5 +724,47 @@ mod tests {
         let inverted =
             Config::in_memory().backoff(Duration::from_secs(1), Duration::from_millis(1));
         assert!(inverted.validate().is_err());
+    }
+
+    /// A node timeout past the token lead is refused, naming the setting, its bound and what
+    /// to do; the largest accepted is accepted. Zero is refused too.
+    #[test]
+    fn a_node_timeout_past_the_token_lead_is_refused_with_what_to_do() {
+        let redlock = || {
+            Config::redlock([
+                "redis://127.0.0.1:1",
+                "redis://127.0.0.1:2",
+                "redis://127.0.0.1:3",
+            ])
+            .expect("valid urls")
+        };
+        assert!(redlock().node_timeout(MAX_NODE_TIMEOUT).validate().is_ok());
+        assert!(redlock()
+            .node_timeout(DEFAULT_NODE_TIMEOUT)
+            .validate()
+            .is_ok());
+        for refused in [
+            MAX_NODE_TIMEOUT + Duration::from_micros(1),
+            Duration::from_secs(3),
+            Duration::from_secs(10),
+            Duration::MAX,
+        ] {
+            let err = redlock().node_timeout(refused).validate().unwrap_err();
+            let message = err.to_string();
+            assert!(matches!(err, LockError::Config(_)), "{refused:?}: {err:?}");
+            assert!(
+                message.contains("node_timeout")
+                    && message.contains("MAX_NODE_TIMEOUT")
+                    && message.contains("at most 1s")
+                    && message.contains("Lower it"),
+                "{refused:?}: {message}"
+            );
+        }
+        assert!(redlock()
+            .node_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("node_timeout"));
     }
 }

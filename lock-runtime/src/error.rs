@@ -132,14 +132,16 @@ pub enum LockError {
         holds: String,
     },
 
-    /// A Redlock master's fencing counter for the lock holds 2^53 or more (set by hand, or
-    /// by a clock decades ahead): the masters' scripts compare tokens as doubles, which
-    /// cannot count past it, so no token above it could ever be granted. The request was
+    /// A Redlock master's fencing counter for the lock holds 2^53 or more, or 2^53 − 1 where
+    /// a write grant or `force_unlock` would need a token above it (set by hand, raised by
+    /// grants from a counter set by hand near it, or by a clock decades ahead): the
+    /// masters' scripts compare tokens as doubles, exact only below 2^53, and never write a
+    /// counter at or past it, so no token above it could ever be granted. The request was
     /// refused at once and no grant of it was left (masters that granted before another
     /// refused were undone; a counter one of them raised stays raised, below 2^53).
     #[error(
-        "the fencing counter `{}` on a Redlock master holds {}, at or above 2^53, which the \
-         masters' scripts cannot count past: no fencing token above it can be granted. Find \
+        "the fencing counter `{}` on a Redlock master holds {}, at or above 2^53 - 1, and the \
+         masters' scripts count only below 2^53: no fencing token above it can be granted. Find \
          out what set it so high (a master's clock decades ahead, a hand-made `SET`); once no \
          holder of the lock is left, delete it on every master that holds such a value (`DEL` \
          the key): tokens then start again from the masters' clocks, so reset the highest \
@@ -150,8 +152,7 @@ pub enum LockError {
     FencingCounterTooLarge {
         /// The counter's Redis key (with the prefix and hash tag), as the server named it.
         redis_key: String,
-        /// What the counter holds — or, from `force_unlock` over a counter at 2^53 − 1,
-        /// the token that would follow it.
+        /// What the counter holds (or, should a proposal itself reach 2^53, that proposal).
         value: String,
     },
 

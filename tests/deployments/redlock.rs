@@ -258,8 +258,8 @@ async fn a_grant_takes_a_token_above_counters_pushed_ahead_on_a_majority() {
         "{second_token} after {first_token}"
     );
     assert!(second.release().await.expect("release"));
-    // The 10 s did not become this client's lead (it keeps at most a second past the node
-    // timeout): another key's token stays near the clock, so its counter does not live 10 s.
+    // The 10 s did not become this client's lead (it keeps at most `MAX_TOKEN_LEAD`, a
+    // second): another key's token stays near the clock, so its counter does not live 10 s.
     let other = client
         .lock("other")
         .wait(Duration::ZERO)
@@ -506,13 +506,14 @@ async fn a_release_that_reaches_a_master_late_wakes_the_waiter_when_it_does() {
 
     let mut masters = start_masters(3);
     masters[0].stop();
-    // The holder reaches master 2 through a proxy that can hold its release up; with a long
-    // node timeout it waits for it instead of giving the connection up.
+    // The holder reaches master 2 through a proxy that can hold its release up; with the
+    // longest node timeout `Config` accepts (1 s) it waits for it instead of giving the
+    // connection up (the release is held up only until the waiter's try has reached master 2).
     let proxy = Proxy::start(masters[2].port());
     let holder = Client::new(
         Config::redlock([masters[0].url(), masters[1].url(), proxy.url()])
             .expect("valid urls")
-            .node_timeout(Duration::from_secs(10))
+            .node_timeout(distlock::MAX_NODE_TIMEOUT)
             .response_timeout(Duration::from_secs(20)),
     )
     .expect("client");
@@ -730,8 +731,9 @@ async fn a_corrupt_fencing_counter_is_an_error_that_leaves_no_grant_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_master_costs_one_request_its_node_timeout_and_the_rest_nothing() {
     let masters = start_masters(3);
-    // Far above what a live master needs, so that waiting for the frozen one would show.
-    let node_timeout = Duration::from_secs(2);
+    // Far above what a live master needs, so that waiting for the frozen one would show: the
+    // longest `Config` accepts.
+    let node_timeout = distlock::MAX_NODE_TIMEOUT;
     let client = Client::new(redlock(&masters).node_timeout(node_timeout)).expect("client");
     let warm = client.lock("frozen").acquire().await.expect("all up");
     assert!(warm.release().await.expect("release"));
@@ -749,7 +751,7 @@ async fn a_frozen_master_costs_one_request_its_node_timeout_and_the_rest_nothing
         assert!(guard.release().await.expect("release"));
     }
     // Waiting for the frozen master would take a node timeout per acquire and per release
-    // (80 s); not waiting, one node timeout and round trips.
+    // (40 s); not waiting, one node timeout and round trips.
     let took = started.elapsed();
     assert!(
         took < node_timeout * CYCLES / 2,
@@ -790,10 +792,10 @@ async fn a_ping_needs_a_majority_and_names_the_masters_that_did_not_answer() {
 }
 
 /// A try's second round is bounded by its request's wait. Two of three masters answer late
-/// (each reply 2 s late, a 3 s node timeout) and master 0's counter (and in the second case
-/// master 1's) is pushed ahead, so the first round proposes a token too low for it and ends
-/// past the 0.5 s wait. A quorum's grant of the first round then stands without a second
-/// round; a first round that fell short cannot be undone and sent again before one node
+/// (each reply 600 ms late, a 1 s node timeout: the longest `Config` accepts) and master 0's
+/// counter (and in the second case master 1's) is pushed ahead, so the first round proposes a
+/// token too low for it and ends past the 0.5 s wait. A quorum's grant of the first round
+/// then stands without a second round; a first round that fell short cannot be undone and sent again before one node
 /// timeout past the deadline, and is a refusal, which ends the request as timed out. Either
 /// way the request ends within one node timeout of its deadline (at `cdaf1e9` the undo and a
 /// second round followed, each as late: 6 s).
@@ -807,8 +809,8 @@ async fn a_second_round_is_not_sent_past_the_requests_wait() {
         .map(|master| Proxy::start(master.port()))
         .collect();
     let urls = [masters[0].url(), proxies[0].url(), proxies[1].url()];
-    let node_timeout = Duration::from_secs(3);
-    let late = Duration::from_secs(2);
+    let node_timeout = distlock::MAX_NODE_TIMEOUT;
+    let late = Duration::from_millis(600);
     let wait = Duration::from_millis(500);
     let config = Config::redlock(urls)
         .expect("valid urls")
@@ -1232,4 +1234,412 @@ async fn a_plain_waiter_waits_for_the_holder_though_a_free_master_refuses_its_to
     let tries = masters[1].script_calls();
     assert!(tries < 100, "{tries} tries in a one-second wait");
     assert!(held.release().await.expect("release"));
+}
+
+/// A fencing counter on `master` (`None`: none).
+fn counter(master: &RedisServer, key: &str) -> Option<u64> {
+    redis::cmd("GET")
+        .arg(format!("distlock:{{{key}}}:fence"))
+        .query(&mut master.connection())
+        .expect("GET")
+}
+
+/// How long a fencing counter on `master` lives yet, on the master's clock.
+fn counter_ttl(master: &RedisServer, key: &str) -> Duration {
+    let ms: i64 = redis::cmd("PTTL")
+        .arg(format!("distlock:{{{key}}}:fence"))
+        .query(&mut master.connection())
+        .expect("PTTL");
+    Duration::from_millis(u64::try_from(ms).unwrap_or_else(|_| panic!("PTTL {ms}: no expiry")))
+}
+
+/// The largest setting the token lead grows with: the longest node timeout `Config` accepts.
+fn at_largest_node_timeout(masters: &[RedisServer]) -> Config {
+    redlock(masters).node_timeout(distlock::MAX_NODE_TIMEOUT)
+}
+
+/// A client with the default node timeout: the shortest lead there is by default.
+fn at_default_node_timeout(masters: &[RedisServer]) -> Client {
+    Client::new(
+        Config::redlock(masters.iter().map(RedisServer::url))
+            .expect("valid urls")
+            .backoff(Duration::from_millis(1), Duration::from_millis(20)),
+    )
+    .expect("client")
+}
+
+/// Raises `client`'s lead as far as it goes: counters a minute ahead on the masters given
+/// (by hand here; a client or master whose clock runs ahead leaves the same) refuse its first
+/// proposal, and it learns from their hints all it may.
+async fn push_lead_to_its_cap(client: &Client, masters: &[RedisServer]) {
+    let ahead = now_micros() + 60_000_000;
+    for master in masters {
+        set_counter(master, "push-lead", ahead);
+    }
+    let guard = client
+        .lock("push-lead")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("a second round above the counters");
+    assert!(guard.fencing_token().expect("fenced").get() > ahead);
+    assert!(guard.release().await.expect("release"));
+}
+
+fn micros_of(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).expect("fits")
+}
+
+/// Issue 35 (a): a released grant's counter lives at most a lease and `MAX_TOKEN_LEAD` (1 s)
+/// after the grant, at the largest node timeout `Config` accepts and with the client's lead
+/// raised as far as it goes, on the default 30 s lease. At `f597559` the lead started at the
+/// node timeout and grew a second past it: 31.997 s here (32.997 s with a 3 s node timeout,
+/// which `Config` accepted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_grants_counter_lives_at_most_a_lease_and_the_token_lead() {
+    let masters = start_masters(3);
+    let client = Client::new(at_largest_node_timeout(&masters)).expect("client");
+    push_lead_to_its_cap(&client, &masters).await;
+    let before = now_micros();
+    let guard = client
+        .lock("job")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free");
+    let token = guard.fencing_token().expect("fenced").get();
+    assert!(guard.release().await.expect("release"));
+    // The lead is as large as it goes: the worst case is the one measured.
+    assert!(
+        token > before + micros_of(distlock::MAX_TOKEN_LEAD) / 2,
+        "token {token} only {} µs ahead: the lead was not raised",
+        token.saturating_sub(before)
+    );
+    let bound = distlock::DEFAULT_LEASE + distlock::MAX_TOKEN_LEAD;
+    for master in &masters {
+        let left = counter_ttl(master, "job");
+        assert!(
+            left <= bound,
+            "master {}: the counter lives {left:?} after the release, past a lease and the \
+             token lead ({bound:?})",
+            master.port()
+        );
+    }
+}
+
+/// Issue 35 (b): a write try undone for want of a quorum leaves its token in the counter of
+/// the one master that granted it; a later write whose quorum avoids that master (frozen)
+/// takes a smaller token, and a read whose quorum includes it carries the undone one. It
+/// exceeds the later write token by less than `MAX_TOKEN_LEAD`, with the undone try's client
+/// at the largest node timeout `Config` accepts and its lead raised as far as it goes, and
+/// the later writer at the default node timeout (the smallest lead by default). At
+/// `f597559`: by 1.9 s here (1.945 s, 8.945 s with node timeouts of 3 s, 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_token_exceeds_a_later_write_token_by_less_than_the_token_lead() {
+    let masters = start_masters(3);
+    let early = Client::new(at_largest_node_timeout(&masters)).expect("client");
+    push_lead_to_its_cap(&early, &masters).await;
+    let later = at_default_node_timeout(&masters);
+    let warm = later
+        .lock("warm")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("all up");
+    assert!(warm.release().await.expect("release"));
+
+    // Someone else holds the lock on masters 1 and 2 (by hand): the early try is granted on
+    // master 0 alone, falls short and is undone there; its token stays in the counter.
+    for master in &masters[1..] {
+        let () = redis::cmd("SET")
+            .arg("distlock:{job}")
+            .arg("0123456789abcdef0123456789abcdef:1:by-hand")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut master.connection())
+            .expect("SET");
+    }
+    let refused = early.lock("job").wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+    let undone = counter(&masters[0], "job").expect("the undone try's token stays");
+    assert!(lock_keys(&masters[0]).is_empty(), "the try was undone");
+    for master in &masters[1..] {
+        let () = redis::cmd("DEL")
+            .arg("distlock:{job}")
+            .query(&mut master.connection())
+            .expect("DEL");
+    }
+
+    // The later write, on masters 1 and 2 only.
+    masters[0].signal("STOP");
+    let written = later
+        .lock("job")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await;
+    masters[0].signal("CONT");
+    let written = written.expect("masters 1 and 2 are a majority");
+    let write_token = written.fencing_token().expect("fenced").get();
+    assert!(written.release().await.expect("release"));
+
+    // A read whose quorum includes master 0 (a fresh client waits for every master).
+    let reader = Client::new(redlock(&masters)).expect("client");
+    let read = reader
+        .read_lock("job")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("free");
+    let read_token = read.fencing_token().expect("fenced").get();
+    assert!(read.release().await.expect("release"));
+    assert_eq!(read_token, undone.max(write_token));
+    assert!(
+        read_token > write_token,
+        "the read token {read_token} is not above the later write token {write_token}: the \
+         case was not made (the undone try's token {undone} came too long before)"
+    );
+    let exceeds = read_token - write_token;
+    assert!(
+        exceeds < micros_of(distlock::MAX_TOKEN_LEAD),
+        "the read token exceeds the later write token by {exceeds} µs, not less than the \
+         token lead ({:?})",
+        distlock::MAX_TOKEN_LEAD
+    );
+}
+
+/// Issue 35 (c): a master restarted empty a lease and `MAX_TOKEN_LEAD` (plus 100 ms) after a
+/// grant it took part in (README: "a lease plus a second") gives a later holder, whose quorum
+/// is that master and one that never saw the grant, a token above the earlier, stalled
+/// holder's — with the earlier client at the largest node timeout `Config` accepts and its
+/// lead raised as far as it goes, and the later one at the default node timeout (the
+/// smallest lead by default). At `f597559` the later token was 0.5 s below the earlier one
+/// here (6.73 s with a 10 s node timeout, which `Config` accepted): a fenced store then
+/// refuses the live holder and admits the stale one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_a_lease_and_the_token_lead_after_a_grant_hands_out_no_smaller_token(
+) {
+    let mut masters = start_masters(3);
+    let lease = Duration::from_millis(300);
+    masters[2].stop();
+    let early =
+        Client::new(at_largest_node_timeout(&masters).default_lease(lease)).expect("client");
+    push_lead_to_its_cap(&early, &masters[..2]).await;
+    let stalled = early
+        .lock("job")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("masters 0 and 1 are a majority");
+    let granted_by = std::time::Instant::now();
+    let early_token = stalled.fencing_token().expect("fenced").get();
+
+    // Master 0 goes down for good (its counter holds the token), master 1 down and back
+    // empty a lease and the token lead after the grant, master 2 back (it never saw it).
+    masters[0].stop();
+    masters[1].stop();
+    let restart_at = granted_by + lease + distlock::MAX_TOKEN_LEAD + Duration::from_millis(100);
+    tokio::time::sleep_until(restart_at.into()).await;
+    masters[1].restart();
+    masters[2].restart();
+    let later = at_default_node_timeout(&masters);
+    let taken = later
+        .lock("job")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("masters 1 and 2 are a majority");
+    let later_token = taken.fencing_token().expect("fenced").get();
+    assert!(
+        later_token > early_token,
+        "the later holder's token {later_token} is {} µs below the stalled holder's \
+         {early_token}",
+        early_token - later_token
+    );
+    assert!(taken.release().await.expect("release"));
+    drop(stalled);
+}
+
+/// Issue 35, item 3: counters set by hand just below 2^53 are raised by grants up to 2^53 − 1
+/// and never to 2^53 or past it: the try after that is `FencingCounterTooLarge` naming the
+/// counter, and nothing of the counters changes from then on; the same for a fair lock and
+/// for `lock_all`. Each counter's time to live is what the rule needs (until the master's
+/// clock passes the token, and a lease; whole milliseconds rounded on both ends), never
+/// without expiry. At `f597559` the third grant wrote 2^53 (its counter
+/// set to live 229 years) and every later try was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_just_below_2_pow_53_are_never_raised_to_it() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let limit = 1u64 << 53;
+    let lease = distlock::DEFAULT_LEASE;
+    for master in &masters {
+        set_counter(master, "near", limit - 3);
+        set_counter(master, "near-fair", limit - 3);
+        set_counter(master, "near-a", limit - 4);
+        set_counter(master, "near-b", limit - 3);
+    }
+    // Every counter lives until its master's clock has passed its token, and a lease: no
+    // longer, and not forever.
+    let assert_ttls = |key: &str, token: u64| {
+        let ahead = Duration::from_micros(token - now_micros());
+        for master in &masters {
+            let left = counter_ttl(master, key);
+            assert!(
+                left <= ahead + lease + Duration::from_millis(2),
+                "{key} on master {}: lives {left:?}, past its token ({ahead:?} ahead) and a lease",
+                master.port()
+            );
+        }
+    };
+    let counters = |key: &str| {
+        masters
+            .iter()
+            .map(|master| counter(master, key))
+            .collect::<Vec<_>>()
+    };
+
+    let refused_as_too_large = |err: &LockError, key: &str| {
+        matches!(err, LockError::FencingCounterTooLarge { redis_key, value }
+            if *redis_key == format!("distlock:{{{key}}}:fence")
+                && *value == (limit - 1).to_string())
+    };
+    let request = |key: &str| {
+        let request = client.lock(key);
+        if key == "near-fair" {
+            request.fair()
+        } else {
+            request
+        }
+    };
+
+    for key in ["near", "near-fair"] {
+        let mut tokens = Vec::new();
+        let err = loop {
+            match request(key).wait(Duration::from_secs(5)).acquire().await {
+                Ok(guard) => {
+                    let token = guard.fencing_token().expect("fenced").get();
+                    assert!(guard.release().await.expect("release"));
+                    assert!(token < limit, "{key}: granted {token}, at or past 2^53");
+                    assert_ttls(key, token);
+                    tokens.push(token);
+                    assert!(tokens.len() <= 2, "{key}: tokens {tokens:?}");
+                }
+                Err(err) => break err,
+            }
+        };
+        assert_eq!(tokens, [limit - 2, limit - 1], "{key}");
+        assert!(refused_as_too_large(&err, key), "{key}: {err:?}");
+        let ttls: Vec<Duration> = masters.iter().map(|m| counter_ttl(m, key)).collect();
+        for _ in 0..2 {
+            let err = request(key)
+                .wait(Duration::from_secs(1))
+                .acquire()
+                .await
+                .expect_err("no token above 2^53 - 1");
+            assert!(refused_as_too_large(&err, key), "{key}: {err:?}");
+        }
+        assert_eq!(counters(key), vec![Some(limit - 1); 3], "{key}");
+        for (master, before) in masters.iter().zip(ttls) {
+            assert!(
+                counter_ttl(master, key) <= before,
+                "{key}: a refusal wrote the counter"
+            );
+        }
+    }
+
+    // lock_all: both keys take one token each grant, the larger counter's hint.
+    let mut tokens = Vec::new();
+    let err = loop {
+        match client
+            .lock_all(["near-a", "near-b"])
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+        {
+            Ok(guard) => {
+                let token = guard.fencing_token_of("near-a").expect("fenced").get();
+                assert_eq!(
+                    guard.fencing_token_of("near-b").map(|t| t.get()),
+                    Some(token)
+                );
+                assert!(guard.release().await.expect("release"));
+                assert!(token < limit, "granted {token}, at or past 2^53");
+                assert_ttls("near-a", token);
+                assert_ttls("near-b", token);
+                tokens.push(token);
+                assert!(tokens.len() <= 2, "tokens {tokens:?}");
+            }
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(tokens, [limit - 2, limit - 1]);
+    assert!(
+        refused_as_too_large(&err, "near-a") || refused_as_too_large(&err, "near-b"),
+        "{err:?}"
+    );
+    assert_eq!(counters("near-a"), vec![Some(limit - 1); 3]);
+    assert_eq!(counters("near-b"), vec![Some(limit - 1); 3]);
+    assert_no_grant_left(&masters);
+}
+
+/// No counter script writes a proposal at 2^53 or past it, whatever the client sends: the
+/// write and multi-key grants (the scripts as the runtime loads them, run on a master with
+/// no counter, where nothing else would refuse it) answer FENCETOOLARGE with the proposal,
+/// and neither the lock nor the counter is written. At `f597559` both granted it and set
+/// the counter to 2^53.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_at_2_pow_53_is_refused_by_every_script_that_writes_a_counter() {
+    let masters = start_masters(3);
+    let master = &masters[0];
+    let lock_key = include_str!("../../lock-runtime/scripts/lock_key.lua");
+    let write = redis::Script::new(&format!(
+        "{lock_key}\n{}",
+        include_str!("../../lock-runtime/scripts/write/acquire.lua")
+    ));
+    let multi = redis::Script::new(&format!(
+        "{lock_key}\n{}",
+        include_str!("../../lock-runtime/scripts/multi/acquire.lua")
+    ));
+    let owner = format!("{:032x}:1:proposal", 9);
+    let mut redis = master.connection();
+    for proposed in [1u64 << 53, (1u64 << 53) + 1, u64::MAX / 2] {
+        let token = format!("{proposed}:1000");
+        let refused_write = write
+            .key("distlock:{limit}")
+            .key("distlock:{limit}:fence")
+            .arg(&owner)
+            .arg(1_000)
+            .arg(&token)
+            .arg(0)
+            .arg(0)
+            .arg("distlock:{limit}:writer-waiting")
+            .invoke::<redis::Value>(&mut redis);
+        let refused_multi = multi
+            .key("distlock:{limit}")
+            .key("distlock:{limit}:fence")
+            .arg(&owner)
+            .arg(1_000)
+            .arg(&token)
+            .arg(0)
+            .arg(0)
+            .arg(2)
+            .arg("distlock:{limit}:writer-waiting")
+            .invoke::<redis::Value>(&mut redis);
+        for (script, refused) in [("write", refused_write), ("multi", refused_multi)] {
+            let err = refused.expect_err("no token at or past 2^53 is granted");
+            let message = err.to_string();
+            assert!(
+                message.contains("FENCETOOLARGE")
+                    && message.contains(&format!("{proposed} at distlock:{{limit}}:fence")),
+                "{script}, {proposed}: {message}"
+            );
+            assert!(
+                lock_keys(master).is_empty() && counter(master, "limit").is_none(),
+                "{script}, {proposed}: something was written"
+            );
+        }
+    }
 }

@@ -17,9 +17,10 @@
 --
 -- Returns {1, token per lock…} when every lock was free or ours (-1 per lock without
 -- fencing); {2, hint, clock} when no lock is held but T is too low for a lock's counter or
--- the clock (as write/acquire.lua; nothing was taken); else {0, ms, i}: nothing was taken; ms is the longest time one of the held locks
--- is kept (its PTTL; -1 when one has no expiry), i the position (from 1) of the first held lock,
--- whose release the caller waits for. All or nothing: the locks are all looked at before
+-- the clock (as write/acquire.lua; nothing was taken; a proposal or a hint of 2^53 or more
+-- is FENCETOOLARGE, as there); else {0, ms, i}: nothing was taken; ms is the longest time
+-- one of the held locks is kept (its PTTL; -1 when one has no expiry), i the position (from
+-- 1) of the first held lock, whose release the caller waits for. All or nothing: the locks are all looked at before
 -- any is written. A lock already ours is the same try sent again after its reply was lost,
 -- and is granted as if new (as in write/acquire.lua). A key that holds anything but a lock
 -- is a NOTALOCK error, and nothing is written (lock_key.lua).
@@ -31,10 +32,12 @@ local n = #KEYS / stride
 local held_keys = {}
 -- With counter tokens: the largest counter, and whether every lock is ours with its counter
 -- at T (this very try sent again, granted again).
-local last, again = nil, true
-local proposed, counter_ttl
+-- `last_key`: that counter's key (the first counter's while none lives).
+local last, last_key, again = nil, KEYS[2], true
+local proposed, counter_ttl, token
 if stride == 2 then
-  local token, ttl = string.match(ARGV[3], '^(%d+):(%d+)$')
+  local ttl
+  token, ttl = string.match(ARGV[3], '^(%d+):(%d+)$')
   proposed, counter_ttl = tonumber(token), tonumber(ttl)
 end
 for i = 1, n do
@@ -44,9 +47,13 @@ for i = 1, n do
     local counter = fencing_counter(KEYS[i * 2])
     again = again and holder == ARGV[1] and counter == proposed
     if counter and (not last or counter > last) then
-      last = counter
+      last, last_key = counter, KEYS[i * 2]
     end
   end
+end
+if proposed then
+  -- No counter of 2^53 or more is written (as write/acquire.lua).
+  writable_token(KEYS[2], proposed, token)
 end
 local longest, first = -2, 0
 for i = 1, n do
@@ -78,7 +85,7 @@ end
 if proposed and not again then
   local refusal = too_low(proposed, last, clock)
   if refusal then
-    return refusal
+    return hint_below_limit(last_key, refusal)
   end
 end
 for i = 1, n do

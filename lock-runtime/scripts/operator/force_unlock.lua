@@ -56,6 +56,6 @@ if KEYS[2] then
     token = last + 1
   end
   local ttl = math.max(redis.call('PTTL', KEYS[2]), tonumber(ARGV[2]))
-  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ttl)
+  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', string.format('%d', ttl))
 end
 return {holders, token}

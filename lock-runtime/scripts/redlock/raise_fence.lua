@@ -26,5 +26,5 @@ end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local ahead = math.max(0, math.floor(token / 1000) - now_ms)
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ahead + tonumber(ARGV[2]))
+redis.call('SET', KEYS[1], ARGV[1], 'PX', string.format('%d', ahead + tonumber(ARGV[2])))
 return 1

@@ -48,7 +48,10 @@
 -- is held by someone else, which is the ordinary refusal, or is ours with the counter at T
 -- (this very try sent again). A grant sets the counter to T until the clock has passed T and
 -- one more ttl (lock_key.lua's set_counter): a later T' is granted here only above T while
--- the counter lives, and only at or above a clock past T once it has lapsed.
+-- the counter lives, and only at or above a clock past T once it has lapsed. No counter of
+-- 2^53 or more is ever written (tokens are doubles here, exact only below it): a proposal
+-- there, or a refusal whose hint would point there (a counter at 2^53 - 1), is a
+-- FENCETOOLARGE error instead, with nothing written (lock_key.lua).
 
 -- The refusal of a try that finds the lock held by another owner.
 local function held()
@@ -63,6 +66,7 @@ if ARGV[3] ~= '0' and ARGV[3] ~= 'clock' then
   local token, ttl = string.match(ARGV[3], '^(%d+):(%d+)$')
   proposed, counter_ttl = tonumber(token), tonumber(ttl)
   local last = fencing_counter(KEYS[2])
+  writable_token(KEYS[2], proposed, token)
   -- Scripts replicate their effects (default since Redis 5), so reading TIME is allowed.
   local now = redis.call('TIME')
   clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -72,7 +76,7 @@ if ARGV[3] ~= '0' and ARGV[3] ~= 'clock' then
     if holder and holder ~= ARGV[1] then
       return held()
     elseif not (holder == ARGV[1] and last == proposed) then
-      return refusal
+      return hint_below_limit(KEYS[2], refusal)
     end
   end
 end

@@ -19,18 +19,21 @@
 //! round, and without the masters' or clients' clocks agreeing. The argument needs masters
 //! that keep their counters: a master restarted empty has none, and grants whatever is at or
 //! above its clock, so it must stay down longer than the tokens it granted ran ahead of its
-//! clock (Redlock's delayed restart; before, a restart needed the masters' clocks to agree
-//! within a lease). The proposal is the client's clock plus a lead
+//! clock (Redlock's delayed restart; with clocks that agree, [`MAX_TOKEN_LEAD`] after its last
+//! grant, and a lease for the grant itself; before, a restart needed the masters' clocks to
+//! agree within a lease). The proposal is the client's clock plus a lead
 //! ([`RedlockBackend::propose`]): at first the node timeout, so a master whose clock agrees
 //! and which answers in time takes it; raised for good by a refusal to what the refusing
 //! master's clock showed plus the node timeout, or to what its counter showed (another
 //! client's lead) — so a client whose clock lags pays a second round once, not on every grant,
-//! and two clients' leads never climb over each other — but never more than
-//! [`MAX_LEARNED_LEAD`] past the node timeout (a clock further off costs a second round on each
-//! grant, and a warning). The second round keeps the try's owner token, so it is sent only
-//! once every undo of the first has been answered (a late undo would give the new grant back);
-//! otherwise the try is refused and the acquire loop tries again with a new owner. A try that masters refused as too
-//! low — so many that the rest fell short, or any at all while the rest granted (a grant's
+//! and two clients' leads never climb over each other — but never past [`MAX_TOKEN_LEAD`] (a
+//! second), whatever the settings: `Config` refuses a node timeout above it
+//! ([`MAX_NODE_TIMEOUT`](crate::MAX_NODE_TIMEOUT)), and a clock further off costs a second
+//! round on each grant, and a warning. So a counter lives at most [`MAX_TOKEN_LEAD`] longer
+//! than a lease after the grant that set it (the lease past its token). The second round
+//! keeps the try's owner token, so it is sent only once every undo of the first has been
+//! answered (a late undo would give the new grant back); otherwise the try is refused and the
+//! acquire loop tries again with a new owner. A try that masters refused as too low — so many that the rest fell short, or any at all while the rest granted (a grant's
 //! token is then at least what every master that answered would take, which keeps the
 //! masters' counters together) — is undone and tried again at once with the largest hint
 //! (and at least a fresh proposal): the rare second round. It keeps to the request's wait
@@ -45,11 +48,11 @@
 //! may be higher than any handed out: a write try that fell short and was undone left its T in
 //! the counters it reached, which only ever go up). When those counters are on a minority
 //! that a later write grant's quorum avoids, the read's token may exceed that later write
-//! token too — by less than [`MAX_LEARNED_LEAD`], plus however far the clocks of clients and
+//! token too — by less than [`MAX_TOKEN_LEAD`], plus however far the clocks of clients and
 //! masters disagree (and without bound past a counter set by hand): every proposal, and so
-//! every counter, is at most its client's clock plus the node timeout and that cap (a second
-//! round's floor is a counter or a master's clock plus one), while a later proposal is at
-//! least its client's clock plus the node timeout. `force_unlock` still raises a majority's
+//! every counter, is at most its client's clock plus [`MAX_TOKEN_LEAD`] (a second round's
+//! floor is a counter or a master's clock plus one), while a later proposal is above its
+//! client's clock. `force_unlock` still raises a majority's
 //! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
 //! rule). Wake-ups come from a subscription on every master that answers: each master that
 //! held the grant announces its release (the release script), and a waiter woken by the first
@@ -87,7 +90,7 @@ use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::lease::drift;
 use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::protocol::TooLow;
-use crate::FencingToken;
+use crate::{FencingToken, MAX_TOKEN_LEAD};
 
 static RAISE_FENCE: LazyLock<LuaScript> =
     LazyLock::new(|| kind::script(include_str!("../../scripts/redlock/raise_fence.lua")));
@@ -108,7 +111,8 @@ pub(crate) struct RedlockBackend {
     /// Wake-ups from every master that answers: each announces a release.
     waker: ReleaseListener,
     /// How far ahead of this client's clock a write grant's token is proposed, in
-    /// microseconds ([`propose`](Self::propose)): the node timeout, raised by refusals.
+    /// microseconds ([`propose`](Self::propose)): the node timeout, raised by refusals, never
+    /// past [`MAX_TOKEN_LEAD`].
     lead: AtomicU64,
     io: Handle,
 }
@@ -266,7 +270,7 @@ impl RedlockBackend {
             node_timeout,
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
-            lead: AtomicU64::new(micros(node_timeout)),
+            lead: AtomicU64::new(micros(first_lead(node_timeout))),
             waker: ReleaseListener::new(
                 masters
                     .iter()
@@ -1151,8 +1155,12 @@ fn quorum_token<Q: QuorumTry>(answers: &[Answer<Q::Reply>], i: usize) -> Option<
         .max()
 }
 
-/// The most a client's lead ([`RedlockBackend::learn`]) grows past the node timeout.
-const MAX_LEARNED_LEAD: Duration = Duration::from_secs(1);
+/// The lead a client starts with: its node timeout (a master whose clock agrees and that
+/// answers within it takes the token), which `Config` keeps within [`MAX_TOKEN_LEAD`]
+/// ([`MAX_NODE_TIMEOUT`](crate::MAX_NODE_TIMEOUT)); capped here as well.
+fn first_lead(node_timeout: Duration) -> Duration {
+    node_timeout.min(MAX_TOKEN_LEAD)
+}
 
 /// How long a try may keep its caller: the wait for connects before it no longer than until
 /// the request's deadline ([`RedlockBackend::warm_up`]), each round and each undo at most the
@@ -1249,7 +1257,8 @@ impl RedlockBackend {
 
     /// A write grant's token: this client's clock in microseconds plus its lead, and at
     /// least `floor` (a refused round's hint). The lead starts at the node timeout, so a
-    /// master whose clock agrees with this client's takes the token when it answers in time.
+    /// master whose clock agrees with this client's takes the token when it answers in time,
+    /// and never exceeds [`MAX_TOKEN_LEAD`].
     fn propose(&self, floor: u64) -> FencingToken {
         let lead = self.lead.load(Ordering::Relaxed);
         FencingToken(clock_micros().saturating_add(lead).max(floor))
@@ -1260,14 +1269,15 @@ impl RedlockBackend {
     /// ahead: another client's lead, which is matched, not exceeded, so that two clients'
     /// leads do not climb over each other).
     ///
-    /// Never above [`MAX_LEARNED_LEAD`] past the node timeout: a lead makes every counter this
-    /// client sets live that much longer (and a master restarted empty wait that much longer),
-    /// so a master or client whose clock is further off costs a second round on each grant
-    /// (the hint is that round's floor) instead of raising every later token.
+    /// Never above [`MAX_TOKEN_LEAD`], whatever the settings: a lead makes every counter this
+    /// client sets live that much longer, a read token exceed a later write token by up to as
+    /// much, and a master restarted empty wait that much longer; so a master or client whose
+    /// clock is further off costs a second round on each grant (the hint is that round's
+    /// floor) instead of raising every later token.
     fn learn(&self, refusals: impl Iterator<Item = TooLow>) {
         let now = clock_micros();
-        let margin = micros(self.node_timeout);
-        let cap = margin.saturating_add(micros(MAX_LEARNED_LEAD));
+        let margin = micros(first_lead(self.node_timeout));
+        let cap = micros(MAX_TOKEN_LEAD);
         for TooLow { hint, clock } in refusals {
             let needed = hint.max(clock.saturating_add(margin)).saturating_sub(now);
             if needed > cap {
