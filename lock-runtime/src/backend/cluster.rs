@@ -295,6 +295,7 @@ impl Transport for Cluster {
                     kind,
                     format!("Cluster primary {host}:{port}: {err}"),
                 )
+                .refused_by(&err)
                 .into());
             }
         }

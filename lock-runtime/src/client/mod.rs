@@ -33,7 +33,7 @@ use crate::watchdog::Watchdog;
 ///   runtimes one after another. The thread ends when the last clone (and guard) is dropped.
 /// - A command the server's ACL refuses fails the request with a [`BackendError`](crate::BackendError) of kind
 ///   [`BackendErrorKind::Server`](crate::BackendErrorKind::Server) that names the command
-///   and how to grant it (the README's section "Keys in Redis" lists what distlock needs).
+///   and how to grant it (`docs/keys-and-acls.md` lists what distlock needs on each deployment).
 ///   A user without `MULTI` or `EXEC` still locks: each new connection asks first, and a write
 ///   lock's first try then runs the script instead of a transaction (one warning says so).
 ///
