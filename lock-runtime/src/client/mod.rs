@@ -164,7 +164,9 @@ impl Client {
     /// Whether the store answers now, for a readiness probe: the server (or the primary
     /// Sentinel names), every primary of a Cluster, a majority of Redlock masters — each asked
     /// with a `PING`, connecting where needed; the in-process store always answers. The error
-    /// names the server that did not answer and why.
+    /// names the server that did not answer and why; one whose ACL refuses `PING` is a
+    /// [`BackendErrorKind::Server`](crate::BackendErrorKind::Server) error that names `PING`
+    /// and how to grant it (the ACL user needs it on every deployment).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
