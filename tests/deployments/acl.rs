@@ -205,6 +205,12 @@ async fn the_documented_user_of_the_cluster_is_refused_nothing() {
             .map(|node| (format!("node {node}"), cluster.connection_to(node)))
             .collect(),
     );
+    // The same user without `PING`: the readiness probe says what to grant.
+    let rules = documented_rules(Deployment::Cluster, &["PING"]);
+    for node in cluster.live() {
+        set_user(&mut cluster.connection_to(node), "documented", &rules);
+    }
+    ping_is_refused_by_name(&client()).await;
 }
 
 /// Three Redlock masters at the default `Config` (which also asks `ROLE`, and keeps fencing
@@ -234,6 +240,31 @@ async fn the_documented_user_of_redlock_is_refused_nothing() {
             .map(|master| (format!("master {}", master.port()), master.connection()))
             .collect(),
     );
+    // The same user without `PING` on every master: the readiness probe says what to grant.
+    let rules = documented_rules(Deployment::Redlock, &["PING"]);
+    for master in &masters {
+        set_user(&mut master.connection(), "documented", &rules);
+    }
+    let message = ping_is_refused_by_name(&client()).await;
+    assert!(
+        message.contains("0 of 3 Redlock masters answered"),
+        "{message}"
+    );
+}
+
+/// Asserts that `client`'s `ping` fails with a server error that names `PING` and how to grant
+/// it, and returns the message.
+async fn ping_is_refused_by_name(client: &Client) -> String {
+    let err = client.ping().await.expect_err("PING is refused");
+    let LockError::Backend(backend) = &err else {
+        panic!("a backend error: {err:?}");
+    };
+    assert_eq!(backend.kind(), BackendErrorKind::Server, "{err}");
+    let message = err.to_string();
+    assert!(message.contains("`PING`"), "{message}");
+    assert!(message.contains("ACL SETUSER <user> +ping"), "{message}");
+    assert!(message.contains("docs/keys-and-acls.md"), "{message}");
+    message
 }
 
 /// A user without `PING`: locks work, and `Client::ping` fails with a server error that names
@@ -250,15 +281,7 @@ async fn ping_refused_by_the_acl_is_an_error_that_names_it_and_how_to_grant_it()
         Client::new(Config::from_url(&as_documented(&server.url())).expect("url")).expect("client");
     let guard = client.lock("p").acquire().await.expect("locks work");
     assert!(guard.release().await.expect("release"));
-    let err = client.ping().await.expect_err("PING is refused");
-    let LockError::Backend(backend) = &err else {
-        panic!("a backend error: {err:?}");
-    };
-    assert_eq!(backend.kind(), BackendErrorKind::Server, "{err}");
-    let message = err.to_string();
-    assert!(message.contains("`PING`"), "{message}");
-    assert!(message.contains("ACL SETUSER <user> +ping"), "{message}");
-    assert!(message.contains("docs/keys-and-acls.md"), "{message}");
+    ping_is_refused_by_name(&client).await;
 }
 
 /// Freezes `master` (SIGSTOP) while `client` takes and gives back a lock — the master misses
