@@ -316,8 +316,8 @@ impl Refused {
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const LIST: &str = "the README's section \"Keys in Redis\" lists every command, key and \
-                            channel distlock needs";
+        const LIST: &str = "docs/keys-and-acls.md (\"Keys in Redis and the ACL a user needs\") \
+                            lists every command, key and channel distlock needs, per deployment";
         match self {
             Self::Command(command) => write!(
                 f,
@@ -396,6 +396,22 @@ impl BackendError {
             refused,
             source,
         }
+    }
+
+    /// Reads what the server's ACL refused from `err`, the server's own error reply, for an
+    /// error whose source is a message of ours that quotes it (the server's address first).
+    pub(crate) fn refused_by(mut self, err: &redis::RedisError) -> Self {
+        if matches!(err.kind(), redis::ErrorKind::Server(_)) {
+            self.refused = Refused::of(&err.to_string()).or(self.refused);
+        }
+        self
+    }
+
+    /// Keeps what `other`'s ACL refused, for an error that sums up several (a Redlock
+    /// `PING` of every master).
+    pub(crate) fn refused_as(mut self, other: &BackendError) -> Self {
+        self.refused = other.refused.clone().or(self.refused);
+        self
     }
 
     /// Marks a failed connect as one that ran out of time (rather than being refused).

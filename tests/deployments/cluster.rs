@@ -1219,55 +1219,6 @@ async fn a_try_held_up_past_its_timeout_grants_nothing_after_its_clean_up() {
     assert!(after.release().await.expect("release"));
 }
 
-// ---- the documented ACL user on the Cluster (issue 23, item 6) ---------------------------------
-
-/// The ACL user docs/keys-and-acls.md documents — exactly its command list, on `~distlock:*` keys and
-/// `&distlock:*` channels — takes, renews and releases every kind of lock on the Cluster
-/// (scripts by slot, sharded pub/sub, the slot map), and the operator's tools work through
-/// it; no node's ACL refuses anything. (ACLs are per node: the user is made on every node.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_acl_user_locks_every_kind_on_the_cluster() {
-    let cluster = shared_cluster();
-    let rules = support::acl::documented_rules(&[]);
-    for node in cluster.live() {
-        let mut connection = cluster.connection_to(node);
-        let () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("documented")
-            .arg(&rules)
-            .query(&mut connection)
-            .unwrap_or_else(|err| panic!("ACL SETUSER on node {node}: {err}"));
-        let () = redis::cmd("ACL")
-            .arg("LOG")
-            .arg("RESET")
-            .query(&mut connection)
-            .expect("ACL LOG RESET");
-    }
-    let urls: Vec<String> = cluster
-        .live()
-        .into_iter()
-        .map(|node| format!("redis://documented:pw@127.0.0.1:{}", cluster.port(node)))
-        .collect();
-    let client = || {
-        Client::new(
-            Config::cluster(urls.clone())
-                .expect("urls")
-                .backoff(Duration::from_millis(5), Duration::from_millis(50))
-                .response_timeout(Duration::from_secs(2)),
-        )
-        .expect("client")
-    };
-    let (a, b) = (client(), client());
-    support::acl::every_kind_and_the_operator_tools(&a, &b).await;
-    for node in cluster.live() {
-        let denied: Vec<redis::Value> = redis::cmd("ACL")
-            .arg("LOG")
-            .query(&mut cluster.connection_to(node))
-            .expect("ACL LOG");
-        assert!(denied.is_empty(), "node {node}'s ACL refused {denied:?}");
-    }
-}
-
 /// Renewals batched per slot go on while a migration has moved only part of that slot's keys:
 /// two locks share a slot, one lock key is moved, and both leases (1.5 s) are still held after
 /// three seconds of the half-moved slot. (The batched call names keys on both nodes, which

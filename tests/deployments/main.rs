@@ -1,11 +1,11 @@
 //! One deployment or one fault at a time: Redis Cluster, Sentinel and Redlock against real
 //! processes (their failovers, migrations and quorums), Redis faults (restarts, flushed
-//! scripts, ACLs), broken, stalled and redirected connections through the fault-injecting
+//! scripts, ACL users that lack a command), the documented ACL user on each deployment, broken, stalled and redirected connections through the fault-injecting
 //! proxy, failures retried within a request's wait, the eviction check, what an operator sees through `tracing`, and the test support's
 //! own deployments.
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
-//! `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
+//! `acl`, `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
 //! server), the global client (`observability` alone), and a panic hook that counts panics in
 //! the library and the redis crate (`support::panics`, read by `redis_faults` and
 //! `cluster_renewal_faults`). Tests that fail over or freeze a Cluster start their own;
@@ -14,6 +14,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acl;
 mod cluster;
 mod cluster_renewal_faults;
 mod deployments_support;

@@ -1,7 +1,7 @@
 //! Properties that only a real Redis can show: script cache flushes, restarts of a server that
 //! keeps nothing on disk, keys deleted behind the holder's back, what goes over the wire
-//! (MONITOR), bad credentials, and ACL users: the one docs/keys-and-acls.md documents, and ones that
-//! lack a command.
+//! (MONITOR), bad credentials, and ACL users that lack a command of the list
+//! docs/keys-and-acls.md documents (the documented user itself is `acl.rs`'s).
 
 use std::time::Duration;
 
@@ -695,44 +695,13 @@ async fn a_replayed_acquire_restarts_the_lease_and_takes_a_fresh_token() {
     );
 }
 
-// An ACL user with exactly the commands docs/keys-and-acls.md lists (issue 23); the scenario and the
-// documented list are in `support::acl`, which `cluster.rs` runs on the Cluster too.
-
-use crate::support::acl::every_kind_and_the_operator_tools;
-
-/// Every command a script runs by name (`redis.call('X'` / `redis.pcall('X'`).
-fn script_commands() -> std::collections::BTreeSet<String> {
-    fn walk(dir: &std::path::Path, found: &mut std::collections::BTreeSet<String>) {
-        for entry in std::fs::read_dir(dir).expect("scripts dir") {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                walk(&path, found);
-            } else if path.extension().is_some_and(|e| e == "lua") {
-                let source = std::fs::read_to_string(&path).expect("script");
-                for call in ["redis.call('", "redis.pcall('"] {
-                    for (_, rest) in source
-                        .match_indices(call)
-                        .map(|(at, _)| source[at..].split_at(call.len()))
-                    {
-                        let name = rest.split('\'').next().unwrap_or_default();
-                        found.insert(name.to_ascii_uppercase());
-                    }
-                }
-            }
-        }
-    }
-    let mut found = std::collections::BTreeSet::new();
-    walk(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("lock-runtime/scripts"),
-        &mut found,
-    );
-    found
-}
+// ACL users that lack a command of the documented list (docs/keys-and-acls.md; the documented
+// user itself, per deployment, is `acl.rs`'s).
 
 /// Makes `name` an ACL user with the documented commands but those in `without`, on the default
 /// key prefix's keys and channels; returns its URL.
 fn documented_user(server: &RedisServer, name: &str, without: &[&str]) -> String {
-    let rules = support::acl::documented_rules(without);
+    let rules = support::acl::documented_rules(support::acl::Deployment::Single, without);
     let mut setuser = redis::cmd("ACL");
     setuser.arg("SETUSER").arg(name).arg(&rules);
     let () = setuser
@@ -764,63 +733,6 @@ fn acl_client(url: &str) -> Client {
         .backoff(Duration::from_millis(5), Duration::from_millis(50))
         .response_timeout(Duration::from_secs(2));
     Client::new(config).expect("client")
-}
-
-#[test]
-fn every_command_the_scripts_run_is_in_the_documented_acl_list() {
-    let documented = support::acl::readme_acl_commands();
-    let first_words: Vec<&str> = documented
-        .iter()
-        .filter_map(|command| command.split(' ').next())
-        .collect();
-    let missing: Vec<String> = script_commands()
-        .into_iter()
-        .filter(|command| !first_words.contains(&command.as_str()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "the scripts run {missing:?}, which docs/keys-and-acls.md (the paragraph \
-         \"An ACL user for distlock needs\") does not list: {documented:?}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_acl_user_takes_renews_and_releases_every_kind_of_lock() {
-    let server = RedisServer::start();
-    let url = documented_user(&server, "documented", &[]);
-    let () = redis_cmd(&server, &["ACL", "LOG", "RESET"]);
-    let (a, b) = (acl_client(&url), acl_client(&url));
-    every_kind_and_the_operator_tools(&a, &b).await;
-    let denied = acl_denials(&server);
-    assert!(denied.is_empty(), "the ACL refused {denied:?}");
-}
-
-/// The same user on each of three Redlock masters (which also asks `ROLE`, and keeps its
-/// fencing counters): every kind and the operator's tools, nothing refused on any master.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_acl_user_locks_every_kind_on_redlock() {
-    let masters = support::masters::start_masters(3);
-    let urls: Vec<String> = masters
-        .iter()
-        .map(|master| {
-            let url = documented_user(master, "documented", &[]);
-            let () = redis_cmd(master, &["ACL", "LOG", "RESET"]);
-            url
-        })
-        .collect();
-    let client = || {
-        let config = Config::redlock(urls.clone())
-            .expect("urls")
-            .backoff(Duration::from_millis(5), Duration::from_millis(50))
-            .node_timeout(Duration::from_millis(200));
-        Client::new(config).expect("client")
-    };
-    let (a, b) = (client(), client());
-    every_kind_and_the_operator_tools(&a, &b).await;
-    for master in &masters {
-        let denied = acl_denials(master);
-        assert!(denied.is_empty(), "a master's ACL refused {denied:?}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

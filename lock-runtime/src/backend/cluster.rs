@@ -288,6 +288,9 @@ impl Transport for Cluster {
                     }),
                 )
                 .await;
+            // A command routed by address comes back with the server's error reply as a value
+            // (a `PING` the ACL refuses, say), not as an error.
+            let routed = routed.and_then(redis::Value::extract_error);
             if let Err(err) = routed {
                 let kind = Failure::of(&err).kind;
                 return Err(BackendError::new(
@@ -295,6 +298,7 @@ impl Transport for Cluster {
                     kind,
                     format!("Cluster primary {host}:{port}: {err}"),
                 )
+                .refused_by(&err)
                 .into());
             }
         }

@@ -602,7 +602,8 @@ impl Transport for Node {
             .await
         {
             Ok(_) => Ok(()),
-            Err(err) => Err(named(Failure::of(&err).kind, &err).into()),
+            // A refusal by the ACL keeps what was refused, so the error says how to grant it.
+            Err(err) => Err(named(Failure::of(&err).kind, &err).refused_by(&err).into()),
         }
     }
 

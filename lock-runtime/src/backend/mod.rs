@@ -18,6 +18,7 @@ mod guarded;
 pub(crate) mod memory;
 mod open;
 pub(crate) mod primaries;
+mod probe;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod transport;

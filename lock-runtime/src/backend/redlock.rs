@@ -103,6 +103,8 @@ pub(crate) struct RedlockBackend {
     /// until it answers ([`ask_until_it_answers`](Self::ask_until_it_answers)); meanwhile no
     /// request waits for it once the other masters have settled the outcome.
     slow: Vec<Arc<AtomicBool>>,
+    /// Per master: its ACL's refusal of that `PING` was told ([`super::probe`]).
+    ping_refusal_told: Vec<Arc<AtomicBool>>,
     node_timeout: Duration,
     connect_timeout: Duration,
     /// No try has warmed up yet: the first waits for every master (up to the connect
@@ -267,6 +269,7 @@ impl RedlockBackend {
                 .collect(),
             connecting: masters.iter().map(|_| Arc::default()).collect(),
             slow: masters.iter().map(|_| Arc::default()).collect(),
+            ping_refusal_told: masters.iter().map(|_| Arc::default()).collect(),
             node_timeout,
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
@@ -383,20 +386,23 @@ impl RedlockBackend {
     }
 
     /// Marks master `i` slow and asks it, in the background, until it answers a `PING` (which
-    /// queues behind whatever it has not run yet), then clears the mark. One asker per master.
+    /// queues behind whatever it has not run yet; an ACL's refusal of it is an answer too:
+    /// [`super::probe`]), then clears the mark. One asker per master.
     fn ask_until_it_answers(&self, i: usize) {
-        let (Some(master), Some(slow)) = (self.masters.get(i), self.slow.get(i)) else {
+        let (Some(master), Some(slow), Some(told)) = (
+            self.masters.get(i),
+            self.slow.get(i),
+            self.ping_refusal_told.get(i),
+        ) else {
             return;
         };
         if slow.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (master, slow) = (master.clone(), slow.clone());
+        let (master, slow, told) = (master.clone(), slow.clone(), told.clone());
         let pause = self.node_timeout.max(Duration::from_millis(100));
         self.io.spawn(async move {
-            while master.ping().await.is_err() {
-                tokio::time::sleep(pause).await;
-            }
+            super::probe::until_it_answers(&master, pause, &told).await;
             slow.store(false, Ordering::Release);
         });
     }
@@ -612,14 +618,18 @@ impl RedlockBackend {
         if answered >= self.quorum() {
             return Ok(());
         }
-        let kind = answers
-            .into_iter()
-            .find_map(|answer| match answer {
-                Err(LockError::Backend(err)) => Some(err.kind()),
+        let backend_errors = || {
+            answers.iter().filter_map(|answer| match answer {
+                Err(LockError::Backend(err)) => Some(err),
                 _ => None,
             })
-            .unwrap_or(BackendErrorKind::Connection);
-        Err(BackendError::new(
+        };
+        let kind = backend_errors()
+            .next()
+            .map_or(BackendErrorKind::Connection, BackendError::kind);
+        // A master's ACL that refused the `PING` is named, with how to grant it.
+        let refused = backend_errors().find(|err| err.refused_command().is_some());
+        let summed = BackendError::new(
             "ping",
             kind,
             format!(
@@ -628,7 +638,11 @@ impl RedlockBackend {
                 self.quorum(),
                 failures.join("; ")
             ),
-        )
+        );
+        Err(match refused {
+            Some(refused) => summed.refused_as(refused),
+            None => summed,
+        }
         .into())
     }
 

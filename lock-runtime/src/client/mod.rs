@@ -33,7 +33,7 @@ use crate::watchdog::Watchdog;
 ///   runtimes one after another. The thread ends when the last clone (and guard) is dropped.
 /// - A command the server's ACL refuses fails the request with a [`BackendError`](crate::BackendError) of kind
 ///   [`BackendErrorKind::Server`](crate::BackendErrorKind::Server) that names the command
-///   and how to grant it (the README's section "Keys in Redis" lists what distlock needs).
+///   and how to grant it (`docs/keys-and-acls.md` lists what distlock needs on each deployment).
 ///   A user without `MULTI` or `EXEC` still locks: each new connection asks first, and a write
 ///   lock's first try then runs the script instead of a transaction (one warning says so).
 ///
@@ -164,7 +164,9 @@ impl Client {
     /// Whether the store answers now, for a readiness probe: the server (or the primary
     /// Sentinel names), every primary of a Cluster, a majority of Redlock masters — each asked
     /// with a `PING`, connecting where needed; the in-process store always answers. The error
-    /// names the server that did not answer and why.
+    /// names the server that did not answer and why; one whose ACL refuses `PING` is a
+    /// [`BackendErrorKind::Server`](crate::BackendErrorKind::Server) error that names `PING`
+    /// and how to grant it (the ACL user needs it on every deployment).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
