@@ -61,7 +61,8 @@ pub enum LockError {
     /// shutdown gave back (with `on_lost = "abort"`, at its next await) — not
     /// [`LeaseLost`](Self::LeaseLost): nothing was lost, the process is stopping.
     #[error(
-        "this distlock client was shut down (`Client::shutdown`): it takes no more locks and          gave back the ones it held; make a new client to take locks again"
+        "this distlock client was shut down (`Client::shutdown`): it takes no more locks and \
+         gave back the ones it held; make a new client to take locks again"
     )]
     ShutDown,
 
