@@ -44,7 +44,7 @@ impl Replica {
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
-    let config = Config::from_env()?;
+    let config = Config::from_env_or(distlock::DEFAULT_REDIS_URL)?;
     let client = distlock::Client::new(config.clone())?;
     match client.ping().await {
         Ok(()) => {

@@ -59,7 +59,8 @@ async fn main() -> Result<(), LockError> {
 
 /// A client for `REDIS_URL`, or for the in-process backend if no Redis answers.
 async fn connect() -> Result<Client, LockError> {
-    let config = Config::from_env()?.connect_timeout(Duration::from_millis(500));
+    let config = Config::from_env_or(distlock::DEFAULT_REDIS_URL)?
+        .connect_timeout(Duration::from_millis(500));
     let client = Client::new(config.clone())?;
     match client
         .lock("fair-example:probe")

@@ -6,11 +6,13 @@
 //!
 //! Exit codes: 0 success; 1 the lock is not held (`status`; `unlock --force` of a free lock);
 //! 2 usage or configuration errors (also `unlock` without `--force`); 3 the store failed
-//! (unreachable, too few Redlock masters, …).
+//! (unreachable, too few Redlock masters, …). A reader that goes away (`distlock watch k |
+//! head -1`) ends the command quietly, with exit 0: what was printed stands.
 
 mod output;
 mod store;
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -84,6 +86,48 @@ enum Outcome {
     /// The command was not carried out, and this says why and what to run instead (exit 2, as
     /// for a usage error): not a [`LockError`], since nothing failed.
     Refused(String),
+    /// Whatever read the output went away (a closed pipe): the command stopped there.
+    ReaderGone,
+}
+
+/// Why a command failed.
+enum Failure {
+    Lock(LockError),
+    /// Writing the output failed for another reason than a reader gone (a full disk, say).
+    Output(std::io::Error),
+}
+
+impl From<LockError> for Failure {
+    fn from(err: LockError) -> Self {
+        Failure::Lock(err)
+    }
+}
+
+/// Prints one line on stdout. `Ok(false)`: the reader went away (`EPIPE`), so nothing more
+/// is worth printing; `println!` would panic there. A command that prints once keeps its
+/// outcome (and exit code) either way; one that prints on stops ([`print_or_stop!`]).
+fn print_line(line: &str) -> Result<bool, Failure> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(err) => Err(Failure::Output(err)),
+    }
+}
+
+/// Says on stderr why the command failed; a closed stderr leaves only the exit code
+/// (`eprintln!` would panic there).
+fn complain(why: &str) {
+    let _ = writeln!(std::io::stderr(), "distlock: {why}");
+}
+
+/// Prints `line`, or ends the command with [`Outcome::ReaderGone`] when nobody reads.
+macro_rules! print_or_stop {
+    ($line:expr) => {
+        if !print_line(&$line)? {
+            return Ok(Outcome::ReaderGone);
+        }
+    };
 }
 
 fn main() -> ExitCode {
@@ -94,19 +138,23 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("distlock: cannot start the async runtime: {err}");
+            complain(&format!("cannot start the async runtime: {err}"));
             return ExitCode::from(3);
         }
     };
     match runtime.block_on(run(&cli)) {
-        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::Done | Outcome::ReaderGone) => ExitCode::SUCCESS,
         Ok(Outcome::NotLocked) => ExitCode::from(1),
         Ok(Outcome::Refused(why)) => {
-            eprintln!("distlock: {why}");
+            complain(&why);
             ExitCode::from(2)
         }
-        Err(err) => {
-            eprintln!("distlock: {err}");
+        Err(Failure::Output(err)) => {
+            complain(&format!("cannot write the output: {err}"));
+            ExitCode::from(3)
+        }
+        Err(Failure::Lock(err)) => {
+            complain(&err.to_string());
             ExitCode::from(match err {
                 LockError::Config(_) | LockError::InvalidKey { .. } => 2,
                 _ => 3,
@@ -115,15 +163,15 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: &Cli) -> Result<Outcome, LockError> {
+async fn run(cli: &Cli) -> Result<Outcome, Failure> {
     let client = Client::new(cli.store.config()?)?;
     match &cli.command {
         Command::Status { key } => {
             let state = client.inspect(key.as_str()).await?;
             if cli.json {
-                println!("{}", output::json(&output::JsonState::from(&state)));
+                print_line(&output::json(&output::JsonState::from(&state)))?;
             } else {
-                println!("{}", output::state_text(&state));
+                print_line(&output::state_text(&state))?;
             }
             Ok(if state.is_locked() {
                 Outcome::Done
@@ -134,10 +182,10 @@ async fn run(cli: &Cli) -> Result<Outcome, LockError> {
         Command::List { pattern, limit } => {
             let locks = client.list(pattern, *limit).await?;
             if cli.json {
-                println!("{}", output::json(&output::JsonList::new(pattern, &locks)));
+                print_or_stop!(output::json(&output::JsonList::new(pattern, &locks)));
             } else {
                 for lock in &locks {
-                    println!("{lock}");
+                    print_or_stop!(lock.to_string());
                 }
             }
             Ok(Outcome::Done)
@@ -163,9 +211,9 @@ async fn run(cli: &Cli) -> Result<Outcome, LockError> {
         Command::Unlock { key, force: true } => {
             let forced = client.force_unlock(key.as_str()).await?;
             if cli.json {
-                println!("{}", output::json(&output::JsonForced::from(&forced)));
+                print_line(&output::json(&output::JsonForced::from(&forced)))?;
             } else {
-                println!("{}", output::forced_text(&forced));
+                print_line(&output::forced_text(&forced))?;
             }
             Ok(if forced.evicted.is_empty() {
                 Outcome::NotLocked
@@ -182,9 +230,9 @@ async fn run(cli: &Cli) -> Result<Outcome, LockError> {
             loop {
                 let state = client.inspect(key.as_str()).await?;
                 if cli.json {
-                    println!("{}", output::json(&output::JsonState::from(&state)));
+                    print_or_stop!(output::json(&output::JsonState::from(&state)));
                 } else {
-                    println!("{}\n", output::state_text(&state));
+                    print_or_stop!(format!("{}\n", output::state_text(&state)));
                 }
                 shown += 1;
                 if count.is_some_and(|count| shown >= count) {

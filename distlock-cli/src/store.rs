@@ -1,6 +1,6 @@
 //! Which store the tool talks to: the `--url`, `--cluster`, `--sentinel`/`--master` or
 //! `--redlock` options, else the environment exactly as `distlock::Config::from_env` reads it
-//! (`REDIS_URL`, `DISTLOCK_CLUSTER_URLS`, …). Neighbours: `main.rs` parses the options,
+//! (`REDIS_URL`, `DISTLOCK_CLUSTER_URLS`, …; none of them is an error). Neighbours: `main.rs` parses the options,
 //! `output.rs` prints what the client finds.
 
 use clap::Args;
@@ -49,7 +49,15 @@ impl StoreArgs {
         } else if let Some(masters) = &self.redlock {
             Config::redlock(masters)?
         } else {
-            Config::from_env()?
+            // No fallback to a local server: an operator whose variable is missing learns
+            // so, rather than reading (or unlocking) whatever answers on this machine.
+            Config::from_env().map_err(|err| match err {
+                LockError::Config(why) => LockError::Config(format!(
+                    "{why} (or name the store with --url, --cluster, --sentinel with --master, \
+                     or --redlock)"
+                )),
+                other => other,
+            })?
         };
         let config = config.app_name("distlock-cli");
         Ok(match &self.prefix {

@@ -306,6 +306,12 @@ fn usage_and_configuration_errors_exit_2_with_a_message() {
     );
     let no_master = distlock(&["--sentinel", "redis://127.0.0.1:1", "status", "k"], &[]);
     assert_exit(&no_master, 2);
+    // Neither an option nor a variable names a store: no guess at a local server.
+    let nowhere = distlock(&["status", "k"], &[]);
+    assert_exit(&nowhere, 2);
+    for named in ["REDIS_URL", "DISTLOCK_REDLOCK_URLS", "--url"] {
+        assert!(stderr(&nowhere).contains(named), "{}", stderr(&nowhere));
+    }
 }
 
 #[test]
@@ -390,4 +396,66 @@ async fn status_names_an_elections_leader_epoch_and_value() {
     assert!(parsed["leader"].is_null(), "{parsed}");
     guard.release().await.unwrap();
     leadership.resign().await.unwrap();
+}
+
+/// `distlock watch … | head -1`: the reader goes away after one line, and the tool ends
+/// quietly — exit 0, nothing on stderr (no "failed printing to stdout: Broken pipe" panic),
+/// long before its count of refreshes.
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args(["--url", &url, "watch", "pipe:k", "--interval", "10ms"])
+        .args(["--count", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the distlock binary runs");
+    let mut reader = BufReader::new(child.stdout.take().expect("piped"));
+    let mut first = String::new();
+    reader.read_line(&mut first).expect("a first line");
+    assert!(first.contains("pipe:k: not locked"), "{first}");
+    drop(reader); // as `head -1` does
+
+    let (ended, end) = std::sync::mpsc::channel();
+    std::thread::spawn(move || ended.send(child.wait_with_output()));
+    // 100000 refreshes at 10 ms would take over 16 minutes; a quiet end takes one refresh.
+    let output = end
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the tool ends once its reader is gone")
+        .expect("wait");
+    assert_exit(&output, 0);
+    assert_eq!(stderr(&output), "", "nothing said on stderr");
+
+    // A command that prints once keeps its exit code when nobody reads: `status` of a free
+    // lock still exits 1, of a held one 0, and `list` 0.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let shop = client(&url, "shop");
+    let guard = runtime
+        .block_on(shop.lock("pipe:held").acquire())
+        .expect("free");
+    for (args, code) in [
+        (vec!["status", "pipe:free"], 1),
+        (vec!["status", "pipe:held"], 0),
+        (vec!["--json", "status", "pipe:held"], 0),
+        (vec!["list"], 0),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_distlock"))
+            .args(["--url", &url])
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the distlock binary runs");
+        // The reader goes before the tool has connected, let alone printed.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().expect("wait");
+        assert_exit(&output, code);
+        assert_eq!(stderr(&output), "", "{args:?}: nothing said on stderr");
+    }
+    runtime.block_on(guard.release()).expect("release");
 }

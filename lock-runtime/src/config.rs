@@ -12,7 +12,9 @@ use crate::kind::twins::MemoryStore;
 use crate::url::server_address;
 use crate::url::{self, UrlFor};
 
-/// URL used by [`Config::from_env`] when `REDIS_URL` is not set.
+/// The URL of a Redis server on this machine's default port, for examples and tests that
+/// mean it: `Config::from_env_or(DEFAULT_REDIS_URL)` ([`Config::from_env_or`]).
+/// [`Config::from_env`] never falls back to it.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// Prefix put before every lock key in Redis.
 pub const DEFAULT_KEY_PREFIX: &str = "distlock:";
@@ -344,22 +346,67 @@ impl Config {
     /// | `DISTLOCK_REDLOCK_URLS` | [`Config::redlock`], comma-separated master URLs |
     /// | `REDIS_URL` | [`Config::from_url`], one server |
     ///
-    /// With none of them set, the server at [`DEFAULT_REDIS_URL`]. Setting more than one
-    /// deployment is an error that names them.
+    /// `DISTLOCK_APP_NAME` sets [`Config::app_name`]. Setting more than one deployment is an
+    /// error that names them, and so is setting none: a service deployed without its variable
+    /// must not lock against whatever answers on its own localhost. A program that means a
+    /// local server when nothing is set says so with [`Config::from_env_or`].
     ///
     /// ```no_run
     /// distlock::init(distlock::Config::from_env()?)?;
     /// # Ok::<(), distlock::LockError>(())
     /// ```
     pub fn from_env() -> Result<Self, LockError> {
-        let var = |name: &str| match std::env::var(name) {
+        Self::read_env()?.ok_or_else(|| {
+            LockError::Config(format!(
+                "none of {ENV_REDIS_URL}, {ENV_CLUSTER_URLS}, {ENV_SENTINEL_URLS} (with \
+                 {ENV_SENTINEL_MASTER}) or {ENV_REDLOCK_URLS} is set, so the environment names \
+                 no Redis deployment: set {ENV_REDIS_URL} to a URL like \
+                 `redis://host:6379` (or one of the others), or use `Config::from_env_or(url)` \
+                 to fall back to a given server on purpose"
+            ))
+        })
+    }
+
+    /// The deployment named by the environment, as [`Config::from_env`] reads it, or else the
+    /// single server at `default_url` (read as [`Config::from_url`] reads it): for examples,
+    /// tests and tools that mean a local server when nothing is set. `DISTLOCK_APP_NAME` is
+    /// read either way. Errors as `from_env` does when the variables are at odds, and as
+    /// `from_url` does when `default_url` is needed and cannot work.
+    ///
+    /// ```
+    /// // With none of the variables set this is the local server; with REDIS_URL (or a
+    /// // Cluster, Sentinel or Redlock variable) set, that deployment.
+    /// let config = distlock::Config::from_env_or(distlock::DEFAULT_REDIS_URL)?;
+    /// # Ok::<(), distlock::LockError>(())
+    /// ```
+    pub fn from_env_or(default_url: &str) -> Result<Self, LockError> {
+        match Self::read_env()? {
+            Some(config) => Ok(config),
+            None => {
+                let config = Self::from_url(default_url)?;
+                Ok(match Self::env_var(ENV_APP_NAME)? {
+                    Some(app) => config.app_name(app),
+                    None => config,
+                })
+            }
+        }
+    }
+
+    /// An environment variable that is set to something other than blanks.
+    fn env_var(name: &str) -> Result<Option<String>, LockError> {
+        match std::env::var(name) {
             Ok(value) if value.trim().is_empty() => Ok(None),
             Ok(value) => Ok(Some(value)),
             Err(std::env::VarError::NotPresent) => Ok(None),
             Err(std::env::VarError::NotUnicode(_)) => Err(LockError::Config(format!(
                 "{name} is not valid UTF-8; set it to URLs like `redis://127.0.0.1:6379`"
             ))),
-        };
+        }
+    }
+
+    /// The deployment the environment names, `None` when it names none.
+    fn read_env() -> Result<Option<Self>, LockError> {
+        let var = Self::env_var;
         let cluster = var(ENV_CLUSTER_URLS)?;
         let sentinel = var(ENV_SENTINEL_URLS)?;
         let master = var(ENV_SENTINEL_MASTER)?;
@@ -381,23 +428,27 @@ impl Config {
             )));
         }
         let app_name = var(ENV_APP_NAME)?;
-        let config = Self::from_env_deployment(cluster, sentinel, master, redlock, single)?;
-        Ok(match app_name {
+        let Some(config) = Self::from_env_deployment(cluster, sentinel, master, redlock, single)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(match app_name {
             Some(app) => config.app_name(app),
             None => config,
-        })
+        }))
     }
 
-    /// The deployment part of [`Config::from_env`], from the variables it read.
+    /// The deployment part of [`Config::from_env`], from the variables it read; `None` when
+    /// they name none.
     fn from_env_deployment(
         cluster: Option<String>,
         sentinel: Option<String>,
         master: Option<String>,
         redlock: Option<String>,
         single: Option<String>,
-    ) -> Result<Self, LockError> {
+    ) -> Result<Option<Self>, LockError> {
         if let Some(urls) = cluster {
-            return Self::cluster(url::split_env_list(&urls));
+            return Self::cluster(url::split_env_list(&urls)).map(Some);
         }
         if let Some(urls) = sentinel {
             let master = master.ok_or_else(|| {
@@ -406,7 +457,7 @@ impl Config {
                      master name the sentinels monitor"
                 ))
             })?;
-            return Self::sentinel(url::split_env_list(&urls), &master);
+            return Self::sentinel(url::split_env_list(&urls), &master).map(Some);
         }
         if master.is_some() {
             return Err(LockError::Config(format!(
@@ -415,9 +466,9 @@ impl Config {
             )));
         }
         if let Some(urls) = redlock {
-            return Self::redlock(url::split_env_list(&urls));
+            return Self::redlock(url::split_env_list(&urls)).map(Some);
         }
-        Self::from_url(single.as_deref().unwrap_or(DEFAULT_REDIS_URL))
+        single.map(|url| Self::from_url(&url)).transpose()
     }
 
     /// Locks kept in this process, with the same semantics as Redis (leases expire, fencing

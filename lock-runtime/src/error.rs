@@ -61,7 +61,8 @@ pub enum LockError {
     /// shutdown gave back (with `on_lost = "abort"`, at its next await) — not
     /// [`LeaseLost`](Self::LeaseLost): nothing was lost, the process is stopping.
     #[error(
-        "this distlock client was shut down (`Client::shutdown`): it takes no more locks and          gave back the ones it held; make a new client to take locks again"
+        "this distlock client was shut down (`Client::shutdown`): it takes no more locks and \
+         gave back the ones it held; make a new client to take locks again"
     )]
     ShutDown,
 
@@ -222,12 +223,34 @@ impl From<BackendError> for LockError {
 }
 
 impl LockError {
-    /// A failure that may pass, so that a request tries again within its wait
-    /// ([`Config::retry`](crate::Config::retry)): a connection refused, reset or timed out, a
-    /// server not ready or read-only (a failover under way), a Cluster slot in migration or the
-    /// Cluster down, too few Redlock masters or replicas. Not an ACL refusal, credentials, TLS
-    /// or an error reply: trying again cannot mend those.
-    pub(crate) fn is_transient(&self) -> bool {
+    /// Whether this failure may pass, so that trying again later can succeed: a connection
+    /// refused, reset or timed out, a server not ready or read-only (a failover under way), a
+    /// Cluster slot in migration or the Cluster down, too few Redlock masters
+    /// ([`QuorumUnavailable`](Self::QuorumUnavailable)) or replicas. Not an ACL refusal,
+    /// credentials, TLS, an error reply, a configuration error or a lock held by someone else
+    /// ([`Timeout`](Self::Timeout)): trying again cannot mend those.
+    ///
+    /// A request has already retried such failures within its wait
+    /// ([`Config::retry`](crate::Config::retry)); this tells a caller whether to try again
+    /// later (say, a job's next run) or to alert someone.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use distlock::LockError;
+    ///
+    /// let quorum = LockError::QuorumUnavailable {
+    ///     key: "report".into(),
+    ///     answered: 1,
+    ///     granted: 1,
+    ///     needed: 2,
+    ///     nodes: 3,
+    /// };
+    /// assert!(quorum.is_transient());
+    /// let busy = LockError::Timeout { key: "report".into(), waited: Duration::from_secs(5) };
+    /// assert!(!busy.is_transient());
+    /// assert!(!LockError::Config("a zero lease".into()).is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
         match self {
             LockError::QuorumUnavailable { .. } => true,
             LockError::Backend(err) => {
@@ -463,6 +486,12 @@ impl BackendError {
     /// this one and gives its own).
     pub(crate) fn cause(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.source
+    }
+
+    /// Whether this is a failure to connect (made by `connect_error`, or a connect task that
+    /// did not finish): the request it was for never went out on a connection.
+    pub(crate) fn is_connect_failure(&self) -> bool {
+        self.operation == "connect"
     }
 
     /// Whether this was a connect that ran out of time.

@@ -99,14 +99,13 @@ pub(crate) fn parse(url: &str, purpose: UrlFor) -> Result<redis::Client, LockErr
     Ok(client)
 }
 
-/// The accepted form of a URL with `scheme`, as errors quote it.
-fn expected_form(scheme: &str) -> &'static str {
+/// The accepted form of a URL with `scheme` (one of the Redis schemes, lowercase), as errors
+/// quote it: in the URL's own scheme, so a `redis://` URL is never told to become `rediss://`.
+fn expected_form(scheme: &str) -> String {
     if scheme.ends_with("unix") {
-        "redis+unix:///path/to/redis.sock[?db=N&user=U&pass=P]"
-    } else if scheme.ends_with('s') {
-        "rediss://[[user]:password@]host[:port][/db]"
+        format!("{scheme}:///path/to/redis.sock[?db=N&user=U&pass=P]")
     } else {
-        "redis://[[user]:password@]host[:port][/db]"
+        format!("{scheme}://[[user]:password@]host[:port][/db]")
     }
 }
 
@@ -280,6 +279,32 @@ mod tests {
         said("redis://0.0.0.0:6379", "wildcard");
         assert!(parse("redis+unix:///tmp/r.sock?db=1&pass=s3cret", UrlFor::Single).is_ok());
         assert!(parse("redis://u:p@h:6379/3?protocol=resp3", UrlFor::Single).is_ok());
+    }
+
+    #[test]
+    fn the_form_an_error_suggests_keeps_the_urls_scheme() {
+        let plain = message("redis://:s3cret@h:637900", UrlFor::Single);
+        assert!(
+            plain.ends_with("; expected `redis://[[user]:password@]host[:port][/db]`"),
+            "{plain}"
+        );
+        let valkey = message("VALKEY://h:6379/x", UrlFor::Redlock);
+        assert!(
+            valkey.ends_with("; expected `valkey://[[user]:password@]host[:port][/db]`"),
+            "{valkey}"
+        );
+        let unix = message("redis+unix:///tmp/r.sock?db=x", UrlFor::Single);
+        assert!(
+            unix.ends_with("; expected `redis+unix:///path/to/redis.sock[?db=N&user=U&pass=P]`"),
+            "{unix}"
+        );
+        if cfg!(feature = "tls") {
+            let tls = message("rediss://h:637900", UrlFor::Cluster);
+            assert!(
+                tls.ends_with("; expected `rediss://[[user]:password@]host[:port][/db]`"),
+                "{tls}"
+            );
+        }
     }
 
     #[cfg(not(feature = "tls"))]

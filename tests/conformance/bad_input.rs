@@ -619,6 +619,47 @@ async fn an_unreachable_host_is_a_prompt_backend_error_without_the_password() {
     }
 }
 
+/// A connection refused sent nothing, so nothing can have been applied: the failure says so
+/// (`maybe_applied: false` — no grant nobody knows about to clean up), and that it may pass
+/// (`LockError::is_transient`). On one server, a Cluster's seeds, Sentinel's sentinels and
+/// every Redlock master, all closed ports on 127.0.0.1, at the default `Config`; a try that
+/// waits (and so retries) and one that does not, on a fresh client and on one that tried.
+#[tokio::test]
+async fn a_refused_connection_reports_nothing_applied_and_a_transient_failure() {
+    let closed = || format!("redis://127.0.0.1:{}", closed_port());
+    let deployments = [
+        ("one server", Config::from_url(&closed())),
+        ("cluster", Config::cluster([closed(), closed()])),
+        ("sentinel", Config::sentinel([closed()], "mymaster")),
+        ("redlock", Config::redlock([closed(), closed(), closed()])),
+    ];
+    for (deployment, config) in deployments {
+        let client = Client::new(config.expect("valid urls")).expect("client");
+        for wait in [Duration::ZERO, Duration::from_secs(2), Duration::ZERO] {
+            let err = client
+                .lock("refused")
+                .wait(wait)
+                .acquire()
+                .await
+                .expect_err("nothing listens");
+            let shown = format!("{err:?}");
+            eprintln!("{deployment}, wait {wait:?}: {shown}");
+            assert!(
+                err.is_transient(),
+                "{deployment}, wait {wait:?}: a refused connection may pass: {shown}"
+            );
+            assert!(
+                !shown.contains("maybe_applied: true"),
+                "{deployment}, wait {wait:?}: nothing was sent: {shown}"
+            );
+            if let LockError::Backend(backend) = &err {
+                assert_eq!(backend.kind(), BackendErrorKind::Connection, "{shown}");
+                assert!(shown.contains("maybe_applied: false"), "{shown}");
+            }
+        }
+    }
+}
+
 /// A TCP server on loopback that is not Redis: it answers every connection with `reply` (or
 /// with nothing, holding the connection open) and never closes first.
 fn fake_server(reply: &'static [u8]) -> u16 {

@@ -1,7 +1,8 @@
 //! The conformance binary: what every store promises, the same test bodies run on a single
 //! `redis-server`, a primary found through Sentinel, the 3+3 Redis Cluster, Redlock over three
 //! masters and the in-process store (`support::stores`) — every kind (`behaviour`), semaphores,
-//! several keys, fair locks, run-once jobs, the operator's tools, the readiness check, bad input — and what the stores keep beside
+//! several keys, fair locks, run-once jobs, the operator's tools, the readiness check, bad input,
+//! every API name the docs mention (`api_names`) — and what the stores keep beside
 //! their locks: read/write layout and wake-ups, fencing keys and fenced writes, shutdown, a
 //! paused clock.
 //!
@@ -13,6 +14,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod api_names;
 mod bad_input;
 mod behaviour;
 mod elections;

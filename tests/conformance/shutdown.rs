@@ -63,6 +63,11 @@ async fn gives_back_every_lock_and_refuses_new_requests(config: impl Fn() -> Con
         .await
         .expect_err("shut down");
     assert!(matches!(&err, LockError::ShutDown), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "this distlock client was shut down (`Client::shutdown`): it takes no more locks and \
+         gave back the ones it held; make a new client to take locks again"
+    );
     // Guards dropped or released afterwards are harmless.
     assert!(!writer.release().await.expect("nothing left to release"));
     drop(reader);

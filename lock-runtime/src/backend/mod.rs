@@ -254,10 +254,14 @@ impl Backend {
     }
 }
 
-/// Marks a failed request as one that may have taken effect, so the acquire loop cleans up.
+/// Marks a failed request as one that may have taken effect, so the acquire loop cleans up —
+/// unless it failed to connect: a request that got no connection was never sent (a refused
+/// connect reported `maybe_applied: true` before, on a Cluster).
 pub(crate) fn ambiguous(err: LockError) -> LockError {
     match err {
-        LockError::Backend(e) => LockError::Backend(e.maybe_applied(true)),
+        LockError::Backend(e) if !e.is_connect_failure() => {
+            LockError::Backend(e.maybe_applied(true))
+        }
         other => other,
     }
 }
