@@ -87,10 +87,10 @@ fn from_env_with_nothing_set_is_an_error_that_names_every_variable() {
 fn from_env_or_with_nothing_set_is_the_given_url() {
     let local = from_env_or_with(distlock::DEFAULT_REDIS_URL, &[]).expect("the given URL");
     assert!(local.contains("Redis(127.0.0.1:6379 (db 0))"), "{local}");
-    let given = from_env_or_with("redis://10.1.2.3:7000/4", &[]).expect("the given URL");
-    assert!(given.contains("Redis(10.1.2.3:7000 (db 4))"), "{given}");
+    let given = from_env_or_with("redis://127.0.0.1:7000/4", &[]).expect("the given URL");
+    assert!(given.contains("Redis(127.0.0.1:7000 (db 4))"), "{given}");
     // The application name is read either way.
-    let named = from_env_or_with("redis://10.1.2.3:7000", &[(ENV_APP_NAME, "billing")])
+    let named = from_env_or_with("redis://127.0.0.1:7000", &[(ENV_APP_NAME, "billing")])
         .expect("the given URL");
     assert!(named.contains("billing"), "{named}");
     // A given URL that cannot work is the error `from_url` gives.
@@ -102,10 +102,10 @@ fn from_env_or_with_nothing_set_is_the_given_url() {
 fn from_env_or_takes_the_environment_when_it_names_a_deployment() {
     let single = from_env_or_with(
         distlock::DEFAULT_REDIS_URL,
-        &[(ENV_REDIS_URL, "redis://10.0.0.9:6380/2")],
+        &[(ENV_REDIS_URL, "redis://127.0.0.1:6380/2")],
     )
     .expect("REDIS_URL");
-    assert!(single.contains("Redis(10.0.0.9:6380 (db 2))"), "{single}");
+    assert!(single.contains("Redis(127.0.0.1:6380 (db 2))"), "{single}");
     assert!(!single.contains("6379"), "{single}");
     let redlock = from_env_or_with(
         distlock::DEFAULT_REDIS_URL,
@@ -130,8 +130,8 @@ fn from_env_or_takes_the_environment_when_it_names_a_deployment() {
 
 #[test]
 fn from_env_reads_every_deployment_and_names_conflicts() {
-    let single = from_env_with(&[(ENV_REDIS_URL, "redis://10.0.0.9:6380/2")]).expect("single");
-    assert!(single.contains("Redis(10.0.0.9:6380 (db 2))"), "{single}");
+    let single = from_env_with(&[(ENV_REDIS_URL, "redis://127.0.0.1:6380/2")]).expect("single");
+    assert!(single.contains("Redis(127.0.0.1:6380 (db 2))"), "{single}");
 
     let cluster =
         from_env_with(&[(ENV_CLUSTER_URLS, "redis://a:7000, redis://b:7001")]).expect("cluster");

@@ -366,7 +366,7 @@ async fn status_names_an_elections_leader_epoch_and_value() {
     let scheduler = client(&url, "scheduler");
     let leadership = scheduler
         .election("cron")
-        .value("10.0.0.7:8080")
+        .value("127.0.0.1:8081")
         .campaign()
         .await
         .unwrap();
@@ -379,13 +379,13 @@ async fn status_names_an_elections_leader_epoch_and_value() {
     assert!(shown.contains("app=scheduler"), "{shown}");
     assert!(
         shown.contains(&format!(
-            "election leader: epoch {epoch}, value \"10.0.0.7:8080\""
+            "election leader: epoch {epoch}, value \"127.0.0.1:8081\""
         )),
         "{shown}"
     );
     let parsed = json(&distlock(&["--url", &url, "--json", "status", "cron"], &[]));
     assert_eq!(parsed["leader"]["epoch"], epoch, "{parsed}");
-    assert_eq!(parsed["leader"]["value"], "10.0.0.7:8080", "{parsed}");
+    assert_eq!(parsed["leader"]["value"], "127.0.0.1:8081", "{parsed}");
 
     // A plain lock has no leader.
     let guard = scheduler.lock("order:1").acquire().await.unwrap();

@@ -66,7 +66,7 @@ async fn a_leader_is_named_with_its_epoch_and_value_until_it_resigns(h: Harness)
     let first = a
         .election("scheduler")
         .lease(LONG_LEASE)
-        .value("10.0.0.1:80");
+        .value("127.0.0.1:8080");
     let second = b
         .election("scheduler")
         .lease(LONG_LEASE)
@@ -77,7 +77,7 @@ async fn a_leader_is_named_with_its_epoch_and_value_until_it_resigns(h: Harness)
     assert!(leading.is_leader());
     let leader = second.leader().await.expect("read").expect("a leader");
     assert_eq!(leader.epoch(), leading.epoch());
-    assert_eq!(leader.value(), Some(&b"10.0.0.1:80"[..]));
+    assert_eq!(leader.value(), Some(&b"127.0.0.1:8080"[..]));
     assert_eq!(leader.holder().app.as_deref(), Some("alpha"));
     assert_eq!(leader.holder().pid, Some(std::process::id()));
     assert!(leader.since().is_some());
