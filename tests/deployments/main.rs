@@ -23,6 +23,7 @@ mod pubsub_faults;
 mod reconnect_faults;
 mod redis_faults;
 mod redlock;
+mod redlock_defaults;
 mod retries;
 mod sentinel;
 mod stalled_connection;
