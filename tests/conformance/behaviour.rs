@@ -89,6 +89,7 @@ crate::support::stores::on_every_store!(
     a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads,
     the_lock_and_write_lock_are_the_same_lock,
     grants_without_fencing_exclude_each_other_and_carry_no_token,
+    the_wait_deadline_is_honoured_at_the_default_backoff,
 );
 
 on_every_store_and_kind!(
@@ -332,6 +333,44 @@ async fn the_wait_deadline_is_honoured(h: Harness, mode: LockMode) {
     );
     assert!(err.to_string().contains("raise `wait`"), "{err}");
     holder.release().await.expect("release");
+}
+
+/// [`the_wait_deadline_is_honoured`] at `Config`'s default backoff (5–200 ms) instead of the
+/// harness's 1–20 ms: the pause before the last try is cut at the deadline, so a wait on a
+/// lock held throughout ends as timed out neither before its wait nor more than a try's round
+/// trip after it, whatever the backoff step. Shown to fail on every store (a 1 s wait ended
+/// after 0.90–0.98 s) with the acquire loop (`Plan::pause`) giving up when the next backoff
+/// step would pass the deadline instead of pausing until it.
+async fn the_wait_deadline_is_honoured_at_the_default_backoff(h: Harness) {
+    let holder = h.client().lock("busy").acquire().await.expect("acquire");
+    let config = h
+        .config
+        .clone()
+        .backoff(distlock::DEFAULT_BACKOFF_MIN, distlock::DEFAULT_BACKOFF_MAX);
+    let waiter = Client::new(config).expect("valid config");
+    // Connected before the clock starts: the bound is for the wait, not the first connects.
+    assert_held(waiter.lock("busy")).await;
+    for wait in [Duration::from_millis(1000), Duration::from_millis(1500)] {
+        let started = Instant::now();
+        let err = waiter
+            .lock("busy")
+            .wait(wait)
+            .acquire()
+            .await
+            .expect_err("the lock is held throughout");
+        let waited = started.elapsed();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+        assert!(
+            waited >= wait,
+            "a {wait:?} wait gave up early, after {waited:?}"
+        );
+        // One try's round trip past the deadline, with slack for a loaded machine.
+        assert!(
+            waited <= wait + Duration::from_millis(400),
+            "a {wait:?} wait overslept its deadline: {waited:?}"
+        );
+    }
+    assert!(holder.release().await.expect("release"));
 }
 
 async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness, mode: LockMode) {

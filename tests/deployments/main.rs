@@ -27,3 +27,4 @@ mod redlock_defaults;
 mod retries;
 mod sentinel;
 mod stalled_connection;
+mod wait_deadline;
