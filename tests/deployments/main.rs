@@ -25,6 +25,7 @@ mod redis_faults;
 mod redlock;
 mod redlock_defaults;
 mod retries;
+mod retry_schedule;
 mod sentinel;
 mod stalled_connection;
 mod wait_deadline;
