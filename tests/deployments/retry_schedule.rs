@@ -35,8 +35,14 @@ struct CuttingListener {
 
 impl CuttingListener {
     fn start() -> Self {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
-        let port = listener.local_addr().expect("address").port();
+        // A port no server of this process had: the client takes the listener for a server.
+        let (listener, port) = loop {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+            let port = listener.local_addr().expect("address").port();
+            if crate::support::claim_port(port) {
+                break (listener, port);
+            }
+        };
         listener.set_nonblocking(true).expect("non-blocking");
         let accepted = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
