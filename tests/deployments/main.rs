@@ -17,6 +17,7 @@ mod support;
 mod cluster;
 mod cluster_renewal_faults;
 mod deployments_support;
+mod eviction_check_timing;
 mod eviction_warning;
 mod observability;
 mod pubsub_faults;
