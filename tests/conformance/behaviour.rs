@@ -92,6 +92,17 @@ crate::support::stores::on_every_store!(
     the_wait_deadline_is_honoured_at_the_default_backoff,
 );
 
+/// Waiting without a wake-up: a lock freed without an announcement (its key deleted behind the
+/// holder's back, or its lease run out), which only the backoff finds.
+mod lost_wake_ups {
+    use super::*;
+
+    crate::support::stores::on_every_redis_store!(
+        a_lock_freed_without_an_announcement_is_taken_within_one_default_backoff_step,
+        a_waiters_backoff_is_capped_by_the_holders_remaining_lease,
+    );
+}
+
 on_every_store_and_kind!(
     an_unrenewed_lease_frees_the_lock_within_the_lease,
     the_watchdog_holds_a_lock_for_more_than_three_leases,
@@ -371,6 +382,81 @@ async fn the_wait_deadline_is_honoured_at_the_default_backoff(h: Harness) {
         );
     }
     assert!(holder.release().await.expect("release"));
+}
+
+/// "A lost wake-up costs one backoff step" (how-it-works.md), at the default backoff
+/// (5–200 ms): a waiter that has waited long enough for its step to reach 200 ms finds a lock
+/// whose key was deleted behind the holder's back (no release, so no announcement) within one
+/// step and a try's round trip. Seen: 45–162 ms. Shown to fail on every Redis store (0.60–
+/// 1.46 s) with `Backoff::next_delay` letting the step grow past the configured maximum.
+async fn a_lock_freed_without_an_announcement_is_taken_within_one_default_backoff_step(h: Harness) {
+    let held = h.client().lock("quiet").acquire().await.expect("free");
+    let config = h
+        .config
+        .clone()
+        .backoff(distlock::DEFAULT_BACKOFF_MIN, distlock::DEFAULT_BACKOFF_MAX);
+    let waiter = Client::new(config).expect("valid config");
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("quiet")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    // Long enough for the steps (5, 10, … ms, each drawn from none to all of it) to reach
+    // their 200 ms ceiling.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter got in while the lock was held"
+    );
+    let freed = Instant::now();
+    h.raw(redis::cmd("DEL").arg(h.lock_key("quiet")));
+    let (guard, granted_at) = waiting.await.expect("task");
+    let guard = guard.expect("granted once the key is gone");
+    let stall = granted_at - freed;
+    assert!(
+        stall <= distlock::DEFAULT_BACKOFF_MAX + Duration::from_millis(250),
+        "a lock freed without an announcement was taken {stall:?} later: more than one \
+         backoff step ({:?}) and a round trip",
+        distlock::DEFAULT_BACKOFF_MAX
+    );
+    assert!(guard.release().await.expect("release"));
+    drop(held);
+}
+
+/// The backoff is "capped by the holder's remaining TTL" (how-it-works.md): with backoff steps
+/// of 10 s, a waiter still takes a 1 s lease that runs out unrenewed (no announcement) within
+/// the lease and a round trip, not a step later. Seen: 1.005–1.014 s. Shown to fail on every
+/// Redis store (1.6 s to the 8 s wait's end) with the cap taken out of `Plan::pause`.
+async fn a_waiters_backoff_is_capped_by_the_holders_remaining_lease(h: Harness) {
+    let lease = Duration::from_secs(1);
+    let started = Instant::now();
+    let held = h
+        .client()
+        .lock("capped")
+        .lease(lease)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("free");
+    let step = Duration::from_secs(10);
+    let waiter = Client::new(h.config.clone().backoff(step, step)).expect("valid config");
+    let guard = waiter
+        .lock("capped")
+        .wait(Duration::from_secs(8))
+        .acquire()
+        .await
+        .expect("granted once the lease ran out");
+    let took = started.elapsed();
+    assert!(
+        took <= lease + Duration::from_millis(500),
+        "a {lease:?} lease run out was taken {took:?} after its grant (backoff steps of \
+         {step:?})"
+    );
+    assert!(guard.release().await.expect("release"));
+    drop(held);
 }
 
 async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness, mode: LockMode) {
