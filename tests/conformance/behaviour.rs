@@ -90,6 +90,8 @@ crate::support::stores::on_every_store!(
     the_lock_and_write_lock_are_the_same_lock,
     grants_without_fencing_exclude_each_other_and_carry_no_token,
     the_wait_deadline_is_honoured_at_the_default_backoff,
+    a_waiting_writer_keeps_new_readers_out_at_the_default_backoff,
+    a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads_at_the_default_backoff,
 );
 
 /// Waiting without a wake-up: a lock freed without an announcement (its key deleted behind the
@@ -778,6 +780,36 @@ async fn a_waiting_writer_keeps_new_readers_out(h: Harness) {
         .await
         .expect("readers get in again after the writer");
     after.release().await.expect("release");
+}
+
+/// The harness's backoff (`Harness::config`) set back to `Config`'s default (5–200 ms).
+fn at_the_default_backoff(mut h: Harness) -> Harness {
+    h.config = h
+        .config
+        .backoff(distlock::DEFAULT_BACKOFF_MIN, distlock::DEFAULT_BACKOFF_MAX);
+    h
+}
+
+/// [`a_waiting_writer_keeps_new_readers_out`] with every client at the default backoff, whose
+/// pauses (up to 200 ms, ten times the harness's) the writer's waiting mark must outlast.
+/// Shown to fail on every store (a reader got in while the writer waited) with
+/// `writer_waiting_mark` a fixed 60 ms — enough for the harness's 20 ms steps, whose test
+/// still passed so, not for the default's 200 ms.
+async fn a_waiting_writer_keeps_new_readers_out_at_the_default_backoff(h: Harness) {
+    a_waiting_writer_keeps_new_readers_out(at_the_default_backoff(h)).await;
+}
+
+/// [`a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads`] with every
+/// client at the default backoff. Shown to fail on every store (the writer starved: `Timeout`
+/// after 10 s) with no waiting mark at all; the fixed 60 ms mark above did not starve it here
+/// (the last reader's release wakes it).
+async fn a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads_at_the_default_backoff(
+    h: Harness,
+) {
+    a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads(
+        at_the_default_backoff(h),
+    )
+    .await;
 }
 
 /// A read grant takes no token of its own: its token sorts between the write tokens around
