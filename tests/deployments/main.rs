@@ -19,6 +19,7 @@ mod cluster_renewal_faults;
 mod deployments_support;
 mod eviction_check_timing;
 mod eviction_warning;
+mod guarded_connections;
 mod observability;
 mod pubsub_faults;
 mod reconnect_faults;
