@@ -89,7 +89,21 @@ crate::support::stores::on_every_store!(
     a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads,
     the_lock_and_write_lock_are_the_same_lock,
     grants_without_fencing_exclude_each_other_and_carry_no_token,
+    the_wait_deadline_is_honoured_at_the_default_backoff,
+    a_waiting_writer_keeps_new_readers_out_at_the_default_backoff,
+    a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads_at_the_default_backoff,
 );
+
+/// Waiting without a wake-up: a lock freed without an announcement (its key deleted behind the
+/// holder's back, or its lease run out), which only the backoff finds.
+mod lost_wake_ups {
+    use super::*;
+
+    crate::support::stores::on_every_redis_store!(
+        a_lock_freed_without_an_announcement_is_taken_within_one_default_backoff_step,
+        a_waiters_backoff_is_capped_by_the_holders_remaining_lease,
+    );
+}
 
 on_every_store_and_kind!(
     an_unrenewed_lease_frees_the_lock_within_the_lease,
@@ -332,6 +346,119 @@ async fn the_wait_deadline_is_honoured(h: Harness, mode: LockMode) {
     );
     assert!(err.to_string().contains("raise `wait`"), "{err}");
     holder.release().await.expect("release");
+}
+
+/// [`the_wait_deadline_is_honoured`] at `Config`'s default backoff (5–200 ms) instead of the
+/// harness's 1–20 ms: the pause before the last try is cut at the deadline, so a wait on a
+/// lock held throughout ends as timed out neither before its wait nor more than a try's round
+/// trip after it, whatever the backoff step. Shown to fail on every store (a 1 s wait ended
+/// after 0.90–0.98 s) with the acquire loop (`Plan::pause`) giving up when the next backoff
+/// step would pass the deadline instead of pausing until it.
+async fn the_wait_deadline_is_honoured_at_the_default_backoff(h: Harness) {
+    let holder = h.client().lock("busy").acquire().await.expect("acquire");
+    let config = h
+        .config
+        .clone()
+        .backoff(distlock::DEFAULT_BACKOFF_MIN, distlock::DEFAULT_BACKOFF_MAX);
+    let waiter = Client::new(config).expect("valid config");
+    // Connected before the clock starts: the bound is for the wait, not the first connects.
+    assert_held(waiter.lock("busy")).await;
+    for wait in [Duration::from_millis(1000), Duration::from_millis(1500)] {
+        let started = Instant::now();
+        let err = waiter
+            .lock("busy")
+            .wait(wait)
+            .acquire()
+            .await
+            .expect_err("the lock is held throughout");
+        let waited = started.elapsed();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
+        assert!(
+            waited >= wait,
+            "a {wait:?} wait gave up early, after {waited:?}"
+        );
+        // One try's round trip past the deadline, with slack for a loaded machine.
+        assert!(
+            waited <= wait + Duration::from_millis(400),
+            "a {wait:?} wait overslept its deadline: {waited:?}"
+        );
+    }
+    assert!(holder.release().await.expect("release"));
+}
+
+/// "A lost wake-up costs one backoff step" (how-it-works.md), at the default backoff
+/// (5–200 ms): a waiter that has waited long enough for its step to reach 200 ms finds a lock
+/// whose key was deleted behind the holder's back (no release, so no announcement) within one
+/// step and a try's round trip. Seen: 45–162 ms. Shown to fail on every Redis store (0.60–
+/// 1.46 s) with `Backoff::next_delay` letting the step grow past the configured maximum.
+async fn a_lock_freed_without_an_announcement_is_taken_within_one_default_backoff_step(h: Harness) {
+    let held = h.client().lock("quiet").acquire().await.expect("free");
+    let config = h
+        .config
+        .clone()
+        .backoff(distlock::DEFAULT_BACKOFF_MIN, distlock::DEFAULT_BACKOFF_MAX);
+    let waiter = Client::new(config).expect("valid config");
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("quiet")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    // Long enough for the steps (5, 10, … ms, each drawn from none to all of it) to reach
+    // their 200 ms ceiling.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter got in while the lock was held"
+    );
+    let freed = Instant::now();
+    h.raw(redis::cmd("DEL").arg(h.lock_key("quiet")));
+    let (guard, granted_at) = waiting.await.expect("task");
+    let guard = guard.expect("granted once the key is gone");
+    let stall = granted_at - freed;
+    assert!(
+        stall <= distlock::DEFAULT_BACKOFF_MAX + Duration::from_millis(250),
+        "a lock freed without an announcement was taken {stall:?} later: more than one \
+         backoff step ({:?}) and a round trip",
+        distlock::DEFAULT_BACKOFF_MAX
+    );
+    assert!(guard.release().await.expect("release"));
+    drop(held);
+}
+
+/// The backoff is "capped by the holder's remaining TTL" (how-it-works.md): with backoff steps
+/// of 10 s, a waiter still takes a 1 s lease that runs out unrenewed (no announcement) within
+/// the lease and a round trip, not a step later. Seen: 1.005–1.014 s. Shown to fail on every
+/// Redis store (1.6 s to the 8 s wait's end) with the cap taken out of `Plan::pause`.
+async fn a_waiters_backoff_is_capped_by_the_holders_remaining_lease(h: Harness) {
+    let lease = Duration::from_secs(1);
+    let started = Instant::now();
+    let held = h
+        .client()
+        .lock("capped")
+        .lease(lease)
+        .watchdog(false)
+        .acquire()
+        .await
+        .expect("free");
+    let step = Duration::from_secs(10);
+    let waiter = Client::new(h.config.clone().backoff(step, step)).expect("valid config");
+    let guard = waiter
+        .lock("capped")
+        .wait(Duration::from_secs(8))
+        .acquire()
+        .await
+        .expect("granted once the lease ran out");
+    let took = started.elapsed();
+    assert!(
+        took <= lease + Duration::from_millis(500),
+        "a {lease:?} lease run out was taken {took:?} after its grant (backoff steps of \
+         {step:?})"
+    );
+    assert!(guard.release().await.expect("release"));
+    drop(held);
 }
 
 async fn a_zero_wait_fails_at_once_when_the_lock_is_held(h: Harness, mode: LockMode) {
@@ -653,6 +780,36 @@ async fn a_waiting_writer_keeps_new_readers_out(h: Harness) {
         .await
         .expect("readers get in again after the writer");
     after.release().await.expect("release");
+}
+
+/// The harness's backoff (`Harness::config`) set back to `Config`'s default (5–200 ms).
+fn at_the_default_backoff(mut h: Harness) -> Harness {
+    h.config = h
+        .config
+        .backoff(distlock::DEFAULT_BACKOFF_MIN, distlock::DEFAULT_BACKOFF_MAX);
+    h
+}
+
+/// [`a_waiting_writer_keeps_new_readers_out`] with every client at the default backoff, whose
+/// pauses (up to 200 ms, ten times the harness's) the writer's waiting mark must outlast.
+/// Shown to fail on every store (a reader got in while the writer waited) with
+/// `writer_waiting_mark` a fixed 60 ms — enough for the harness's 20 ms steps, whose test
+/// still passed so, not for the default's 200 ms.
+async fn a_waiting_writer_keeps_new_readers_out_at_the_default_backoff(h: Harness) {
+    a_waiting_writer_keeps_new_readers_out(at_the_default_backoff(h)).await;
+}
+
+/// [`a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads`] with every
+/// client at the default backoff. Shown to fail on every store (the writer starved: `Timeout`
+/// after 10 s) with no waiting mark at all; the fixed 60 ms mark above did not starve it here
+/// (the last reader's release wakes it).
+async fn a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads_at_the_default_backoff(
+    h: Harness,
+) {
+    a_writer_gets_in_within_a_second_under_fifty_tasks_of_overlapping_reads(
+        at_the_default_backoff(h),
+    )
+    .await;
 }
 
 /// A read grant takes no token of its own: its token sorts between the write tokens around

@@ -4,7 +4,8 @@
 //! several keys, fair locks, run-once jobs, the operator's tools, the readiness check, bad input,
 //! every API name the docs mention (`api_names`) — and what the stores keep beside
 //! their locks: read/write layout and wake-ups, fencing keys and fenced writes, shutdown, a
-//! paused clock.
+//! paused clock. Beside them, `promise_ledger` checks that every test `docs/promises.md` names
+//! exists.
 //!
 //! One Sentinel setup, one Cluster and one set of Redlock masters serve every test of the
 //! binary, each test under a key prefix of its own. Process-wide state: the global client is
@@ -26,6 +27,7 @@ mod inspect;
 mod jobs;
 mod multi_key;
 mod paused_time;
+mod promise_ledger;
 mod read_write;
 mod semaphore;
 mod shutdown;

@@ -186,3 +186,26 @@ fn independent_masters_each_say_master() {
         assert_eq!(master.role(), Some(Role::Primary), "{}", master.url());
     }
 }
+
+/// The README's "the tests never use a server already running on 6379": the support never
+/// hands out Redis's or Sentinel's default port (every server, proxy and cluster node takes
+/// its port from `free_port` or `claim_port`), and refuses to start a server on one. Shown to
+/// fail with the default ports taken out of `claim_port` (6379 was handed out).
+#[test]
+fn the_support_never_hands_out_or_starts_a_server_on_a_redis_default_port() {
+    for port in crate::support::DEFAULT_PORTS {
+        assert!(
+            !crate::support::claim_port(port),
+            "port {port} could be handed out to a test"
+        );
+        let refused =
+            crate::support::RedisServer::launch(port, crate::support::server_args(port, &[]));
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|err| err.contains(&port.to_string())),
+            "a server could be started on port {port}"
+        );
+    }
+    assert!(!crate::support::DEFAULT_PORTS.contains(&crate::support::free_port()));
+}

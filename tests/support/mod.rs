@@ -89,6 +89,12 @@ impl RedisServer {
     /// under the watcher and waits until it listens on `port`. An error usually means the port
     /// was taken in the meantime; the caller picks another one.
     pub fn launch(port: u16, args: Vec<String>) -> Result<Self, String> {
+        if DEFAULT_PORTS.contains(&port) {
+            return Err(format!(
+                "port {port} is a Redis default: a server a developer runs there is never a \
+                 test's (pick one with free_port)"
+            ));
+        }
         let process = Process::spawn(port, &args)?;
         Ok(Self {
             port,
@@ -374,10 +380,19 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Redis's and Sentinel's default ports (6379, 26379). The README promises that the tests
+/// never use a server already running there: [`claim_port`] never hands them out, so neither
+/// [`free_port`] nor the proxy ever takes them, and [`RedisServer::launch`] refuses them.
+pub const DEFAULT_PORTS: [u16; 2] = [6379, 26379];
+
 /// Marks `port` as taken for the rest of the process, so [`free_port`] never hands it out;
-/// false if it was taken already. For listeners a test binds itself that clients connect to
-/// as to a server (the proxy): the library remembers their address as a server's.
+/// false if it was taken already, or is one of the [`DEFAULT_PORTS`]. For listeners a test
+/// binds itself that clients connect to as to a server (the proxy): the library remembers
+/// their address as a server's.
 pub fn claim_port(port: u16) -> bool {
+    if DEFAULT_PORTS.contains(&port) {
+        return false;
+    }
     static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
         std::sync::Mutex::new(std::collections::BTreeSet::new());
     HANDED_OUT

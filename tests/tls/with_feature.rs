@@ -4,7 +4,8 @@
 //! and a certificate nobody vouches for is a clear error, not a panic.
 //!
 //! "The system trusts" is played by `SSL_CERT_FILE` (read by the root-certificate loader the
-//! redis crate uses), set once before any test connects, to the CA of one server only.
+//! redis crate uses), set once before any test connects, to the CAs of three servers only:
+//! one for the single-server tests, and all three as Redlock masters.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -12,17 +13,30 @@ use std::time::Duration;
 use crate::support::tls::TlsRedisServer;
 use distlock::{BackendErrorKind, Client, Config, LockError};
 
-/// The server whose CA this process trusts as if it were in the system's store.
-fn trusted_server() -> &'static TlsRedisServer {
-    static SERVER: OnceLock<TlsRedisServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = TlsRedisServer::start();
+/// The servers whose CAs this process trusts as if they were in the system's store (each
+/// server has a CA of its own; the file holds the three).
+fn trusted_servers() -> &'static [TlsRedisServer; 3] {
+    static SERVERS: OnceLock<[TlsRedisServer; 3]> = OnceLock::new();
+    SERVERS.get_or_init(|| {
+        let servers = [
+            TlsRedisServer::start(),
+            TlsRedisServer::start(),
+            TlsRedisServer::start(),
+        ];
+        let bundle = crate::support::scratch_dir("trusted-cas").join("trusted.pem");
+        let pems: Vec<&str> = servers.iter().map(TlsRedisServer::ca_pem).collect();
+        std::fs::write(&bundle, pems.join("\n")).expect("write the trusted CAs");
         // Before any TLS connection of this binary is made (every test comes through here
         // first), so no thread reads the environment while it changes.
-        std::env::set_var("SSL_CERT_FILE", server.ca_file());
+        std::env::set_var("SSL_CERT_FILE", &bundle);
         std::env::remove_var("SSL_CERT_DIR");
-        server
+        servers
     })
+}
+
+/// The server the single-server tests use, one of [`trusted_servers`].
+fn trusted_server() -> &'static TlsRedisServer {
+    &trusted_servers()[0]
 }
 
 fn client(config: Config) -> Client {
@@ -63,6 +77,29 @@ async fn a_rediss_url_works_out_of_the_box_when_the_system_trusts_the_server() {
         "{shown}"
     );
     exclusive_over(&client(config.clone()), &client(config), "tls:url").await;
+}
+
+/// Redlock over three `rediss://` masters, at the default node timeout (50 ms): exclusion,
+/// hand-over and a fenced grant. Shown to fail (`QuorumUnavailable`, 1 of 3 answered) with
+/// the trusted file holding the first server's CA only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_urls_work_for_redlock_masters() {
+    let masters = trusted_servers();
+    let config = Config::redlock(masters.iter().map(TlsRedisServer::url))
+        .expect("rediss:// master URLs are accepted");
+    exclusive_over(
+        &client(config.clone()),
+        &client(config.clone()),
+        "tls:redlock",
+    )
+    .await;
+    let guard = client(config)
+        .lock("tls:redlock-token")
+        .acquire()
+        .await
+        .expect("a quorum over TLS");
+    assert!(guard.fencing_token().is_some());
+    assert!(guard.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "current_thread")]

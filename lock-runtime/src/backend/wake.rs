@@ -734,6 +734,30 @@ mod tests {
         assert!(remaining(&pause) <= FIRST_PAUSE, "a success starts over");
     }
 
+    /// The figures how-it-works.md gives — 0.1 s after the first failure, doubling up to 5 s,
+    /// 30 s after a refused SUBSCRIBE — are the pauses' (the two tests around this one check
+    /// the pauses against these constants).
+    #[test]
+    fn the_pauses_are_the_figures_the_docs_give() {
+        let doc = include_str!("../../../docs/how-it-works.md");
+        let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            doc.contains(
+                "0.1 s after the first failure, doubling up to 5 s, jittered; 30 s after Redis \
+                 refuses SUBSCRIBE"
+            ),
+            "how-it-works.md no longer gives the pub/sub pauses' figures this test checks"
+        );
+        assert_eq!(
+            (FIRST_PAUSE, MAX_PAUSE, REFUSED_PAUSE),
+            (
+                Duration::from_millis(100),
+                Duration::from_secs(5),
+                Duration::from_secs(30)
+            )
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_refused_subscribe_pauses_for_the_refusal_pause() {
         let mut pause = Pause::default();
