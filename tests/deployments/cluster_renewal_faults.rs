@@ -619,3 +619,155 @@ async fn batching_off_for_one_primary_stays_off_though_rounds_that_miss_it_work(
         assert!(guard.release().await.expect("release"), "still ours");
     }
 }
+
+/// A node of a cluster SIGSTOPped for as long as this lives, thawed (`SIGCONT`) when it is
+/// dropped, also when the test panics meanwhile (and the cluster's drop kills it anyway).
+struct Frozen<'a> {
+    cluster: &'a RedisCluster,
+    node: usize,
+}
+
+impl<'a> Frozen<'a> {
+    fn freeze(cluster: &'a RedisCluster, node: usize) -> Self {
+        cluster.node(node).signal("STOP");
+        Self { cluster, node }
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.cluster.node(self.node).signal("CONT");
+    }
+}
+
+/// `healthy` names whose locks live on primaries other than `sick` (spread over them, each in
+/// a slot of its own), and one name whose lock lives on `sick`; all start with `stem`.
+fn names_around(
+    cluster: &RedisCluster,
+    stem: &str,
+    sick: usize,
+    healthy: usize,
+) -> (Vec<String>, String) {
+    let mut on_sick = None;
+    let mut elsewhere: Vec<String> = Vec::new();
+    let mut per_primary: std::collections::HashMap<usize, usize> = Default::default();
+    let others = cluster.primaries().len() - 1;
+    for i in 0.. {
+        let name = format!("{stem}{i}");
+        let primary = cluster.primary_for_key(&lock_key(&name));
+        if primary == sick {
+            on_sick.get_or_insert(name);
+        } else if elsewhere.len() < healthy
+            && per_primary.get(&primary).copied().unwrap_or(0) < healthy.div_ceil(others)
+            && !elsewhere
+                .iter()
+                .any(|other| Slot::for_key(lock_key(other)) == Slot::for_key(lock_key(&name)))
+        {
+            *per_primary.entry(primary).or_default() += 1;
+            elsewhere.push(name);
+        }
+        if elsewhere.len() == healthy && on_sick.is_some() {
+            break;
+        }
+    }
+    (elsewhere, on_sick.expect("a name on the sick primary"))
+}
+
+/// For each lease: four locks on the healthy primaries and one on `sick`'s, all renewed by
+/// one client made by `config`; then `node` (the sick primary itself, or its replica) is
+/// frozen for two leases, which costs the sick primary's lock (asserted: the fault took
+/// effect). Returns, per lease, the healthy locks lost meanwhile (none may be: a slow or
+/// frozen server costs only the leases whose renewals wait on it).
+async fn healthy_leases_lost_while_frozen(
+    cluster: &RedisCluster,
+    config: impl Fn(Config) -> Config,
+    sick: usize,
+    node: usize,
+    stem: &str,
+) -> Vec<(Duration, Vec<String>)> {
+    let captured = support::capture::install();
+    let ports: Vec<u16> = cluster
+        .primaries()
+        .iter()
+        .map(|&p| cluster.port(p))
+        .collect();
+    let client = client(cluster, config);
+    let mut lost_per_lease = Vec::new();
+    for millis in [1600, 1800, 2000] {
+        let lease = Duration::from_millis(millis);
+        let (healthy, on_sick) = names_around(cluster, &format!("{stem}{millis}-"), sick, 4);
+        let names: Vec<String> = healthy.iter().cloned().chain([on_sick]).collect();
+        let since = captured.records().len();
+        let guards = acquire_all(&client, &names, lease).await;
+        // Renewals go one pipeline per primary before the node freezes (the first round of a
+        // new client may go alone, to load the script).
+        pipelined_rounds(&captured, since, &ports, names.len() * 2).await;
+        let frozen = Frozen::freeze(cluster, node);
+        // What is tested is time itself: two leases with the node frozen.
+        tokio::time::sleep(lease * 2).await;
+        let lost: Vec<String> = guards[..healthy.len()]
+            .iter()
+            .filter(|guard| !guard.is_held())
+            .map(|guard| guard.key().to_owned())
+            .collect();
+        let fault_took_effect = !guards[healthy.len()].is_held();
+        drop(frozen);
+        assert!(
+            fault_took_effect,
+            "the lease whose renewals wait on the frozen node was kept: nothing was tested"
+        );
+        for (at, guard) in guards.into_iter().enumerate() {
+            if at < healthy.len() && guard.is_held() {
+                assert!(guard.release().await.expect("release"), "still ours");
+            }
+        }
+        lost_per_lease.push((lease, lost));
+    }
+    lost_per_lease
+}
+
+/// Four locks on healthy primaries and one on a primary that is SIGSTOPped for two leases,
+/// at the DEFAULT `Config` (a 1 s response timeout) and leases of 1.6, 1.8 and 2 s: every
+/// healthy lease stays held (the frozen primary's own lease may be lost). A renewal round
+/// sends one pipeline per primary; each primary's answers reach its leases as they come,
+/// while the frozen primary's calls wait out the response timeout. On `f597559` the round
+/// waited for every primary, its answers came after the healthy leases' deadlines, and 4 of 4
+/// healthy leases were lost at each of these leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_costs_no_lease_of_another_primary_at_the_default_config() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
+    let sick = cluster.primaries()[0];
+    let lost =
+        healthy_leases_lost_while_frozen(&cluster, |config| config, sick, sick, "frozen-").await;
+    assert!(
+        lost.iter().all(|(_, lost)| lost.is_empty()),
+        "healthy leases lost while another primary was frozen: {lost:?}"
+    );
+}
+
+/// The same under the failover guard at its largest timeout the DEFAULT response timeout
+/// accepts (999 ms): the replica of one primary is SIGSTOPped, so that primary's `WAIT` waits
+/// out the guard's timeout every round (its lease may be lost: its renewals do not count);
+/// the other primaries' guarded renewals do not wait for it, and every healthy lease stays
+/// held. On `f597559` each round waited for that `WAIT`, and healthy leases were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_costs_no_guarded_lease_of_another_primary() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
+    let sick = cluster.primaries()[0];
+    let replica = cluster.replicas_of(sick)[0];
+    let guard_timeout = distlock::DEFAULT_RESPONSE_TIMEOUT - Duration::from_millis(1);
+    let lost = healthy_leases_lost_while_frozen(
+        &cluster,
+        |config| config.replicas(1, guard_timeout),
+        sick,
+        replica,
+        "lagging-",
+    )
+    .await;
+    assert!(
+        lost.iter().all(|(_, lost)| lost.is_empty()),
+        "guarded healthy leases lost while another primary's replica lagged: {lost:?}"
+    );
+}

@@ -13,7 +13,9 @@
 //! migrations are followed as before; a `TRYAGAIN` is answered as it is (the store splits the
 //! call per lock), a `CLUSTERDOWN`, `MASTERDOWN` or `LOADING` fails its call for the batch,
 //! and a primary that fails or does not answer leaves only its own calls unanswered, without
-//! a request per call. Where per-primary connections cannot work (their credentials, TLS, an
+//! a request per call. Each primary's answers are handed on as that primary gives them, so a
+//! frozen primary (or one whose `WAIT` waits for a lagging replica) delays no other primary's
+//! leases. Where per-primary connections cannot work (their credentials, TLS, an
 //! unusable host), batching turns off, with a warning, until a later try finds them working
 //! (`primaries.rs`).
 //! Releases announce themselves by sharded pub/sub (`SPUBLISH`), which the waker (`wake.rs`)
@@ -30,6 +32,7 @@
 
 use std::sync::Arc;
 
+use futures_util::stream::{self, FuturesUnordered, Stream, StreamExt};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -37,9 +40,9 @@ use redis::FromRedisValue;
 use tokio::runtime::Handle;
 
 use super::connection::{request_error, Failure};
-use super::primaries::{Primaries, Sent};
+use super::primaries::{Primaries, Sent, Share};
 use super::redis::{NodeOptions, RedisStore};
-use super::transport::{replicated, ScanStep, Transport};
+use super::transport::{replicated, Answered, ScanStep, Transport};
 use super::wake::{Announcer, ReleaseListener};
 use super::{Announce, Call};
 use crate::config::ReplicaGuard;
@@ -146,6 +149,56 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Answers every call of one [`Share`] of the batch `calls`: by its primary's pipeline,
+    /// and those it did not answer for (or all, for a share without a primary) sent alone.
+    async fn answer_share<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        guard: Option<ReplicaGuard>,
+        share: Share,
+    ) -> Vec<Answered<R>> {
+        let answers: Vec<Sent<R>> = self.primaries.send(&share, operation, calls, guard).await;
+        let alone: Vec<usize> = share
+            .indices
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_none())
+            .map(|(&i, _)| i)
+            .collect();
+        if !alone.is_empty() {
+            tracing::trace!(target: crate::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
+        }
+        let replies = futures_util::future::join_all(
+            alone
+                .iter()
+                .map(|&i| self.call(operation, Call::Script(&calls[i]), guard, |_: &R| true)),
+        )
+        .await;
+        let mut replies = replies.into_iter();
+        share
+            .indices
+            .into_iter()
+            .zip(answers)
+            .map(|(i, answer)| {
+                let answer = match answer {
+                    Some(answer) => answer,
+                    None => replies.next().unwrap_or_else(|| {
+                        Err(BackendError::new(
+                            operation,
+                            crate::error::BackendErrorKind::Server,
+                            "a call of the batch was not sent",
+                        )
+                        .into())
+                    }),
+                };
+                (i, answer)
+            })
+            .collect()
+    }
+}
+
 impl Transport for Cluster {
     const ANNOUNCE: Announce = Announce::ShardedPublish;
     const ROUTES_BY_SLOT: bool = true;
@@ -221,45 +274,31 @@ impl Transport for Cluster {
     /// One pipeline per primary, all at once ([`Primaries::send`]), even for a batch of one (a
     /// `TRYAGAIN` then comes back as it is, rather than being retried until the response
     /// timeout); a call its primary did not answer for is sent alone, as
-    /// [`call`](Self::call) sends it.
-    async fn call_each<R: FromRedisValue + Send>(
-        &self,
+    /// [`call`](Self::call) sends it. Each primary's answers come as that primary gives them
+    /// (its calls sent alone answered too), whatever the others do: a frozen primary, or one
+    /// whose `WAIT` waits for a lagging replica, holds up only its own calls.
+    fn call_each<'a, R: FromRedisValue + Send + 'a>(
+        &'a self,
         operation: &'static str,
-        calls: &[ScriptCall],
+        calls: &'a [ScriptCall],
         guard: Option<ReplicaGuard>,
-    ) -> Vec<Result<(R, bool), LockError>> {
-        let mut answers: Vec<Sent<R>> = calls.iter().map(|_| None).collect();
-        if !calls.is_empty() {
-            if let Ok(connection) = self.connection().await {
+    ) -> impl Stream<Item = Answered<R>> + Send + 'a {
+        stream::once(async move {
+            let shares = if calls.is_empty() {
+                Vec::new()
+            } else if let Ok(connection) = self.connection().await {
                 self.primaries.refresh(&connection);
-                answers = self.primaries.send(operation, calls, guard).await;
-            }
-        }
-        let alone: Vec<usize> = (0..calls.len()).filter(|&i| answers[i].is_none()).collect();
-        if !alone.is_empty() {
-            tracing::trace!(target: crate::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
-        }
-        let replies = futures_util::future::join_all(
-            alone
-                .iter()
-                .map(|&i| self.call(operation, Call::Script(&calls[i]), guard, |_: &R| true)),
-        )
-        .await;
-        let mut replies = replies.into_iter();
-        answers
-            .into_iter()
-            .map(|answer| match answer {
-                Some(answer) => answer,
-                None => replies.next().unwrap_or_else(|| {
-                    Err(BackendError::new(
-                        operation,
-                        crate::error::BackendErrorKind::Server,
-                        "a call of the batch was not sent",
-                    )
-                    .into())
-                }),
-            })
-            .collect()
+                self.primaries.shares(calls)
+            } else {
+                vec![Share::alone((0..calls.len()).collect())]
+            };
+            shares
+                .into_iter()
+                .map(|share| self.answer_share(operation, calls, guard, share))
+                .collect::<FuturesUnordered<_>>()
+        })
+        .flatten()
+        .flat_map(stream::iter)
     }
 
     /// The primaries `CLUSTER SLOTS` names.
