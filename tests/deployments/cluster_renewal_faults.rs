@@ -3,11 +3,13 @@
 //! SIGSTOPped past the response timeout (its leases fail this round, with no request per lease
 //! and no lease of another primary lost), a cluster down after a primary with no replica was
 //! killed (`CLUSTERDOWN` from every node: the calls fail, none goes alone), and per-primary
-//! connections refused for their
-//! credentials (batching turns off with one warning, reads the slot map only when it tries
-//! again, and comes back by itself). The requests are counted from the store's TRACE events,
-//! told apart from other clients' by the client's first node URL (`seed`), which no other test
-//! on the shared cluster puts first. Neighbour: `cluster.rs`, whose helpers these share.
+//! connections refused for their credentials (batching turns off with one warning, reads the
+//! slot map only when it tries again, and comes back by itself). At the default `Config`, a
+//! frozen primary, or under the failover guard a primary whose replica is frozen, costs only
+//! its own leases: the other primaries' answers reach their leases as they come. The requests
+//! are counted from the store's TRACE events, told apart from other clients' by the client's
+//! first node URL (`seed`), which no other test on the shared cluster puts first. Neighbour:
+//! `cluster.rs`, whose helpers these share.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
