@@ -58,7 +58,7 @@ pub(crate) struct Cluster {
     io: Handle,
     /// Made once; it reconnects to nodes by itself. A failed connect is tried again by the
     /// next request.
-    connection: tokio::sync::OnceCell<ClusterConnection>,
+    connection: Arc<tokio::sync::OnceCell<ClusterConnection>>,
     /// The primaries by slot, with connections of this transport's own, for batches.
     primaries: Arc<Primaries>,
 }
@@ -107,7 +107,7 @@ impl ClusterBackend {
                 io.clone(),
             ),
             io,
-            connection: tokio::sync::OnceCell::new(),
+            connection: Arc::default(),
         };
         Ok(Self::over(
             cluster,
@@ -124,28 +124,64 @@ impl Cluster {
     async fn connection(&self) -> Result<ClusterConnection, BackendError> {
         let connection = self
             .connection
-            .get_or_try_init(|| async {
-                let client = self.client.clone();
-                let connected = self
-                    .io
-                    .spawn(async move { client.get_async_connection().await })
-                    .await;
-                match connected {
-                    Ok(Ok(connection)) => {
-                        tracing::debug!(target: crate::LOG_TARGET, nodes = %self.nodes, "connected to Redis Cluster");
-                        // Beside the first request, not before it: the check only ever logs.
-                        self.io
-                            .spawn(super::eviction::check_cluster(connection.clone()));
-                        // The map for batches, read before the first one is due.
-                        self.primaries.refresh(&connection);
-                        Ok(connection)
-                    }
-                    Ok(Err(err)) => Err(super::connection::connect_error(err)),
-                    Err(err) => Err(crate::io::connect_task_failed(err)),
-                }
+            .get_or_try_init(|| {
+                connect(
+                    self.client.clone(),
+                    self.nodes.clone(),
+                    self.io.clone(),
+                    self.primaries.clone(),
+                )
             })
             .await?;
         Ok(connection.clone())
+    }
+
+    /// Makes the cluster connection in the background if it is not made yet, for a batch that
+    /// goes per primary without it (the map is read once it is made, if it is out of date).
+    /// Making it connects to every node and waits out the connect timeout on a frozen one:
+    /// no batch waits for that while it has a map to go by.
+    fn connect_in_background(&self) {
+        if self.connection.initialized() {
+            return;
+        }
+        let (cell, client, nodes, io, primaries) = (
+            self.connection.clone(),
+            self.client.clone(),
+            self.nodes.clone(),
+            self.io.clone(),
+            self.primaries.clone(),
+        );
+        self.io.spawn(async move {
+            // A failed connect is tried again by the next request that needs it.
+            let _ = cell
+                .get_or_try_init(|| connect(client, nodes, io, primaries))
+                .await;
+        });
+    }
+}
+
+/// Makes a cluster connection on the I/O runtime `io`; then checks the nodes' eviction policy
+/// in the background and reads the slot map for batches.
+async fn connect(
+    client: ClusterClient,
+    nodes: String,
+    io: Handle,
+    primaries: Arc<Primaries>,
+) -> Result<ClusterConnection, BackendError> {
+    let connected = io
+        .spawn(async move { client.get_async_connection().await })
+        .await;
+    match connected {
+        Ok(Ok(connection)) => {
+            tracing::debug!(target: crate::LOG_TARGET, nodes = %nodes, "connected to Redis Cluster");
+            // Beside the first request, not before it: the check only ever logs.
+            io.spawn(super::eviction::check_cluster(connection.clone()));
+            // The map for batches, read before the first one is due.
+            primaries.refresh(&connection);
+            Ok(connection)
+        }
+        Ok(Err(err)) => Err(super::connection::connect_error(err)),
+        Err(err) => Err(crate::io::connect_task_failed(err)),
     }
 }
 
@@ -211,13 +247,15 @@ impl Transport for Cluster {
     /// A primary, by host and port.
     type Shard = (String, u16);
 
-    /// A cluster connection of its own, made on first use.
+    /// A cluster connection of its own, made on first use, and connections of its own to the
+    /// primaries, by this transport's slot map ([`Primaries::sibling`]): its batches go out at
+    /// once, without waiting for its cluster connection.
     fn sibling(&self) -> Self {
         Self {
             client: self.client.clone(),
             nodes: self.nodes.clone(),
             io: self.io.clone(),
-            connection: tokio::sync::OnceCell::new(),
+            connection: Arc::default(),
             primaries: self.primaries.sibling(),
         }
     }
@@ -284,8 +322,17 @@ impl Transport for Cluster {
         guard: Option<ReplicaGuard>,
     ) -> impl Stream<Item = Answered<R>> + Send + 'a {
         stream::once(async move {
+            // The cluster connection is waited for only when there is no map to go by: a new
+            // sibling (the failover guard's) has its parent's map, and connects to the
+            // primaries alone, not to a frozen replica, before its first batch.
             let shares = if calls.is_empty() {
                 Vec::new()
+            } else if let Some(connection) = self.connection.get() {
+                self.primaries.refresh(connection);
+                self.primaries.shares(calls)
+            } else if self.primaries.has_map() {
+                self.connect_in_background();
+                self.primaries.shares(calls)
             } else if let Ok(connection) = self.connection().await {
                 self.primaries.refresh(&connection);
                 self.primaries.shares(calls)

@@ -176,14 +176,46 @@ impl Primaries {
     }
 
     /// Another set for the same cluster, with connections of its own (the failover guard's
-    /// transports: `guarded.rs`).
+    /// transports: `guarded.rs`). It starts with this set's map, over new connections made on
+    /// first use, one per primary: so its first batch goes out at once, without waiting for a
+    /// cluster connection of its own to be made — which connects to every node, and waits out
+    /// the connect timeout on one that is frozen (a replica whose lag the guard is there for).
     pub(crate) fn sibling(&self) -> Arc<Self> {
-        Self::new(
+        let sibling = Self::new(
             self.seed.clone(),
             self.connect_timeout,
             self.response_timeout,
             self.io.clone(),
-        )
+        );
+        if let Some(map) = self.map() {
+            let primaries: Result<Vec<Arc<Primary>>, String> = map
+                .primaries
+                .iter()
+                .map(|primary| {
+                    sibling
+                        .connect(primary.host.clone(), primary.port)
+                        .map(Arc::new)
+                })
+                .collect();
+            if let Ok(primaries) = primaries {
+                *sibling.map.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Arc::new(SlotMap {
+                        by_slot: map.by_slot.clone(),
+                        primaries,
+                        unusable: map.unusable.clone(),
+                    }));
+                sibling
+                    .stale
+                    .store(self.stale.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+        sibling
+    }
+
+    /// Whether there is a map to send batches by (perhaps out of date: a stale map costs only
+    /// the calls it misroutes, which go alone).
+    pub(crate) fn has_map(&self) -> bool {
+        self.map().is_some()
     }
 
     fn map(&self) -> Option<Arc<SlotMap>> {
