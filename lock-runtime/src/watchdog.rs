@@ -1,7 +1,9 @@
 //! The client's watchdog: one task on the client's I/O runtime that renews every watched
 //! [`Lease`] at about a third of its duration, batching leases that fall due at about the same
-//! time into one call of the store (which sends it in as few requests as it can), and declares a lease lost on a "not owner" reply or when its deadline
-//! passes unrenewed.
+//! time into one call of the store (which sends it in as few requests as it can, and hands
+//! back each lease's outcome as its server answers, so a late server costs only its own
+//! leases), and declares a lease lost on a "not owner" reply or when its deadline passes
+//! unrenewed.
 //!
 //! Leases wait in two ordered queues — by when the watchdog must next look at them (renewal or
 //! deadline), and by when a renewal may be brought forward to join a batch — so a wake-up costs
@@ -321,29 +323,53 @@ async fn follow_until_over(lease: &Arc<Lease>, backend: Arc<Backend>, shared: &A
     }
 }
 
-/// Renews `leases` with one call of the store, then queues each for its next renewal. A lease whose
-/// release is under way (its gate is taken) is left out: no renewal may follow a release.
+/// Renews `leases` with one call of the store, and queues each for its next renewal as soon
+/// as the store says what became of it: the store hands back each server's answers as that
+/// server gives them, so a server that answers late (a frozen Cluster primary, or one whose
+/// `WAIT` waits for a lagging replica) costs only the leases it holds, not those another
+/// server renewed in time. A lease whose release is under way (its gate is taken) is left
+/// out: no renewal may follow a release; a lease's gate is held until its outcome is known.
 async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Shared>) {
     let mut gates = Vec::with_capacity(leases.len());
     let mut live = Vec::with_capacity(leases.len());
+    let mut left_out = Vec::new();
     for lease in &leases {
         if let Ok(gate) = lease.gate.try_lock() {
-            if lease.state() != LeaseState::Held {
-                continue;
-            }
             // Its deadline passed while it waited for this batch: lost, not renewed.
-            if lease.now() >= lease.deadline() {
+            if lease.state() == LeaseState::Held && lease.now() >= lease.deadline() {
                 lease.mark_lost(lease.deadline_passed_why());
+            }
+            if lease.state() == LeaseState::Held {
+                gates.push(Some(gate));
+                live.push(lease);
                 continue;
             }
-            gates.push(gate);
-            live.push(lease);
         }
+        left_out.push(lease);
     }
-    let mut outcome = Ok(Vec::new());
     // One clock per call: the I/O task's batches are of real-clock leases, `follow` renews one.
     let clock = leases.first().map_or(Clock::Real, |lease| lease.clock);
     let sent = clock.now();
+    // What became of `live[i]`: its gate is given up, then it is queued again.
+    let mut settle = |i: usize, renewed: Renewed| {
+        let (Some(lease), Some(gate)) = (live.get(i), gates.get_mut(i)) else {
+            return;
+        };
+        if gate.take().is_none() {
+            return;
+        }
+        match renewed {
+            // A renewal that comes back after the deadline does not revive the lease: the
+            // watchdog has declared it lost (or will, on its next look).
+            Renewed::Yes => lease.renewed(sent),
+            Renewed::No => lease.mark_lost("Redis says it is no longer the owner"),
+            Renewed::Unknown => {
+                lease.times().next_renewal = clock.now() + retry_delay(lease.duration);
+            }
+        }
+        shared.requeue(Arc::clone(lease));
+    };
+    let mut outcome = Ok(());
     if !live.is_empty() {
         let renewals: Vec<Renewal<'_>> = live
             .iter()
@@ -354,40 +380,31 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
                 lease: lease.duration,
             })
             .collect();
-        outcome = backend.extend_many(&renewals).await;
+        outcome = backend
+            .extend_many_as_answered(&renewals, &mut settle)
+            .await;
     }
-    drop(gates);
-    match &outcome {
-        Ok(extended) => {
-            for (lease, &renewed) in live.iter().zip(extended) {
-                match renewed {
-                    // A renewal that comes back after the deadline does not revive the lease:
-                    // the watchdog has declared it lost (or will, on its next look).
-                    Renewed::Yes => lease.renewed(sent),
-                    Renewed::No => lease.mark_lost("Redis says it is no longer the owner"),
-                    Renewed::Unknown => {
-                        lease.times().next_renewal = clock.now() + retry_delay(lease.duration);
-                    }
-                }
-            }
-        }
-        Err(err) => {
-            // Only the leases still held are tried again (and said to be): one whose deadline
-            // passed meanwhile is lost, and the watchdog says that once, when it sees it.
-            let held: Vec<_> = live
-                .iter()
-                .filter(|lease| lease.state() == LeaseState::Held && clock.now() < lease.deadline())
-                .collect();
-            if !held.is_empty() {
-                tracing::warn!(target: crate::LOG_TARGET, leases = held.len(), "lease renewal failed, retrying: {err}");
-            }
-            for lease in held {
-                lease.times().next_renewal = clock.now() + retry_delay(lease.duration);
-            }
+    // Every lease is reported; one that was not is unknown, and tried again.
+    for i in 0..live.len() {
+        settle(i, Renewed::Unknown);
+    }
+    if let Err(err) = outcome {
+        // Nothing was learnt of any lease. Only the leases still held are tried again (and
+        // said to be): one whose deadline passed meanwhile is lost, and the watchdog says
+        // that once, when it sees it.
+        let held = live
+            .iter()
+            .filter(|lease| lease.state() == LeaseState::Held && clock.now() < lease.deadline())
+            .count();
+        if held > 0 {
+            tracing::warn!(target: crate::LOG_TARGET, leases = held, "lease renewal failed, retrying: {err}");
         }
     }
-    for lease in leases {
-        shared.requeue(lease);
+    // The leases left out: queued again after the call, so that one whose release is under
+    // way is not looked at over and over meanwhile. (The others were as they were settled; a
+    // settled one may be in a later batch by now, and is not queued again here.)
+    for lease in left_out {
+        shared.requeue(Arc::clone(lease));
     }
 }
 

@@ -3,11 +3,13 @@
 //! SIGSTOPped past the response timeout (its leases fail this round, with no request per lease
 //! and no lease of another primary lost), a cluster down after a primary with no replica was
 //! killed (`CLUSTERDOWN` from every node: the calls fail, none goes alone), and per-primary
-//! connections refused for their
-//! credentials (batching turns off with one warning, reads the slot map only when it tries
-//! again, and comes back by itself). The requests are counted from the store's TRACE events,
-//! told apart from other clients' by the client's first node URL (`seed`), which no other test
-//! on the shared cluster puts first. Neighbour: `cluster.rs`, whose helpers these share.
+//! connections refused for their credentials (batching turns off with one warning, reads the
+//! slot map only when it tries again, and comes back by itself). At the default `Config`, a
+//! frozen primary, or under the failover guard a primary whose replica is frozen, costs only
+//! its own leases: the other primaries' answers reach their leases as they come. The requests
+//! are counted from the store's TRACE events, told apart from other clients' by the client's
+//! first node URL (`seed`), which no other test on the shared cluster puts first. Neighbour:
+//! `cluster.rs`, whose helpers these share.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -618,4 +620,205 @@ async fn batching_off_for_one_primary_stays_off_though_rounds_that_miss_it_work(
     for guard in guards {
         assert!(guard.release().await.expect("release"), "still ours");
     }
+}
+
+/// A node of a cluster SIGSTOPped for as long as this lives, thawed (`SIGCONT`) when it is
+/// dropped, also when the test panics meanwhile (and the cluster's drop kills it anyway).
+struct Frozen<'a> {
+    cluster: &'a RedisCluster,
+    node: usize,
+}
+
+impl<'a> Frozen<'a> {
+    fn freeze(cluster: &'a RedisCluster, node: usize) -> Self {
+        cluster.node(node).signal("STOP");
+        Self { cluster, node }
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.cluster.node(self.node).signal("CONT");
+    }
+}
+
+/// `healthy` names whose locks live on primaries other than `sick` (spread over them, each in
+/// a slot of its own), and one name whose lock lives on `sick`; all start with `stem`.
+fn names_around(
+    cluster: &RedisCluster,
+    stem: &str,
+    sick: usize,
+    healthy: usize,
+) -> (Vec<String>, String) {
+    let mut on_sick = None;
+    let mut elsewhere: Vec<String> = Vec::new();
+    let mut per_primary: std::collections::HashMap<usize, usize> = Default::default();
+    let others = cluster.primaries().len() - 1;
+    for i in 0.. {
+        let name = format!("{stem}{i}");
+        let primary = cluster.primary_for_key(&lock_key(&name));
+        if primary == sick {
+            on_sick.get_or_insert(name);
+        } else if elsewhere.len() < healthy
+            && per_primary.get(&primary).copied().unwrap_or(0) < healthy.div_ceil(others)
+            && !elsewhere
+                .iter()
+                .any(|other| Slot::for_key(lock_key(other)) == Slot::for_key(lock_key(&name)))
+        {
+            *per_primary.entry(primary).or_default() += 1;
+            elsewhere.push(name);
+        }
+        if elsewhere.len() == healthy && on_sick.is_some() {
+            break;
+        }
+    }
+    (elsewhere, on_sick.expect("a name on the sick primary"))
+}
+
+/// For each lease: four locks on the healthy primaries and one on `sick`'s, all renewed by
+/// one client made by `config`; then `node` (the sick primary itself, or its replica) is
+/// frozen for two leases, which costs the sick primary's lock (asserted: the fault took
+/// effect). Returns, per lease, the healthy locks lost meanwhile (none may be: a slow or
+/// frozen server costs only the leases whose renewals wait on it), and how long their releases
+/// took, made before the node is thawed.
+async fn healthy_leases_lost_while_frozen(
+    cluster: &RedisCluster,
+    config: impl Fn(Config) -> Config,
+    sick: usize,
+    node: usize,
+    stem: &str,
+) -> Vec<WhileFrozen> {
+    let captured = support::capture::install();
+    let ports: Vec<u16> = cluster
+        .primaries()
+        .iter()
+        .map(|&p| cluster.port(p))
+        .collect();
+    let client = client(cluster, config);
+    let mut seen = Vec::new();
+    for millis in [1600, 1800, 2000] {
+        let lease = Duration::from_millis(millis);
+        let (healthy, on_sick) = names_around(cluster, &format!("{stem}{millis}-"), sick, 4);
+        let names: Vec<String> = healthy.iter().cloned().chain([on_sick]).collect();
+        let since = captured.records().len();
+        let guards = acquire_all(&client, &names, lease).await;
+        // Renewals go one pipeline per primary before the node freezes (the first round of a
+        // new client may go alone, to load the script).
+        pipelined_rounds(&captured, since, &ports, names.len() * 2).await;
+        // The client's own cluster connection, which releases use, is made before the node
+        // freezes: under the guard, grants and renewals go on connections of their own, and
+        // a cluster connection first made while a node is frozen waits out its connect
+        // timeout there (not what this test is about).
+        client.inspect(&names[0]).await.expect("inspect");
+        let frozen = Frozen::freeze(cluster, node);
+        // What is tested is time itself: two leases with the node frozen.
+        tokio::time::sleep(lease * 2).await;
+        let lost: Vec<String> = guards[..healthy.len()]
+            .iter()
+            .filter(|guard| !guard.is_held())
+            .map(|guard| guard.key().to_owned())
+            .collect();
+        let fault_took_effect = !guards[healthy.len()].is_held();
+        // Released while the node is still frozen: a release waits for nothing of it.
+        let mut slowest_release = Duration::ZERO;
+        for (at, guard) in guards.into_iter().enumerate() {
+            if at < healthy.len() && guard.is_held() {
+                let started = Instant::now();
+                assert!(guard.release().await.expect("release"), "still ours");
+                slowest_release = slowest_release.max(started.elapsed());
+            }
+        }
+        drop(frozen);
+        assert!(
+            fault_took_effect,
+            "the lease whose renewals wait on the frozen node was kept: nothing was tested"
+        );
+        seen.push(WhileFrozen {
+            lease,
+            lost,
+            slowest_release,
+        });
+    }
+    seen
+}
+
+/// What became of the healthy locks of one lease while a node was frozen.
+#[derive(Debug)]
+struct WhileFrozen {
+    lease: Duration,
+    /// The healthy locks lost.
+    lost: Vec<String>,
+    /// The longest a healthy lock's release took, the node still frozen.
+    slowest_release: Duration,
+}
+
+/// Asserts that no healthy lease was lost, and that each release, made while the node was
+/// still frozen, took less than half the default response timeout (a round trip to a healthy
+/// primary; a release that waited for the frozen node's renewal answer would take up to the
+/// response timeout).
+fn assert_only_the_frozen_node_cost_anything(what: &str, seen: &[WhileFrozen]) {
+    let most = distlock::DEFAULT_RESPONSE_TIMEOUT / 2;
+    let failed: Vec<String> = seen
+        .iter()
+        .filter(|seen| !seen.lost.is_empty() || seen.slowest_release >= most)
+        .map(|seen| {
+            format!(
+                "lease {:?}: {} of the healthy leases lost {:?}, slowest release {:?}",
+                seen.lease,
+                seen.lost.len(),
+                seen.lost,
+                seen.slowest_release
+            )
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{what}: healthy leases lost, or a release took {most:?} or more: {failed:#?}"
+    );
+}
+
+/// Four locks on healthy primaries and one on a primary that is SIGSTOPped for two leases,
+/// at the DEFAULT `Config` (a 1 s response timeout) and leases of 1.6, 1.8 and 2 s: every
+/// healthy lease stays held (the frozen primary's own lease is lost), and its release, made
+/// while the primary is still frozen, waits for nothing of it. A renewal round sends one
+/// pipeline per primary; each primary's answers reach its leases as they come, while the
+/// frozen primary's calls wait out the response timeout. On `f597559` the round waited for
+/// every primary, its answers came after the healthy leases' deadlines, and 4 of 4 healthy
+/// leases were lost at each of these leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_costs_no_lease_of_another_primary_at_the_default_config() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
+    let sick = cluster.primaries()[0];
+    let seen =
+        healthy_leases_lost_while_frozen(&cluster, |config| config, sick, sick, "frozen-").await;
+    assert_only_the_frozen_node_cost_anything("a primary frozen", &seen);
+}
+
+/// The same under the failover guard at its largest timeout the DEFAULT response timeout
+/// accepts (999 ms): the replica of one primary is SIGSTOPped, so that primary's `WAIT` waits
+/// out the guard's timeout every round (its lease is lost: its renewals do not count); the
+/// other primaries' guarded renewals do not wait for it, every healthy lease stays held and
+/// its release waits for nothing of it. Guarded renewals run on transports lent for them, and
+/// one made while the replica is frozen goes by its parent's slot map at once rather than
+/// first making a cluster connection (which connects to every node, the frozen one too). On
+/// `f597559` each round waited for that `WAIT`, and 4 of 4 healthy leases were lost at each
+/// lease; with the rounds fixed but a new transport waiting for its cluster connection, 4 of 4
+/// were lost at 1.8 s in one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_costs_no_guarded_lease_of_another_primary() {
+    let _one_at_a_time = DEDICATED.lock().await;
+    let cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
+    let sick = cluster.primaries()[0];
+    let replica = cluster.replicas_of(sick)[0];
+    let guard_timeout = distlock::DEFAULT_RESPONSE_TIMEOUT - Duration::from_millis(1);
+    let seen = healthy_leases_lost_while_frozen(
+        &cluster,
+        |config| config.replicas(1, guard_timeout),
+        sick,
+        replica,
+        "lagging-",
+    )
+    .await;
+    assert_only_the_frozen_node_cost_anything("a primary's replica frozen (guarded)", &seen);
 }

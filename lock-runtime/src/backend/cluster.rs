@@ -13,7 +13,9 @@
 //! migrations are followed as before; a `TRYAGAIN` is answered as it is (the store splits the
 //! call per lock), a `CLUSTERDOWN`, `MASTERDOWN` or `LOADING` fails its call for the batch,
 //! and a primary that fails or does not answer leaves only its own calls unanswered, without
-//! a request per call. Where per-primary connections cannot work (their credentials, TLS, an
+//! a request per call. Each primary's answers are handed on as that primary gives them, so a
+//! frozen primary (or one whose `WAIT` waits for a lagging replica) delays no other primary's
+//! leases. Where per-primary connections cannot work (their credentials, TLS, an
 //! unusable host), batching turns off, with a warning, until a later try finds them working
 //! (`primaries.rs`).
 //! Releases announce themselves by sharded pub/sub (`SPUBLISH`), which the waker (`wake.rs`)
@@ -30,6 +32,7 @@
 
 use std::sync::Arc;
 
+use futures_util::stream::{self, FuturesUnordered, Stream, StreamExt};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -37,9 +40,9 @@ use redis::FromRedisValue;
 use tokio::runtime::Handle;
 
 use super::connection::{request_error, Failure};
-use super::primaries::{Primaries, Sent};
+use super::primaries::{Primaries, Sent, Share};
 use super::redis::{NodeOptions, RedisStore};
-use super::transport::{replicated, ScanStep, Transport};
+use super::transport::{replicated, Answered, ScanStep, Transport};
 use super::wake::{Announcer, ReleaseListener};
 use super::{Announce, Call};
 use crate::config::ReplicaGuard;
@@ -55,7 +58,7 @@ pub(crate) struct Cluster {
     io: Handle,
     /// Made once; it reconnects to nodes by itself. A failed connect is tried again by the
     /// next request.
-    connection: tokio::sync::OnceCell<ClusterConnection>,
+    connection: Arc<tokio::sync::OnceCell<ClusterConnection>>,
     /// The primaries by slot, with connections of this transport's own, for batches.
     primaries: Arc<Primaries>,
 }
@@ -104,7 +107,7 @@ impl ClusterBackend {
                 io.clone(),
             ),
             io,
-            connection: tokio::sync::OnceCell::new(),
+            connection: Arc::default(),
         };
         Ok(Self::over(
             cluster,
@@ -121,28 +124,114 @@ impl Cluster {
     async fn connection(&self) -> Result<ClusterConnection, BackendError> {
         let connection = self
             .connection
-            .get_or_try_init(|| async {
-                let client = self.client.clone();
-                let connected = self
-                    .io
-                    .spawn(async move { client.get_async_connection().await })
-                    .await;
-                match connected {
-                    Ok(Ok(connection)) => {
-                        tracing::debug!(target: crate::LOG_TARGET, nodes = %self.nodes, "connected to Redis Cluster");
-                        // Beside the first request, not before it: the check only ever logs.
-                        self.io
-                            .spawn(super::eviction::check_cluster(connection.clone()));
-                        // The map for batches, read before the first one is due.
-                        self.primaries.refresh(&connection);
-                        Ok(connection)
-                    }
-                    Ok(Err(err)) => Err(super::connection::connect_error(err)),
-                    Err(err) => Err(crate::io::connect_task_failed(err)),
-                }
+            .get_or_try_init(|| {
+                connect(
+                    self.client.clone(),
+                    self.nodes.clone(),
+                    self.io.clone(),
+                    self.primaries.clone(),
+                )
             })
             .await?;
         Ok(connection.clone())
+    }
+
+    /// Makes the cluster connection in the background if it is not made yet, for a batch that
+    /// goes per primary without it (the map is read once it is made, if it is out of date).
+    /// Making it connects to every node and waits out the connect timeout on a frozen one:
+    /// no batch waits for that while it has a map to go by.
+    fn connect_in_background(&self) {
+        if self.connection.initialized() {
+            return;
+        }
+        let (cell, client, nodes, io, primaries) = (
+            self.connection.clone(),
+            self.client.clone(),
+            self.nodes.clone(),
+            self.io.clone(),
+            self.primaries.clone(),
+        );
+        self.io.spawn(async move {
+            // A failed connect is tried again by the next request that needs it.
+            let _ = cell
+                .get_or_try_init(|| connect(client, nodes, io, primaries))
+                .await;
+        });
+    }
+}
+
+/// Makes a cluster connection on the I/O runtime `io`; then checks the nodes' eviction policy
+/// in the background and reads the slot map for batches.
+async fn connect(
+    client: ClusterClient,
+    nodes: String,
+    io: Handle,
+    primaries: Arc<Primaries>,
+) -> Result<ClusterConnection, BackendError> {
+    let connected = io
+        .spawn(async move { client.get_async_connection().await })
+        .await;
+    match connected {
+        Ok(Ok(connection)) => {
+            tracing::debug!(target: crate::LOG_TARGET, nodes = %nodes, "connected to Redis Cluster");
+            // Beside the first request, not before it: the check only ever logs.
+            io.spawn(super::eviction::check_cluster(connection.clone()));
+            // The map for batches, read before the first one is due.
+            primaries.refresh(&connection);
+            Ok(connection)
+        }
+        Ok(Err(err)) => Err(super::connection::connect_error(err)),
+        Err(err) => Err(crate::io::connect_task_failed(err)),
+    }
+}
+
+impl Cluster {
+    /// Answers every call of one [`Share`] of the batch `calls`: by its primary's pipeline,
+    /// and those it did not answer for (or all, for a share without a primary) sent alone.
+    async fn answer_share<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        guard: Option<ReplicaGuard>,
+        share: Share,
+    ) -> Vec<Answered<R>> {
+        let answers: Vec<Sent<R>> = self.primaries.send(&share, operation, calls, guard).await;
+        let alone: Vec<usize> = share
+            .indices
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_none())
+            .map(|(&i, _)| i)
+            .collect();
+        if !alone.is_empty() {
+            tracing::trace!(target: crate::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
+        }
+        let replies = futures_util::future::join_all(
+            alone
+                .iter()
+                .map(|&i| self.call(operation, Call::Script(&calls[i]), guard, |_: &R| true)),
+        )
+        .await;
+        let mut replies = replies.into_iter();
+        share
+            .indices
+            .into_iter()
+            .zip(answers)
+            .map(|(i, answer)| {
+                let answer = match answer {
+                    Some(answer) => answer,
+                    None => replies.next().unwrap_or_else(|| {
+                        Err(BackendError::new(
+                            operation,
+                            crate::error::BackendErrorKind::Server,
+                            "a call of the batch was not sent",
+                        )
+                        .into())
+                    }),
+                };
+                (i, answer)
+            })
+            .collect()
     }
 }
 
@@ -158,13 +247,15 @@ impl Transport for Cluster {
     /// A primary, by host and port.
     type Shard = (String, u16);
 
-    /// A cluster connection of its own, made on first use.
+    /// A cluster connection of its own, made on first use, and connections of its own to the
+    /// primaries, by this transport's slot map ([`Primaries::sibling`]): its batches go out at
+    /// once, without waiting for its cluster connection.
     fn sibling(&self) -> Self {
         Self {
             client: self.client.clone(),
             nodes: self.nodes.clone(),
             io: self.io.clone(),
-            connection: tokio::sync::OnceCell::new(),
+            connection: Arc::default(),
             primaries: self.primaries.sibling(),
         }
     }
@@ -221,45 +312,40 @@ impl Transport for Cluster {
     /// One pipeline per primary, all at once ([`Primaries::send`]), even for a batch of one (a
     /// `TRYAGAIN` then comes back as it is, rather than being retried until the response
     /// timeout); a call its primary did not answer for is sent alone, as
-    /// [`call`](Self::call) sends it.
-    async fn call_each<R: FromRedisValue + Send>(
-        &self,
+    /// [`call`](Self::call) sends it. Each primary's answers come as that primary gives them
+    /// (its calls sent alone answered too), whatever the others do: a frozen primary, or one
+    /// whose `WAIT` waits for a lagging replica, holds up only its own calls.
+    fn call_each<'a, R: FromRedisValue + Send + 'a>(
+        &'a self,
         operation: &'static str,
-        calls: &[ScriptCall],
+        calls: &'a [ScriptCall],
         guard: Option<ReplicaGuard>,
-    ) -> Vec<Result<(R, bool), LockError>> {
-        let mut answers: Vec<Sent<R>> = calls.iter().map(|_| None).collect();
-        if !calls.is_empty() {
-            if let Ok(connection) = self.connection().await {
+    ) -> impl Stream<Item = Answered<R>> + Send + 'a {
+        stream::once(async move {
+            // The cluster connection is waited for only when there is no map to go by: a new
+            // sibling (the failover guard's) has its parent's map, and connects to the
+            // primaries alone, not to a frozen replica, before its first batch.
+            let shares = if calls.is_empty() {
+                Vec::new()
+            } else if let Some(connection) = self.connection.get() {
+                self.primaries.refresh(connection);
+                self.primaries.shares(calls)
+            } else if self.primaries.has_map() {
+                self.connect_in_background();
+                self.primaries.shares(calls)
+            } else if let Ok(connection) = self.connection().await {
                 self.primaries.refresh(&connection);
-                answers = self.primaries.send(operation, calls, guard).await;
-            }
-        }
-        let alone: Vec<usize> = (0..calls.len()).filter(|&i| answers[i].is_none()).collect();
-        if !alone.is_empty() {
-            tracing::trace!(target: crate::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
-        }
-        let replies = futures_util::future::join_all(
-            alone
-                .iter()
-                .map(|&i| self.call(operation, Call::Script(&calls[i]), guard, |_: &R| true)),
-        )
-        .await;
-        let mut replies = replies.into_iter();
-        answers
-            .into_iter()
-            .map(|answer| match answer {
-                Some(answer) => answer,
-                None => replies.next().unwrap_or_else(|| {
-                    Err(BackendError::new(
-                        operation,
-                        crate::error::BackendErrorKind::Server,
-                        "a call of the batch was not sent",
-                    )
-                    .into())
-                }),
-            })
-            .collect()
+                self.primaries.shares(calls)
+            } else {
+                vec![Share::alone((0..calls.len()).collect())]
+            };
+            shares
+                .into_iter()
+                .map(|share| self.answer_share(operation, calls, guard, share))
+                .collect::<FuturesUnordered<_>>()
+        })
+        .flatten()
+        .flat_map(stream::iter)
     }
 
     /// The primaries `CLUSTER SLOTS` names.

@@ -60,6 +60,26 @@ pub(crate) trait LockBackend: Send + Sync {
         leases: &[Renewal<'_>],
     ) -> impl Future<Output = Result<Vec<Renewed>, LockError>> + Send;
 
+    /// Renews as [`extend_many`](Self::extend_many) does, handing each grant's outcome to
+    /// `report` (its index in `leases`, what became of it) as soon as the store learns it,
+    /// once for each grant: a server that answers late delays only the outcomes of the grants
+    /// it holds, not those another server answered. An error says nothing was learnt of any
+    /// (each was reported unknown). By default, every outcome once all are known.
+    fn extend_many_as_answered(
+        &self,
+        leases: &[Renewal<'_>],
+        report: &mut (dyn FnMut(usize, Renewed) + Send),
+    ) -> impl Future<Output = Result<(), LockError>> + Send {
+        async move {
+            let renewed = self.extend_many(leases).await;
+            let known = renewed.as_deref().unwrap_or_default();
+            for i in 0..leases.len() {
+                report(i, known.get(i).copied().unwrap_or(Renewed::Unknown));
+            }
+            renewed.map(drop)
+        }
+    }
+
     /// One try of a multi-key lock ([`crate::kind::multi`]): the write lock of every key of
     /// the try, or of none (a partial grant is undone before the answer).
     fn acquire_all(
@@ -115,6 +135,19 @@ impl LockBackend for Backend {
             Backend::Cluster(b) => b.extend_many(leases).await,
             Backend::Redlock(b) => b.extend_many(leases).await,
             Backend::Memory(b) => b.extend_many(leases).await,
+        }
+    }
+
+    async fn extend_many_as_answered(
+        &self,
+        leases: &[Renewal<'_>],
+        report: &mut (dyn FnMut(usize, Renewed) + Send),
+    ) -> Result<(), LockError> {
+        match self {
+            Backend::Redis(b) => b.extend_many_as_answered(leases, report).await,
+            Backend::Cluster(b) => b.extend_many_as_answered(leases, report).await,
+            Backend::Redlock(b) => b.extend_many_as_answered(leases, report).await,
+            Backend::Memory(b) => b.extend_many_as_answered(leases, report).await,
         }
     }
 

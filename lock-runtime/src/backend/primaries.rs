@@ -111,6 +111,51 @@ struct Primary {
     node: Node,
 }
 
+/// The calls of one batch that go to one primary as one pipeline, or (no primary) the calls
+/// of the batch to be sent alone through the cluster connection.
+pub(crate) struct Share {
+    /// The primary, and the batch's round, which every share with a primary reports to.
+    primary: Option<(Arc<Primary>, Arc<Round>)>,
+    /// The share's calls, as indices into the batch.
+    pub(crate) indices: Vec<usize>,
+}
+
+impl Share {
+    /// The calls at `indices`, to be sent alone.
+    pub(crate) fn alone(indices: Vec<usize>) -> Self {
+        Self {
+            primary: None,
+            indices,
+        }
+    }
+}
+
+/// What one batch learns of batching, as its primaries answer one by one.
+struct Round {
+    state: Mutex<RoundState>,
+}
+
+struct RoundState {
+    /// Primaries yet to answer.
+    pending: usize,
+    /// No primary's connection failed to work, and the map names no unusable host.
+    all_usable: bool,
+    /// The primaries that answered, by address.
+    reached: Vec<String>,
+}
+
+impl Round {
+    /// The primary at `address` answered, its connection `usable` or not. When it was the
+    /// last, and every one was usable: the primaries reached (batching may be on again).
+    fn answered(&self, usable: bool, address: &str) -> Option<Vec<String>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.all_usable &= usable;
+        state.reached.push(address.to_owned());
+        state.pending = state.pending.saturating_sub(1);
+        (state.pending == 0 && state.all_usable).then(|| std::mem::take(&mut state.reached))
+    }
+}
+
 impl Primaries {
     pub(crate) fn new(
         seed: ConnectionInfo,
@@ -131,14 +176,46 @@ impl Primaries {
     }
 
     /// Another set for the same cluster, with connections of its own (the failover guard's
-    /// transports: `guarded.rs`).
+    /// transports: `guarded.rs`). It starts with this set's map, over new connections made on
+    /// first use, one per primary: so its first batch goes out at once, without waiting for a
+    /// cluster connection of its own to be made — which connects to every node, and waits out
+    /// the connect timeout on one that is frozen (a replica whose lag the guard is there for).
     pub(crate) fn sibling(&self) -> Arc<Self> {
-        Self::new(
+        let sibling = Self::new(
             self.seed.clone(),
             self.connect_timeout,
             self.response_timeout,
             self.io.clone(),
-        )
+        );
+        if let Some(map) = self.map() {
+            let primaries: Result<Vec<Arc<Primary>>, String> = map
+                .primaries
+                .iter()
+                .map(|primary| {
+                    sibling
+                        .connect(primary.host.clone(), primary.port)
+                        .map(Arc::new)
+                })
+                .collect();
+            if let Ok(primaries) = primaries {
+                *sibling.map.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Arc::new(SlotMap {
+                        by_slot: map.by_slot.clone(),
+                        primaries,
+                        unusable: map.unusable.clone(),
+                    }));
+                sibling
+                    .stale
+                    .store(self.stale.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+        sibling
+    }
+
+    /// Whether there is a map to send batches by (perhaps out of date: a stale map costs only
+    /// the calls it misroutes, which go alone).
+    pub(crate) fn has_map(&self) -> bool {
+        self.map().is_some()
     }
 
     fn map(&self) -> Option<Arc<SlotMap>> {
@@ -336,23 +413,19 @@ impl Primaries {
         })
     }
 
-    /// Sends `calls` one pipeline per primary the map knows, all at once: element `i` of the
-    /// answer is what became of `calls[i]` (`None`: to be sent alone, as is every call when
+    /// Splits `calls` into the [`Share`]s of one batch: one per primary the map knows, its
+    /// calls to go as one pipeline, and one of the calls to be sent alone (every call when
     /// there is no map yet or batching is paused).
-    pub(crate) async fn send<R: FromRedisValue + Send>(
-        &self,
-        operation: &'static str,
-        calls: &[ScriptCall],
-        guard: Option<ReplicaGuard>,
-    ) -> Vec<Sent<R>> {
-        let mut answers: Vec<Sent<R>> = calls.iter().map(|_| None).collect();
+    pub(crate) fn shares(&self, calls: &[ScriptCall]) -> Vec<Share> {
+        let everything = || vec![Share::alone((0..calls.len()).collect())];
         if self.paused() {
-            return answers;
+            return everything();
         }
         let Some(map) = self.map() else {
-            return answers;
+            return everything();
         };
         let mut per_primary: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut alone = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let primary = call
                 .first_key()
@@ -361,45 +434,74 @@ impl Primaries {
                 Some(&at) => per_primary.entry(usize::from(at)).or_default().push(i),
                 // A slot of a primary no client could be made for: sent alone (batching is
                 // off already, and the map is read again when it is tried again).
-                None if map.unusable.is_some() => {}
+                None if map.unusable.is_some() => alone.push(i),
                 // A slot nobody serves (the cluster is failing over): sent alone.
-                None => self.out_of_date(),
+                None => {
+                    self.out_of_date();
+                    alone.push(i);
+                }
             }
         }
-        let sent = per_primary.into_iter().map(|(at, indices)| {
-            let primary = map.primaries[at].clone();
-            async move {
-                let replied = self
-                    .send_to(&primary, operation, calls, &indices, guard)
-                    .await;
-                (indices, replied, at)
-            }
+        let usable = map.unusable.is_none();
+        if per_primary.is_empty() && usable {
+            self.switch_on(&[]);
+        }
+        let round = Arc::new(Round {
+            state: Mutex::new(RoundState {
+                pending: per_primary.len(),
+                all_usable: usable,
+                reached: Vec::new(),
+            }),
         });
-        let mut all_usable = map.unusable.is_none();
-        let mut reached = Vec::new();
-        for (indices, (replies, usable), at) in futures_util::future::join_all(sent).await {
-            all_usable &= usable;
-            reached.push(map.primaries[at].address.as_str());
-            for (i, reply) in indices.into_iter().zip(replies) {
-                answers[i] = reply;
-            }
+        let mut shares: Vec<Share> = per_primary
+            .into_iter()
+            .map(|(at, indices)| Share {
+                primary: Some((map.primaries[at].clone(), round.clone())),
+                indices,
+            })
+            .collect();
+        if !alone.is_empty() {
+            shares.push(Share::alone(alone));
         }
-        if all_usable {
+        shares
+    }
+
+    /// Sends the calls of `share` (of the batch `calls`) to its primary in one pipeline:
+    /// element `j` of the answer is what became of `calls[share.indices[j]]` (`None`: to be
+    /// sent alone, as is every call of a share without a primary). Each share is answered on
+    /// its own, as its primary answers; once the batch's last primary has, batching is on
+    /// again if every primary's connection worked.
+    pub(crate) async fn send<R: FromRedisValue + Send>(
+        &self,
+        share: &Share,
+        operation: &'static str,
+        calls: &[ScriptCall],
+        guard: Option<ReplicaGuard>,
+    ) -> Vec<Sent<R>> {
+        let Some((primary, round)) = &share.primary else {
+            return share.indices.iter().map(|_| None).collect();
+        };
+        let (replies, usable) = self
+            .send_to(primary, operation, calls, &share.indices, guard)
+            .await;
+        if let Some(reached) = round.answered(usable, &primary.address) {
+            let reached: Vec<&str> = reached.iter().map(String::as_str).collect();
             self.switch_on(&reached);
         }
-        answers
+        replies
     }
 
     /// Sends `calls[i]` for each of `indices` to `primary` in one pipeline (with a `guard`,
     /// `WAIT` at its end), and reads each reply on its own. The flag is `false` when the
     /// connection to the primary cannot be made to work (batching is then off).
     ///
-    /// The request runs as a task of its own, and the batch waits for it at most a response
+    /// The request runs as a task of its own, and its calls wait for it at most a response
     /// timeout (and the guard's `WAIT`): a primary that must first be connected to, and does
-    /// not accept or answer (frozen, or unreachable), would otherwise hold up the answers of
-    /// every other primary by a connect timeout and more each round, past the leases. Its
-    /// calls then fail this round; the task goes on, so a slow connect still ends, and the next
-    /// batch finds the connection made.
+    /// not accept or answer (frozen, or unreachable), would otherwise keep its calls
+    /// unanswered for a connect timeout and more each round, past the leases. Its calls then
+    /// fail this round; the task goes on, so a slow connect still ends, and the next batch
+    /// finds the connection made. (The other primaries' answers never wait for it: each
+    /// share is answered on its own, [`send`](Self::send).)
     async fn send_to<R: FromRedisValue + Send>(
         &self,
         primary: &Arc<Primary>,

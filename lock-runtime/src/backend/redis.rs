@@ -5,7 +5,8 @@
 //! try without a script ([`FirstTry`]) where the transport allows it, the kind's script
 //! otherwise; it splits batches per hash slot where the transport routes by slot, undoing the
 //! slots already taken when a later one is held, and hands a renewal's per-slot calls to the
-//! transport all at once ([`Transport::call_each`]: one request per Cluster primary); and with the failover guard
+//! transport all at once ([`Transport::call_each`]: one request per Cluster primary), handing
+//! each lease's outcome back as its call is answered (`extend_many_as_answered`); and with the failover guard
 //! ([`ReplicaGuard`]) a grant or renewal counts only once `WAIT` reports enough replicas have
 //! it (a grant that too few acknowledged is given back and reported as held, so the acquire
 //! loop tries again within its wait; such a renewal is an error); such a write runs on a
@@ -16,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{BoxStream, FuturesUnordered, StreamExt};
 use redis::cluster_routing::Slot;
 use redis::{ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
@@ -23,7 +25,7 @@ use tokio::runtime::Handle;
 use super::connection::Node;
 use super::endpoint::Endpoint;
 use super::guarded::Guarded;
-use super::transport::Transport;
+use super::transport::{Answered, Transport};
 use super::wake::{Announcer, ReleaseListener};
 use super::{
     AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal,
@@ -150,28 +152,32 @@ impl<T: Transport> RedisStore<T> {
     }
 
     /// Sends independent script calls ([`Transport::call_each`]) under the failover guard, if
-    /// there is one. A Cluster sends them as one pipeline per primary, each ending with one
-    /// `WAIT`, on one transport lent for all of them; elsewhere each call is a request of its
-    /// own on a transport lent for it ([`call_guarded`](Self::call_guarded)), so that no
-    /// call's `WAIT` queues behind another's on a shared connection.
-    async fn call_each_guarded<R: FromRedisValue + Send>(
-        &self,
+    /// there is one, and yields each call's answer as it comes. A Cluster sends them as one
+    /// pipeline per primary, each ending with one `WAIT`, on the transport `lent` for all of
+    /// them; elsewhere each call is a request of its own on a transport lent for it
+    /// ([`call_guarded`](Self::call_guarded)), so that no call's `WAIT` queues behind another's
+    /// on a shared connection.
+    fn call_each_guarded<'a, R: FromRedisValue + Send + 'a>(
+        &'a self,
         operation: &'static str,
-        calls: &[crate::script::ScriptCall],
-    ) -> Vec<Result<(R, bool), LockError>> {
-        let Some(guard) = self.guard else {
-            return self.transport.call_each(operation, calls, None).await;
-        };
-        if !T::ROUTES_BY_SLOT {
-            let each = calls
+        calls: &'a [crate::script::ScriptCall],
+        lent: Option<&'a T>,
+    ) -> BoxStream<'a, Answered<R>> {
+        match (self.guard, lent) {
+            (None, _) => self.transport.call_each(operation, calls, None).boxed(),
+            (Some(guard), Some(lent)) => lent.call_each(operation, calls, Some(guard)).boxed(),
+            (Some(_), None) => calls
                 .iter()
-                .map(|call| self.call_guarded(operation, Call::Script(call), |_: &R| true));
-            return futures_util::future::join_all(each).await;
+                .enumerate()
+                .map(|(i, call)| async move {
+                    let answer = self
+                        .call_guarded(operation, Call::Script(call), |_: &R| true)
+                        .await;
+                    (i, answer)
+                })
+                .collect::<FuturesUnordered<_>>()
+                .boxed(),
         }
-        let lent = self.guarded.lend(&self.transport).await;
-        let replied = lent.call_each(operation, calls, Some(guard)).await;
-        lent.give_back();
-        replied
     }
 
     /// Sends a try's request under the failover guard. A transport that hides its own retries
@@ -344,11 +350,18 @@ impl<T: Transport> RedisStore<T> {
     }
 
     /// The renewal of `leases` in [`renewal_calls`](Self::renewal_calls), all sent at once by
-    /// [`Transport::call_each`] (on a Cluster one request per primary). A call that fails (its
-    /// shard is failing over, say) leaves its leases unknown, not the leases of the others; a
-    /// call refused only for naming its keys together (a half-moved slot) goes again as one
-    /// call per lease ([`goes_one_by_one`]).
-    async fn renew_all(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+    /// [`Transport::call_each`] (on a Cluster one request per primary), each lease's outcome
+    /// handed to `report` as soon as its call is answered: a server that answers late (a
+    /// frozen Cluster primary, or one whose `WAIT` waits for a lagging replica) delays only
+    /// the leases it holds. A call that fails (its shard is failing over, say) leaves its
+    /// leases unknown, not the leases of the others; a call refused only for naming its keys
+    /// together (a half-moved slot) goes again as one call per lease ([`goes_one_by_one`]).
+    /// Every lease is reported once; the error says why, when nothing was learnt of any.
+    async fn renew_all(
+        &self,
+        leases: &[Renewal<'_>],
+        report: &mut (dyn FnMut(usize, Renewed) + Send),
+    ) -> Result<(), LockError> {
         let slots = Self::renewal_calls(leases);
         let batches: Vec<Vec<Renewal<'_>>> = slots
             .iter()
@@ -358,49 +371,64 @@ impl<T: Transport> RedisStore<T> {
             .iter()
             .map(|batch| kind::extend_many_call(batch))
             .collect();
-        let replies = self.call_each_guarded::<Vec<i64>>("renew", &calls).await;
-        let outcomes = batches
-            .iter()
-            .zip(replies)
-            .map(|(batch, reply)| async move {
-                let renewed = reply.and_then(|(extended, replicated)| {
-                    count_only_replicated_renewals(
-                        kind::read_extend_many_reply(batch.len(), extended)?,
-                        replicated,
-                    )
-                });
-                match renewed {
-                    Err(err) if T::ROUTES_BY_SLOT && batch.len() > 1 && goes_one_by_one(&err) => {
-                        self.renew_one_by_one(batch, err).await
-                    }
-                    // Anything else (a timeout, a broken or refused connection, too few
-                    // replicas): the leases are unknown this round and the watchdog tries
-                    // again, rather than sending the sick server one request per lease.
-                    renewed => renewed,
+        // Under the guard, a Cluster's pipelines share one transport lent for the batch.
+        let lent = match self.guard {
+            Some(_) if T::ROUTES_BY_SLOT => Some(self.guarded.lend(&self.transport).await),
+            _ => None,
+        };
+        let mut outcomes = self
+            .call_each_guarded::<Vec<i64>>("renew", &calls, lent.as_deref())
+            .map(|(at, reply)| {
+                let batch = &batches[at];
+                async move {
+                    let renewed = reply.and_then(|(extended, replicated)| {
+                        count_only_replicated_renewals(
+                            kind::read_extend_many_reply(batch.len(), extended)?,
+                            replicated,
+                        )
+                    });
+                    let renewed = match renewed {
+                        Err(err)
+                            if T::ROUTES_BY_SLOT && batch.len() > 1 && goes_one_by_one(&err) =>
+                        {
+                            self.renew_one_by_one(batch, err).await
+                        }
+                        // Anything else (a timeout, a broken or refused connection, too few
+                        // replicas): the leases are unknown this round and the watchdog tries
+                        // again, rather than sending the sick server one request per lease.
+                        renewed => renewed,
+                    };
+                    (at, renewed)
                 }
-            });
-        let mut answers = vec![Renewed::Unknown; leases.len()];
-        let mut failures = Vec::new();
-        for (indices, outcome) in slots
-            .into_iter()
-            .zip(futures_util::future::join_all(outcomes).await)
-        {
+            })
+            .buffer_unordered(calls.len().max(1));
+        let mut learnt = false;
+        let mut failure = None;
+        while let Some((at, outcome)) = outcomes.next().await {
             match outcome {
                 Ok(renewed) => {
-                    for (i, renewed) in indices.into_iter().zip(renewed) {
-                        answers[i] = renewed;
+                    for (&i, renewed) in slots[at].iter().zip(renewed) {
+                        learnt |= renewed != Renewed::Unknown;
+                        report(i, renewed);
                     }
                 }
-                Err(err) => failures.push(err),
+                Err(err) => {
+                    for &i in &slots[at] {
+                        report(i, Renewed::Unknown);
+                    }
+                    failure.get_or_insert(err);
+                }
             }
+        }
+        drop(outcomes);
+        if let Some(lent) = lent {
+            lent.give_back();
         }
         // Nothing learnt at all: say why.
-        if answers.iter().all(|&a| a == Renewed::Unknown) {
-            if let Some(err) = failures.into_iter().next() {
-                return Err(err);
-            }
+        match failure {
+            Some(err) if !learnt => Err(err),
+            _ => Ok(()),
         }
-        Ok(answers)
     }
 
     /// Renews each of `batch` with a call of its own, after the call for all of them was
@@ -666,7 +694,19 @@ impl<T: Transport> LockBackend for RedisStore<T> {
 
     /// One call for every [`MOST_PER_CALL`] leases, on a Cluster per slot, all at once.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        self.renew_all(leases).await
+        let mut answers = vec![Renewed::Unknown; leases.len()];
+        self.renew_all(leases, &mut |i, renewed| answers[i] = renewed)
+            .await?;
+        Ok(answers)
+    }
+
+    /// As [`extend_many`](Self::extend_many), each call's leases reported as it is answered.
+    async fn extend_many_as_answered(
+        &self,
+        leases: &[Renewal<'_>],
+        report: &mut (dyn FnMut(usize, Renewed) + Send),
+    ) -> Result<(), LockError> {
+        self.renew_all(leases, report).await
     }
 
     /// The keys one call may name in one script (every key on a server; a slot's on a

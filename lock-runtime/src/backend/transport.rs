@@ -10,6 +10,7 @@
 
 use std::future::Future;
 
+use futures_util::stream::{FuturesUnordered, Stream};
 use redis::FromRedisValue;
 
 use super::{Announce, Call};
@@ -19,6 +20,10 @@ use crate::script::ScriptCall;
 
 /// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
 pub(crate) type ScanStep = (u64, Vec<Vec<u8>>);
+
+/// One call's answer in a batch ([`Transport::call_each`]): the call's index in the batch, and
+/// what [`Transport::call`] would have answered for it.
+pub(crate) type Answered<R> = (usize, Result<(R, bool), LockError>);
 
 /// How the Redis store reaches its servers.
 pub(crate) trait Transport: Send + Sync {
@@ -64,20 +69,28 @@ pub(crate) trait Transport: Send + Sync {
     ) -> impl Future<Output = Result<(R, bool), LockError>> + Send;
 
     /// Sends independent script `calls`, each naming keys of one hash slot, in as few requests
-    /// as the transport can; element `i` of the answer is what [`call`](Self::call) would
-    /// have answered for `calls[i]` (always with a `WAIT` under a `guard`). By default each
-    /// call is its own request, all at once; a Cluster sends one pipeline per primary.
-    fn call_each<R: FromRedisValue + Send>(
-        &self,
+    /// as the transport can, and yields each call's answer as it comes: `(i, answer)`, where
+    /// `answer` is what [`call`](Self::call) would have answered for `calls[i]` (always with a
+    /// `WAIT` under a `guard`), once for each call. A server that answers late delays only its
+    /// own calls' answers. By default each call is its own request, all at once; a Cluster
+    /// sends one pipeline per primary, and each primary's answers come as that primary gives
+    /// them.
+    fn call_each<'a, R: FromRedisValue + Send + 'a>(
+        &'a self,
         operation: &'static str,
-        calls: &[ScriptCall],
+        calls: &'a [ScriptCall],
         guard: Option<ReplicaGuard>,
-    ) -> impl Future<Output = Vec<Result<(R, bool), LockError>>> + Send {
-        futures_util::future::join_all(
-            calls
-                .iter()
-                .map(move |call| self.call(operation, Call::Script(call), guard, |_: &R| true)),
-        )
+    ) -> impl Stream<Item = Answered<R>> + Send + 'a {
+        calls
+            .iter()
+            .enumerate()
+            .map(move |(i, call)| async move {
+                let answer = self
+                    .call(operation, Call::Script(call), guard, |_: &R| true)
+                    .await;
+                (i, answer)
+            })
+            .collect::<FuturesUnordered<_>>()
     }
 
     /// Whether the servers that take the locks' writes answer a `PING` now (the node; every
