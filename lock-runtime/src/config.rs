@@ -507,8 +507,9 @@ impl Config {
         self
     }
 
-    /// How long one request to Redis may go unanswered. Defaults to
-    /// [`DEFAULT_RESPONSE_TIMEOUT`].
+    /// How long one request to Redis may go unanswered; a lock request's try is cut off
+    /// sooner when less is left of its wait, and a request that does not wait (`wait(0)`,
+    /// `try_acquire`) ends within it. Defaults to [`DEFAULT_RESPONSE_TIMEOUT`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self

@@ -350,7 +350,8 @@ impl fmt::Display for Refused {
 pub enum BackendErrorKind {
     /// No connection could be made, or the connection broke.
     Connection,
-    /// The request got no answer within the response timeout. It may still have taken effect.
+    /// The request got no answer within the response timeout (or, for a lock request's try,
+    /// within what was left of its wait). It may still have taken effect.
     Timeout,
     /// The server answered with an error (authentication, script error, wrong type, …).
     Server,
@@ -448,6 +449,26 @@ impl BackendError {
         &*self.source
     }
 
+    /// A try of the acquire loop that got no answer from `servers` within `budget`, what was
+    /// left of its request's wait (or the response timeout of a request that does not wait):
+    /// a timeout that may have taken effect.
+    pub(crate) fn cut_by_wait(servers: &str, budget: Duration) -> Self {
+        BackendError::new(
+            "acquire",
+            BackendErrorKind::Timeout,
+            CutByWait {
+                servers: servers.to_owned(),
+                budget,
+            },
+        )
+        .maybe_applied(true)
+    }
+
+    /// Whether this is a try cut off by the end of its request's wait ([`Self::cut_by_wait`]).
+    pub(crate) fn is_cut_by_wait(&self) -> bool {
+        self.source.is::<CutByWait>()
+    }
+
     /// Whether this was a connect that ran out of time.
     pub(crate) fn is_connect_timeout(&self) -> bool {
         self.connect_timed_out
@@ -484,8 +505,11 @@ impl fmt::Display for BackendError {
                 "check that Redis is running and reachable at the configured URL"
             }
             BackendErrorKind::Timeout => {
-                "Redis did not answer in time; check its load and the network, \
-                 or raise the response timeout"
+                "Redis did not answer in time: it may be overloaded, or up but frozen — it \
+                 takes connections but answers nothing when it is stopped (SIGSTOP, a paused \
+                 VM or container), busy in a long script, or behind a proxy whose backend is \
+                 gone; check its load and the network (`redis-cli -h HOST -p PORT PING`), or \
+                 raise the response timeout (or the request's wait) if it is just slow"
             }
             BackendErrorKind::Server => "Redis rejected the request; check its log and ACLs",
             BackendErrorKind::Protocol => {
@@ -525,6 +549,28 @@ impl std::error::Error for BackendError {
         Some(&*self.source)
     }
 }
+
+/// Why a try of the acquire loop failed when its request's wait ended before any answer
+/// ([`BackendError::cut_by_wait`]).
+#[derive(Debug)]
+struct CutByWait {
+    /// The deployment and its servers ([`BackendConfig::describe`](crate::config)).
+    servers: String,
+    budget: Duration,
+}
+
+impl fmt::Display for CutByWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no answer from {} within {:?}, what the request's wait left its try (a request \
+             that does not wait: the response timeout)",
+            self.servers, self.budget
+        )
+    }
+}
+
+impl std::error::Error for CutByWait {}
 
 /// Displays a key cut to [`KEY_IN_MESSAGE`] characters, so a huge key does not flood a log.
 struct Shortened<'a>(&'a str);

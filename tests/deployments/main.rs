@@ -1,15 +1,8 @@
 //! One deployment or one fault at a time: Redis Cluster, Sentinel and Redlock against real
 //! processes (their failovers, migrations and quorums), Redis faults (restarts, flushed
 //! scripts, ACLs), broken, stalled and redirected connections through the fault-injecting
-//! proxy, failures retried within a request's wait, the eviction check, what an operator sees through `tracing`, and the test support's
-//! own deployments.
-//!
-//! Process-wide state: the tracing capture (`support::capture`, installed once, read by
-//! `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
-//! server), the global client (`observability` alone), and a panic hook that counts panics in
-//! the library and the redis crate (`support::panics`, read by `redis_faults` and
-//! `cluster_renewal_faults`). Tests that fail over or freeze a Cluster start their own;
-//! the shared one ([`support::cluster::shared_cluster`]) is left as `cluster`'s tests found it.
+//! proxy, failures retried within a request's wait, servers that never answer, the eviction
+//! check, what an operator sees through `tracing`, and the test support's own deployments.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -25,4 +18,5 @@ mod redis_faults;
 mod redlock;
 mod retries;
 mod sentinel;
+mod silent_server;
 mod stalled_connection;
