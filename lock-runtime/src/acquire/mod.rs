@@ -453,7 +453,9 @@ impl Plan {
         let wait_left = self.deadline - Instant::now().min(self.deadline);
         let writer_waiting = writer_waiting_mark(inner.config.backoff_max, wait_left);
         // On the real clock, which the stores' timeouts run on (`clock.rs`).
-        let deadline = std::time::Instant::now().checked_add(wait_left);
+        let now = std::time::Instant::now();
+        let deadline = now.checked_add(wait_left);
+        let cut = budget.and_then(|budget| now.checked_add(budget));
         match &self.keys {
             Keys::One(key) => {
                 let attempt = Try {
@@ -467,6 +469,7 @@ impl Plan {
                     seat: fair.map(|fair| fair.seat),
                     proposed: None,
                     deadline,
+                    cut,
                 };
                 let reply = within(budget, inner, inner.backend.acquire(&attempt));
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
@@ -481,6 +484,7 @@ impl Plan {
                     fencing: self.fencing,
                     proposed: None,
                     deadline,
+                    cut,
                 };
                 let reply = within(budget, inner, inner.backend.acquire_all(&attempt));
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)

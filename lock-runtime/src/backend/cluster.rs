@@ -198,7 +198,7 @@ impl Transport for Cluster {
                 .add_command(script)
                 .cmd("WAIT")
                 .arg(guard.replicas)
-                .arg(kind::millis(guard.timeout));
+                .arg(kind::millis(guard.wait_timeout()));
             pipeline
         };
         let (value, acknowledged) = match guarded(invocation.by_hash())

@@ -664,7 +664,7 @@ impl Transport for Node {
                     };
                     match redis::cmd("WAIT")
                         .arg(guard.replicas)
-                        .arg(kind::millis(guard.timeout))
+                        .arg(kind::millis(guard.wait_timeout()))
                         .query_async::<u32>(&mut in_use.connection)
                         .await
                     {
