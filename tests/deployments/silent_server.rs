@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::cluster::RedisCluster;
 use crate::support::silent::SilentServer;
-use crate::support::{free_port, scratch_dir, RedisServer};
+use crate::support::{free_port, scratch_dir, wait_until_async, RedisServer};
 use distlock::{Client, Config, LockError};
 
 /// What a request may take beyond its bound: timers and tasks running late on a loaded
@@ -123,6 +123,57 @@ async fn a_frozen_redis_server_does_not_stretch_any_request_past_its_wait() {
         .await
         .expect("acquire once the server runs again");
     assert!(guard.release().await.expect("release"));
+}
+
+/// A server that answered "held" and then froze while the request waited: the request still
+/// ends within its wait, as a timeout — the lock was held when the store last answered — and
+/// its try cut off is given back once the server runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_freezes_while_a_request_waits_for_a_held_lock_ends_it_within_its_wait() {
+    let server = RedisServer::start();
+    let holder = client(Config::from_url(&server.url()).expect("url"));
+    let waiter = client(Config::from_url(&server.url()).expect("url"));
+    let key = "silent:held";
+    let guard = holder.lock(key).acquire().await.expect("acquire");
+    let scripts = server.script_calls();
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let request = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.lock(key).wait(wait).acquire().await }
+    });
+    // The waiter's script found the lock held (a first try is a bare `SET`; its refusal is
+    // followed by the script).
+    wait_until_async("the waiter to be refused", Duration::from_secs(5), || {
+        let calls = server.script_calls();
+        if calls > scripts {
+            Ok(())
+        } else {
+            Err(format!("{calls} script calls"))
+        }
+    })
+    .await;
+    server.signal("STOP");
+    let result = request.await.expect("task");
+    let took = started.elapsed();
+    server.signal("CONT");
+    eprintln!("frozen while waiting for a held lock: wait({wait:?}) took {took:?}");
+    assert!(
+        took <= wait + MARGIN,
+        "took {took:?}, past its wait of {wait:?} (+{MARGIN:?})"
+    );
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+    assert!(guard.release().await.expect("release"));
+    let again = waiter
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("free once the holder released and the cut tries were given back");
+    assert!(again.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
