@@ -19,4 +19,5 @@ mod redlock;
 mod retries;
 mod sentinel;
 mod silent_server;
+mod slow_connect;
 mod stalled_connection;

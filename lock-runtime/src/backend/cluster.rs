@@ -30,6 +30,7 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -56,9 +57,15 @@ pub(crate) struct Cluster {
     /// Made once; it reconnects to nodes by itself. A failed connect is tried again by the
     /// next request.
     connection: tokio::sync::OnceCell<ClusterConnection>,
+    /// The connect under way: a caller that stops waiting for it (a lock request whose wait
+    /// ran out) leaves it to the next, which takes it up instead of starting over.
+    under_way: tokio::sync::Mutex<Option<Connect>>,
     /// The primaries by slot, with connections of this transport's own, for batches.
     primaries: Arc<Primaries>,
 }
+
+/// A connect task of the cluster connection.
+type Connect = tokio::task::JoinHandle<redis::RedisResult<ClusterConnection>>;
 
 /// The store on a Redis Cluster.
 pub(crate) type ClusterBackend = RedisStore<Cluster>;
@@ -105,6 +112,7 @@ impl ClusterBackend {
             ),
             io,
             connection: tokio::sync::OnceCell::new(),
+            under_way: tokio::sync::Mutex::new(None),
         };
         Ok(Self::over(
             cluster,
@@ -122,11 +130,32 @@ impl Cluster {
         let connection = self
             .connection
             .get_or_try_init(|| async {
-                let client = self.client.clone();
-                let connected = self
-                    .io
-                    .spawn(async move { client.get_async_connection().await })
-                    .await;
+                let mut under_way = self.under_way.lock().await;
+                // A connect left finished is taken up only if it connected: a failure is
+                // older than this caller's question, which starts over.
+                let left = match under_way.take() {
+                    Some(connect) if connect.is_finished() => connect
+                        .now_or_never()
+                        .filter(|connected| matches!(connected, Ok(Ok(_)))),
+                    other => {
+                        *under_way = other;
+                        None
+                    }
+                };
+                let connected = match left {
+                    Some(connected) => connected,
+                    None => {
+                        let connect = under_way.get_or_insert_with(|| {
+                            let client = self.client.clone();
+                            self.io
+                                .spawn(async move { client.get_async_connection().await })
+                        });
+                        // Awaited in place: a caller dropped meanwhile leaves it to the next.
+                        let connected = connect.await;
+                        *under_way = None;
+                        connected
+                    }
+                };
                 match connected {
                     Ok(Ok(connection)) => {
                         tracing::debug!(target: crate::LOG_TARGET, nodes = %self.nodes, "connected to Redis Cluster");
@@ -165,6 +194,7 @@ impl Transport for Cluster {
             nodes: self.nodes.clone(),
             io: self.io.clone(),
             connection: tokio::sync::OnceCell::new(),
+            under_way: tokio::sync::Mutex::new(None),
             primaries: self.primaries.sibling(),
         }
     }
