@@ -58,7 +58,8 @@ impl LockRequest {
     /// holds the lock — busy is no error — and `Err` only for a failure (the backend, the
     /// request's settings). For work that must not run twice at once and is simply skipped
     /// when it already runs elsewhere (a scheduled job on every replica, say); the request's
-    /// `wait` is ignored. A busy lock is logged at DEBUG and counted in
+    /// `wait` is ignored, and the try ends within the response timeout
+    /// ([`Config::response_timeout`](crate::Config::response_timeout)), connect included. A busy lock is logged at DEBUG and counted in
     /// `distlock_acquire_busy_total`, not as a timeout.
     ///
     /// ```no_run
