@@ -449,16 +449,17 @@ impl BackendError {
         &*self.source
     }
 
-    /// A try of the acquire loop that got no answer from `servers` within `budget`, what was
-    /// left of its request's wait (or the response timeout of a request that does not wait):
-    /// a timeout that may have taken effect.
-    pub(crate) fn cut_by_wait(servers: &str, budget: Duration) -> Self {
+    /// A try of the acquire loop that got no answer from `servers` within `budget`: what was
+    /// left of its request's wait (`waits`), or the response timeout of a request that does
+    /// not wait. A timeout that may have taken effect.
+    pub(crate) fn cut_by_wait(servers: &str, budget: Duration, waits: bool) -> Self {
         BackendError::new(
             "acquire",
             BackendErrorKind::Timeout,
             CutByWait {
                 servers: servers.to_owned(),
                 budget,
+                waits,
             },
         )
         .maybe_applied(true)
@@ -557,15 +558,24 @@ struct CutByWait {
     /// The deployment and its servers ([`BackendConfig::describe`](crate::config)).
     servers: String,
     budget: Duration,
+    /// Whether the request waits (`false`: its one try had the response timeout).
+    waits: bool,
 }
 
 impl fmt::Display for CutByWait {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Whole milliseconds: what is left of a wait is never a round figure.
+        let budget =
+            Duration::from_millis(u64::try_from(self.budget.as_millis()).unwrap_or(u64::MAX));
+        let what = if self.waits {
+            "what was left of the request's wait"
+        } else {
+            "the response timeout, the bound of a request that does not wait"
+        };
         write!(
             f,
-            "no answer from {} within {:?}, what the request's wait left its try (a request \
-             that does not wait: the response timeout)",
-            self.servers, self.budget
+            "no answer from {} within {budget:?}, {what}",
+            self.servers
         )
     }
 }
@@ -587,6 +597,32 @@ impl fmt::Display for Shortened<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_try_cut_off_by_its_wait_names_the_servers_the_bound_and_a_frozen_server() {
+        let waited = BackendError::cut_by_wait(
+            "127.0.0.1:6400 (db 0)",
+            Duration::from_micros(499_987),
+            true,
+        );
+        assert!(waited.is_cut_by_wait() && waited.may_have_applied());
+        assert_eq!(waited.kind(), BackendErrorKind::Timeout);
+        let message = waited.to_string();
+        for part in [
+            "failed to acquire: no answer from 127.0.0.1:6400 (db 0) within 499ms, what was \
+             left of the request's wait",
+            "frozen",
+            "SIGSTOP",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        let once =
+            BackendError::cut_by_wait("127.0.0.1:6400 (db 0)", Duration::from_secs(1), false);
+        assert!(
+            once.to_string().contains("within 1s, the response timeout"),
+            "{once}"
+        );
+    }
 
     #[test]
     fn redaction_hides_passwords_and_user_names() {

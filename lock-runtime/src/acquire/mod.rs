@@ -472,7 +472,7 @@ impl Plan {
                     deadline,
                     cut,
                 };
-                let reply = within(budget, inner, inner.backend.acquire(&attempt));
+                let reply = within(budget, self.waits, inner, inner.backend.acquire(&attempt));
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
             }
             Keys::Many { keys, .. } => {
@@ -487,7 +487,12 @@ impl Plan {
                     deadline,
                     cut,
                 };
-                let reply = within(budget, inner, inner.backend.acquire_all(&attempt));
+                let reply = within(
+                    budget,
+                    self.waits,
+                    inner,
+                    inner.backend.acquire_all(&attempt),
+                );
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
             }
         }
@@ -662,6 +667,7 @@ fn first_try_floor(response_timeout: Duration) -> Duration {
 /// runtime's context where the stores' own timers run (`clock.rs`).
 async fn within<T>(
     budget: Option<Duration>,
+    waits: bool,
     inner: &ClientInner,
     request: impl std::future::Future<Output = Result<T, LockError>>,
 ) -> Result<T, LockError> {
@@ -673,6 +679,7 @@ async fn within<T>(
         Err(_) => Err(crate::error::BackendError::cut_by_wait(
             &inner.config.backend.describe(),
             budget,
+            waits,
         )
         .into()),
     }
