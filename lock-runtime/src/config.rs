@@ -174,6 +174,40 @@ pub(crate) struct ReplicaGuard {
     pub(crate) replicas: u32,
     /// How long to wait for them (`WAIT`'s timeout).
     pub(crate) timeout: Duration,
+    /// When the try it guards is cut off (`None`: a renewal, or a try that is not):
+    /// [`ReplicaGuard::by`].
+    until: Option<std::time::Instant>,
+}
+
+/// What a try under the failover guard leaves, at most, for what follows its `WAIT` before the
+/// try is cut off ([`ReplicaGuard::wait_timeout`]): the reply, and the give-back of a grant
+/// too few replicas acknowledged (one more round trip), on a loaded machine.
+const WAIT_REPLY_ALLOWANCE: Duration = Duration::from_millis(100);
+
+impl ReplicaGuard {
+    /// This guard for a try that the acquire loop cuts off at `cut` (at what is left of the
+    /// request's wait): its `WAIT` gives up in time for the reply to come back before that
+    /// ([`wait_timeout`](Self::wait_timeout)), so a grant too few replicas acknowledged by then
+    /// is given back and reported as held, as at the guard's own timeout.
+    pub(crate) fn by(self, cut: Option<std::time::Instant>) -> Self {
+        Self { until: cut, ..self }
+    }
+
+    /// `WAIT`'s timeout for a `WAIT` sent now: the guard's timeout, or, for a try cut off
+    /// sooner ([`by`](Self::by)), what is left until then less what follows it (half of what
+    /// is left, or [`WAIT_REPLY_ALLOWANCE`] if less). At least a
+    /// millisecond: `WAIT` with 0 would block for good.
+    pub(crate) fn wait_timeout(&self) -> Duration {
+        let timeout = match self.until {
+            Some(until) => {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                self.timeout
+                    .min(left.saturating_sub(WAIT_REPLY_ALLOWANCE.min(left / 2)))
+            }
+            None => self.timeout,
+        };
+        timeout.max(Duration::from_millis(1))
+    }
 }
 
 impl Config {
@@ -570,8 +604,9 @@ impl Config {
         self
     }
 
-    /// How long one request to Redis may go unanswered. Defaults to
-    /// [`DEFAULT_RESPONSE_TIMEOUT`].
+    /// How long one request to Redis may go unanswered; a lock request's try is cut off
+    /// sooner when less is left of its wait, and a request that does not wait (`wait(0)`,
+    /// `try_acquire`) ends within it. Defaults to [`DEFAULT_RESPONSE_TIMEOUT`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -617,7 +652,11 @@ impl Config {
     /// to `timeout`. Off by default; not available with Redlock (whose masters have no
     /// replicas).
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replicas = Some(ReplicaGuard { replicas, timeout });
+        self.replicas = Some(ReplicaGuard {
+            replicas,
+            timeout,
+            until: None,
+        });
         self
     }
 

@@ -374,7 +374,8 @@ impl fmt::Display for Refused {
 pub enum BackendErrorKind {
     /// No connection could be made, or the connection broke.
     Connection,
-    /// The request got no answer within the response timeout. It may still have taken effect.
+    /// The request got no answer within the response timeout (or, for a lock request's try,
+    /// within what was left of its wait). It may still have taken effect.
     Timeout,
     /// The server answered with an error (authentication, script error, wrong type, …).
     Server,
@@ -494,6 +495,27 @@ impl BackendError {
         self.operation == "connect"
     }
 
+    /// A try of the acquire loop that got no answer from `servers` within `budget`: what was
+    /// left of its request's wait (`waits`), or the response timeout of a request that does
+    /// not wait. A timeout that may have taken effect.
+    pub(crate) fn cut_by_wait(servers: &str, budget: Duration, waits: bool) -> Self {
+        BackendError::new(
+            "acquire",
+            BackendErrorKind::Timeout,
+            CutByWait {
+                servers: servers.to_owned(),
+                budget,
+                waits,
+            },
+        )
+        .maybe_applied(true)
+    }
+
+    /// Whether this is a try cut off by the end of its request's wait ([`Self::cut_by_wait`]).
+    pub(crate) fn is_cut_by_wait(&self) -> bool {
+        self.source.is::<CutByWait>()
+    }
+
     /// Whether this was a connect that ran out of time.
     pub(crate) fn is_connect_timeout(&self) -> bool {
         self.connect_timed_out
@@ -530,8 +552,11 @@ impl fmt::Display for BackendError {
                 "check that Redis is running and reachable at the configured URL"
             }
             BackendErrorKind::Timeout => {
-                "Redis did not answer in time; check its load and the network, \
-                 or raise the response timeout"
+                "Redis did not answer in time: it may be overloaded, or up but frozen — it \
+                 takes connections but answers nothing when it is stopped (SIGSTOP, a paused \
+                 VM or container), busy in a long script, or behind a proxy whose backend is \
+                 gone; check its load and the network (`redis-cli -h HOST -p PORT PING`), or \
+                 raise the response timeout (or the request's wait) if it is just slow"
             }
             BackendErrorKind::Server => "Redis rejected the request; check its log and ACLs",
             BackendErrorKind::Protocol => {
@@ -572,6 +597,37 @@ impl std::error::Error for BackendError {
     }
 }
 
+/// Why a try of the acquire loop failed when its request's wait ended before any answer
+/// ([`BackendError::cut_by_wait`]).
+#[derive(Debug)]
+struct CutByWait {
+    /// The deployment and its servers ([`BackendConfig::describe`](crate::config)).
+    servers: String,
+    budget: Duration,
+    /// Whether the request waits (`false`: its one try had the response timeout).
+    waits: bool,
+}
+
+impl fmt::Display for CutByWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Whole milliseconds: what is left of a wait is never a round figure.
+        let budget =
+            Duration::from_millis(u64::try_from(self.budget.as_millis()).unwrap_or(u64::MAX));
+        let what = if self.waits {
+            "what was left of the request's wait"
+        } else {
+            "the response timeout, the bound of a request that does not wait"
+        };
+        write!(
+            f,
+            "no answer from {} within {budget:?}, {what}",
+            self.servers
+        )
+    }
+}
+
+impl std::error::Error for CutByWait {}
+
 /// Displays a key cut to [`KEY_IN_MESSAGE`] characters, so a huge key does not flood a log.
 struct Shortened<'a>(&'a str);
 
@@ -587,6 +643,32 @@ impl fmt::Display for Shortened<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_try_cut_off_by_its_wait_names_the_servers_the_bound_and_a_frozen_server() {
+        let waited = BackendError::cut_by_wait(
+            "127.0.0.1:6400 (db 0)",
+            Duration::from_micros(499_987),
+            true,
+        );
+        assert!(waited.is_cut_by_wait() && waited.may_have_applied());
+        assert_eq!(waited.kind(), BackendErrorKind::Timeout);
+        let message = waited.to_string();
+        for part in [
+            "failed to acquire: no answer from 127.0.0.1:6400 (db 0) within 499ms, what was \
+             left of the request's wait",
+            "frozen",
+            "SIGSTOP",
+        ] {
+            assert!(message.contains(part), "{part:?} in {message}");
+        }
+        let once =
+            BackendError::cut_by_wait("127.0.0.1:6400 (db 0)", Duration::from_secs(1), false);
+        assert!(
+            once.to_string().contains("within 1s, the response timeout"),
+            "{once}"
+        );
+    }
 
     #[test]
     fn redaction_hides_passwords_and_user_names() {

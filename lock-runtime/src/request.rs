@@ -95,13 +95,23 @@ impl Target {
 ///
 /// - One try is one round trip. While the lock is held, the request sleeps a random time
 ///   between zero and an exponentially growing ceiling (full jitter), never longer than the
-///   holder's remaining lease and never past the wait deadline, and tries again; the last try
-///   happens at the deadline. A wait of zero tries once.
+///   holder's remaining lease and never past the wait deadline, and tries again; a pause that
+///   reaches the deadline ends the request with [`LockError::Timeout`]. A wait of zero tries
+///   once.
+/// - The request ends within its wait, also against a server that takes connections and
+///   answers nothing (a frozen process, a proxy whose backend is gone): each try, its connect
+///   included, is cut off at what is left of the wait, whatever the response and connect
+///   timeouts. A wait of zero gives its one try the response timeout; a request's first try
+///   gets at least a tenth of it (100 ms by default), so a wait shorter than that may take
+///   as long. A try cut off fails as a response timeout does ([`LockError::Backend`], kind
+///   `Timeout`), or ends the request with [`LockError::Timeout`] when an earlier try found the
+///   lock held.
 /// - A backend error ends the request at once with [`LockError::Backend`] (on Redlock,
-///   [`LockError::QuorumUnavailable`] when too few masters answered). If the failed try
-///   may still have taken the lock (a timeout, a broken connection), or the acquire future is
-///   dropped while a try is under way, the possible grant is deleted in the background with a
-///   compare-and-delete.
+///   [`LockError::QuorumUnavailable`] when too few masters answered), unless it may pass and
+///   the wait leaves time to try again ([`Config::retry`](crate::Config::retry)). If the
+///   failed try may still have taken the lock (a timeout, a broken connection, a try cut off
+///   by the wait), or the acquire future is dropped while a try is under way, the possible
+///   grant is deleted in the background with a compare-and-delete.
 #[must_use = "a lock request does nothing until `.acquire().await`"]
 #[derive(Debug)]
 pub struct LockRequest {
@@ -119,6 +129,10 @@ pub struct LockRequest {
     pub(crate) busy_expected: bool,
     /// Given back earlier, the lock is kept until the grant plus this ([`LockRequest::hold_at_least`]).
     pub(crate) hold_at_least: Option<Duration>,
+    /// The wait is what is left of a longer one (a campaign's round): no try of the request
+    /// runs past it, not even the first (which otherwise gets a tenth of the response timeout
+    /// at least).
+    pub(crate) strict_wait: bool,
 }
 
 impl LockRequest {
@@ -151,6 +165,7 @@ impl LockRequest {
             fair: false,
             busy_expected: false,
             hold_at_least: None,
+            strict_wait: false,
         }
     }
 
@@ -161,7 +176,8 @@ impl LockRequest {
         self
     }
 
-    /// How long to wait while someone else holds the lock; zero tries once.
+    /// How long to wait while someone else holds the lock; zero tries once. The request ends
+    /// within it, also when the store does not answer (see [Behavior](LockRequest#behavior)).
     /// Defaults to the client's [`Config::default_wait`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);

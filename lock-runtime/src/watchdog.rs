@@ -447,6 +447,7 @@ mod tests {
             seat: None,
             proposed: None,
             deadline: None,
+            cut: None,
         };
         let reply = backend.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {

@@ -1,8 +1,9 @@
 //! One deployment or one fault at a time: Redis Cluster, Sentinel and Redlock against real
 //! processes (their failovers, migrations and quorums), Redis faults (restarts, flushed
-//! scripts, ACL users that lack a command), the documented ACL user on each deployment, broken, stalled and redirected connections through the fault-injecting
-//! proxy, failures retried within a request's wait, the eviction check, what an operator sees through `tracing`, and the test support's
-//! own deployments.
+//! scripts, ACL users that lack a command), the documented ACL user on each deployment, broken,
+//! stalled and redirected connections through the fault-injecting proxy, failures retried
+//! within a request's wait, servers that never answer, the eviction check, what an operator
+//! sees through `tracing`, and the test support's own deployments.
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
 //! `acl`, `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
@@ -30,5 +31,7 @@ mod redlock_defaults;
 mod retries;
 mod retry_schedule;
 mod sentinel;
+mod silent_server;
+mod slow_connect;
 mod stalled_connection;
 mod wait_deadline;

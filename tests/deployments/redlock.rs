@@ -791,17 +791,19 @@ async fn a_ping_needs_a_majority_and_names_the_masters_that_did_not_answer() {
     );
 }
 
-/// A try's second round is bounded by its request's wait. Two of three masters answer late
-/// (each reply 600 ms late, a 1 s node timeout: the longest `Config` accepts) and master 0's
-/// counter (and in the second case master 1's) is pushed ahead, so the first round proposes a
-/// token too low for it and ends past the 0.5 s wait. A quorum's grant of the first round
-/// then stands without a second round; a first round that fell short cannot be undone and sent again before one node
-/// timeout past the deadline, and is a refusal, which ends the request as timed out. Either
-/// way the request ends within one node timeout of its deadline (at `cdaf1e9` the undo and a
-/// second round followed, each as late: 6 s).
+/// A try's rounds are bounded by its request's wait. Two of three masters answer late (each
+/// reply 600 ms late, a 1 s node timeout: the longest `Config` accepts) and master 0's counter
+/// (and in the second case master 1's) is pushed ahead, so the first round proposes a token
+/// too low for it and could end only past the 0.5 s wait. The acquire loop cuts the try off
+/// there (issue 35, item 5): neither a late quorum's grant nor an undo and a second round
+/// keeps the request past it, and what the late masters granted is given back. At `cdaf1e9`
+/// the undo and a second round followed, each as late: 6 s; at `f597559` the request ended
+/// within one node timeout of its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_round_is_not_sent_past_the_requests_wait() {
     use crate::support::proxy::Proxy;
+    use crate::support::wait_until_async;
+    use distlock::BackendErrorKind;
 
     let masters = start_masters(3);
     let proxies: Vec<Proxy> = masters[1..]
@@ -810,13 +812,14 @@ async fn a_second_round_is_not_sent_past_the_requests_wait() {
         .collect();
     let urls = [masters[0].url(), proxies[0].url(), proxies[1].url()];
     let node_timeout = distlock::MAX_NODE_TIMEOUT;
+    let response_timeout = node_timeout * 2;
     let late = Duration::from_millis(600);
     let wait = Duration::from_millis(500);
     let config = Config::redlock(urls)
         .expect("valid urls")
         .backoff(Duration::from_millis(1), Duration::from_millis(20))
         .node_timeout(node_timeout)
-        .response_timeout(node_timeout * 2);
+        .response_timeout(response_timeout);
     let client = Client::new(config).expect("client");
     // Connections made and scripts loaded while the replies are on time.
     let warm = client.lock("warm").acquire().await.expect("all up");
@@ -829,34 +832,40 @@ async fn a_second_round_is_not_sent_past_the_requests_wait() {
     for proxy in &proxies {
         proxy.delay_replies(late);
     }
-    let bound = wait + node_timeout + Duration::from_secs(1);
+    // The first try's floor, and what a loaded 2-core machine adds.
+    let bound = wait.max(response_timeout / 10) + Duration::from_millis(300);
 
-    // Masters 1 and 2 grant the first round's token, late.
-    let started = std::time::Instant::now();
-    let granted = client
-        .lock("granted")
-        .lease(Duration::from_secs(60))
-        .wait(wait)
-        .acquire()
-        .await
-        .expect("the first round's quorum");
-    let took = started.elapsed();
-    assert!(took < bound, "took {took:?}, the bound is {bound:?}");
-    assert!(granted.fencing_token().expect("fenced").get() < ahead);
-
-    // Master 2 alone grants it: refused, and the wait is over.
-    let started = std::time::Instant::now();
-    let err = client
-        .lock("refused")
-        .lease(Duration::from_secs(60))
-        .wait(wait)
-        .acquire()
-        .await
-        .expect_err("too few grants in the first round");
-    let took = started.elapsed();
-    assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert!(took < bound, "took {took:?}, the bound is {bound:?}");
-    drop(granted);
+    // Masters 1 and 2 grant the first round's token, late; master 2 alone, in the second.
+    for key in ["granted", "refused"] {
+        let started = std::time::Instant::now();
+        let result = client
+            .lock(key)
+            .lease(Duration::from_secs(60))
+            .wait(wait)
+            .acquire()
+            .await;
+        let took = started.elapsed();
+        assert!(took < bound, "{key}: took {took:?}, the bound is {bound:?}");
+        match result {
+            Err(LockError::Backend(err)) if err.kind() == BackendErrorKind::Timeout => {}
+            other => panic!("{key}: expected the try cut off at the wait, got {other:?}"),
+        }
+    }
+    // What the late masters granted is given back (the give-back follows each try on its
+    // connection; only the replies are late).
+    wait_until_async(
+        "the late grants given back",
+        Duration::from_secs(10),
+        || {
+            let left: Vec<String> = masters.iter().flat_map(lock_keys).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// A fencing counter at 2^53 or more (the masters' scripts compare tokens as doubles, which

@@ -5,10 +5,10 @@
 //! Readiness is the server's own "Ready to accept connections" log line, not a sleep.
 //! Deployments built from these servers live next door: `cluster` (3+3 Redis Cluster),
 //! `sentinel` (primary, replicas, sentinels) and `masters` (independent masters); `proxy`
-//! and `monitor` inject and observe faults between a client and one server; `stores` is the
-//! list of stores the conformance suites run on; `capture` keeps
-//! what distlock logs, for the tests of its spans and events; `panics` counts the panics of
-//! the library and the `redis` crate.
+//! and `monitor` inject and observe faults between a client and one server, `silent` is a
+//! server that takes connections and never answers; `stores` is the list of stores the
+//! conformance suites run on; `capture` keeps what distlock logs, for the tests of its spans
+//! and events; `panics` counts the panics of the library and the `redis` crate.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 pub mod acl;
@@ -19,6 +19,7 @@ pub mod monitor;
 pub mod panics;
 pub mod proxy;
 pub mod sentinel;
+pub mod silent;
 pub mod stores;
 pub mod tls;
 

@@ -4,6 +4,8 @@
 //! the same way for one key and many; a grant becomes one lease per key under one guard
 //! ([`Plan::grant`]); a refusal pauses — until the holder's release wakes the request, the
 //! backoff step passes, or the deadline comes ([`Plan::pause`]) — and the request tries again.
+//! Each try is cut off at what is left of the wait ([`Plan::budget`]), so no request outlives
+//! its wait, whatever the store's own timeouts.
 //!
 //! Neighbours: the request (`request.rs`) says what is asked; the store (`backend/`) runs
 //! each try; the kind (`kind/`) says what a grant means; a try in flight is a
@@ -56,7 +58,8 @@ impl LockRequest {
     /// holds the lock — busy is no error — and `Err` only for a failure (the backend, the
     /// request's settings). For work that must not run twice at once and is simply skipped
     /// when it already runs elsewhere (a scheduled job on every replica, say); the request's
-    /// `wait` is ignored. A busy lock is logged at DEBUG and counted in
+    /// `wait` is ignored, and the try ends within the response timeout
+    /// ([`Config::response_timeout`](crate::Config::response_timeout)), connect included. A busy lock is logged at DEBUG and counted in
     /// `distlock_acquire_busy_total`, not as a timeout.
     ///
     /// ```no_run
@@ -132,6 +135,10 @@ async fn run(
         _ => None,
     };
     let mut refused_before = false;
+    // Whether a try was answered "held": a later try that the wait's end cuts off then ends
+    // the request as a timeout, not as a failure of the store.
+    let mut held_seen = false;
+    let mut first_try = true;
     loop {
         // A shutdown also ends a request that is waiting: it takes no grant after it.
         if inner.shut_down.load(Ordering::Relaxed) {
@@ -156,8 +163,10 @@ async fn run(
         if let Some(fair) = &mut fair {
             fair.trying(&pending.owner, pending.expires);
         }
+        let budget = plan.budget(inner, first_try);
+        first_try = false;
         let reply = plan
-            .send(inner, &pending.owner, refused_before, fair.as_ref())
+            .send(inner, &pending.owner, refused_before, fair.as_ref(), budget)
             .await;
         let refusal = match reply {
             Ok(Answer::Granted(_))
@@ -177,6 +186,7 @@ async fn run(
             }
             Ok(Answer::Refused(refusal)) => {
                 pending.settle();
+                held_seen = true;
                 observed.refused();
                 // A fair try refused behind other waiters did not get to the write side's try,
                 // so it set no writer-waiting mark for a later grant to take away (which would
@@ -194,6 +204,10 @@ async fn run(
                     drop(pending);
                 } else {
                     pending.settle();
+                }
+                if held_seen && matches!(&err, LockError::Backend(cut) if cut.is_cut_by_wait()) {
+                    // The lock was held when the store last answered, and the wait is over.
+                    return Err(plan.timed_out(Instant::now()));
                 }
                 plan.retry_after(inner, observed, err).await?;
                 continue;
@@ -329,6 +343,12 @@ struct Plan {
     /// The wait runs on the caller's clock; leases on the backend's (see `clock`).
     started: Instant,
     deadline: Instant,
+    /// Whether the request waits at all (`false`: `wait(0)`, `try_acquire`: one try, bounded
+    /// by the response timeout).
+    waits: bool,
+    /// Whether the wait is what is left of a longer one (a campaign's round): its first try
+    /// gets no more than the wait either ([`Plan::budget`]).
+    strict_wait: bool,
     backoff: Backoff,
     /// Retries left after failures that may pass ([`Config::retry`](crate::Config::retry)),
     /// and the pause before the next.
@@ -364,6 +384,7 @@ impl Plan {
         let lease =
             LockRequest::checked_lease(request.lease, request.max_hold, config, keys.label())?;
         let wait = request.wait.unwrap_or(config.default_wait);
+        let strict_wait = request.strict_wait;
         let started = Instant::now();
         let deadline = started
             .checked_add(wait)
@@ -379,6 +400,8 @@ impl Plan {
             hold_at_least: request.hold_at_least,
             started,
             deadline,
+            waits: !wait.is_zero(),
+            strict_wait,
             backoff: Backoff::new(config.backoff_min, config.backoff_max),
             retries_left: config.retry_attempts,
             retry_pause: config.retry_interval,
@@ -386,18 +409,54 @@ impl Plan {
         })
     }
 
-    /// Sends one try with `owner`, through the store's one-key or multi-key call.
+    /// How long a try may take, on the real clock (`None`: the in-process store, which
+    /// answers at once): what is left of the wait, so that no request outlives its wait — also
+    /// against a server that takes connections and answers nothing (a frozen process, a proxy
+    /// whose backend is gone), whose connects and requests would otherwise each run their own
+    /// timeouts. A request that does not wait has the response timeout for its one try; a
+    /// request's first try at least a tenth of it ([`first_try_floor`]), so that a wait too
+    /// short for a round trip (and a connect) still gets one real try — except a campaign's
+    /// round, whose wait is what is left of the campaign's.
+    fn budget(&self, inner: &ClientInner, first_try: bool) -> Option<Duration> {
+        if inner.clock == crate::clock::Clock::Tokio {
+            return None;
+        }
+        let response_timeout = inner.config.response_timeout;
+        if !self.waits {
+            return Some(response_timeout);
+        }
+        let wait_left = self.deadline - Instant::now().min(self.deadline);
+        Some(if first_try && !self.strict_wait {
+            wait_left.max(first_try_floor(response_timeout))
+        } else {
+            wait_left
+        })
+    }
+
+    /// The request's [`LockError::Timeout`] at `now`.
+    fn timed_out(&self, now: Instant) -> LockError {
+        LockError::Timeout {
+            key: self.keys.label().to_owned(),
+            waited: now - self.started,
+        }
+    }
+
+    /// Sends one try with `owner`, through the store's one-key or multi-key call, cut off
+    /// after `budget` ([`Plan::budget`]).
     async fn send(
         &self,
         inner: &ClientInner,
         owner: &str,
         refused_before: bool,
         fair: Option<&FairWait<'_>>,
+        budget: Option<Duration>,
     ) -> Result<Answer, LockError> {
         let wait_left = self.deadline - Instant::now().min(self.deadline);
         let writer_waiting = writer_waiting_mark(inner.config.backoff_max, wait_left);
         // On the real clock, which the stores' timeouts run on (`clock.rs`).
-        let deadline = std::time::Instant::now().checked_add(wait_left);
+        let now = std::time::Instant::now();
+        let deadline = now.checked_add(wait_left);
+        let cut = budget.and_then(|budget| now.checked_add(budget));
         match &self.keys {
             Keys::One(key) => {
                 let attempt = Try {
@@ -411,8 +470,9 @@ impl Plan {
                     seat: fair.map(|fair| fair.seat),
                     proposed: None,
                     deadline,
+                    cut,
                 };
-                let reply = inner.backend.acquire(&attempt);
+                let reply = within(budget, self.waits, inner, inner.backend.acquire(&attempt));
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
             }
             Keys::Many { keys, .. } => {
@@ -425,8 +485,14 @@ impl Plan {
                     fencing: self.fencing,
                     proposed: None,
                     deadline,
+                    cut,
                 };
-                let reply = inner.backend.acquire_all(&attempt);
+                let reply = within(
+                    budget,
+                    self.waits,
+                    inner,
+                    inner.backend.acquire_all(&attempt),
+                );
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
             }
         }
@@ -529,6 +595,10 @@ impl Plan {
         self.retry_pause = step.saturating_mul(2);
         observed.retrying(&err, pause);
         tokio::time::sleep(pause).await;
+        // A pause that overslept the deadline (a loaded machine) sends no try past it.
+        if Instant::now() >= self.deadline {
+            return Err(err);
+        }
         Ok(())
     }
 
@@ -544,10 +614,7 @@ impl Plan {
     ) -> Result<(), LockError> {
         let now = Instant::now();
         if now >= self.deadline {
-            return Err(LockError::Timeout {
-                key: self.keys.label().to_owned(),
-                waited: now - self.started,
-            });
+            return Err(self.timed_out(now));
         }
         let waker = inner.backend.waker();
         let mut delay = match fair {
@@ -578,6 +645,42 @@ impl Plan {
             }
             None => tokio::time::sleep(delay).await,
         }
+        // A pause that reached the deadline ends the request: a try sent at it would have
+        // nothing of the wait left to be answered in.
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(self.timed_out(now));
+        }
         Ok(())
+    }
+}
+
+/// The least a request that waits gives its first try: a tenth of the response timeout
+/// (100 ms by default).
+fn first_try_floor(response_timeout: Duration) -> Duration {
+    response_timeout / 10
+}
+
+/// `request`, cut off after `budget` ([`Plan::budget`]) with a timeout that may have taken
+/// effect: the acquire loop then gives the possible grant back in the background, as after
+/// a response timeout. The timer starts when the request is first polled, inside the I/O
+/// runtime's context where the stores' own timers run (`clock.rs`).
+async fn within<T>(
+    budget: Option<Duration>,
+    waits: bool,
+    inner: &ClientInner,
+    request: impl std::future::Future<Output = Result<T, LockError>>,
+) -> Result<T, LockError> {
+    let Some(budget) = budget else {
+        return request.await;
+    };
+    match tokio::time::timeout(budget, request).await {
+        Ok(reply) => reply,
+        Err(_) => Err(crate::error::BackendError::cut_by_wait(
+            &inner.config.backend.describe(),
+            budget,
+            waits,
+        )
+        .into()),
     }
 }

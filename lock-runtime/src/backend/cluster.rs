@@ -33,6 +33,7 @@
 use std::sync::Arc;
 
 use futures_util::stream::{self, FuturesUnordered, Stream, StreamExt};
+use futures_util::FutureExt;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -59,9 +60,15 @@ pub(crate) struct Cluster {
     /// Made once; it reconnects to nodes by itself. A failed connect is tried again by the
     /// next request.
     connection: Arc<tokio::sync::OnceCell<ClusterConnection>>,
+    /// The connect under way: a caller that stops waiting for it (a lock request whose wait
+    /// ran out) leaves it to the next, which takes it up instead of starting over.
+    under_way: tokio::sync::Mutex<Option<Connect>>,
     /// The primaries by slot, with connections of this transport's own, for batches.
     primaries: Arc<Primaries>,
 }
+
+/// A connect task of the cluster connection.
+type Connect = tokio::task::JoinHandle<redis::RedisResult<ClusterConnection>>;
 
 /// The store on a Redis Cluster.
 pub(crate) type ClusterBackend = RedisStore<Cluster>;
@@ -108,6 +115,7 @@ impl ClusterBackend {
             ),
             io,
             connection: Arc::default(),
+            under_way: tokio::sync::Mutex::new(None),
         };
         Ok(Self::over(
             cluster,
@@ -124,13 +132,34 @@ impl Cluster {
     async fn connection(&self) -> Result<ClusterConnection, BackendError> {
         let connection = self
             .connection
-            .get_or_try_init(|| {
-                connect(
-                    self.client.clone(),
-                    self.nodes.clone(),
-                    self.io.clone(),
-                    self.primaries.clone(),
-                )
+            .get_or_try_init(|| async {
+                let mut under_way = self.under_way.lock().await;
+                // A connect left finished is taken up only if it connected: a failure is
+                // older than this caller's question, which starts over.
+                let left = match under_way.take() {
+                    Some(connect) if connect.is_finished() => connect
+                        .now_or_never()
+                        .filter(|connected| matches!(connected, Ok(Ok(_)))),
+                    other => {
+                        *under_way = other;
+                        None
+                    }
+                };
+                let connected = match left {
+                    Some(connected) => connected,
+                    None => {
+                        let connect = under_way.get_or_insert_with(|| {
+                            let client = self.client.clone();
+                            self.io
+                                .spawn(async move { client.get_async_connection().await })
+                        });
+                        // Awaited in place: a caller dropped meanwhile leaves it to the next.
+                        let connected = connect.await;
+                        *under_way = None;
+                        connected
+                    }
+                };
+                set_up(connected, &self.nodes, &self.io, &self.primaries)
             })
             .await?;
         Ok(connection.clone())
@@ -171,6 +200,17 @@ async fn connect(
     let connected = io
         .spawn(async move { client.get_async_connection().await })
         .await;
+    set_up(connected, &nodes, &io, &primaries)
+}
+
+/// What a finished connect task gives: the connection, whose nodes' eviction policy is then
+/// checked in the background and whose slot map is read for batches, or the connect's error.
+fn set_up(
+    connected: Result<redis::RedisResult<ClusterConnection>, tokio::task::JoinError>,
+    nodes: &str,
+    io: &Handle,
+    primaries: &Arc<Primaries>,
+) -> Result<ClusterConnection, BackendError> {
     match connected {
         Ok(Ok(connection)) => {
             tracing::debug!(target: crate::LOG_TARGET, nodes = %nodes, "connected to Redis Cluster");
@@ -256,6 +296,7 @@ impl Transport for Cluster {
             nodes: self.nodes.clone(),
             io: self.io.clone(),
             connection: Arc::default(),
+            under_way: tokio::sync::Mutex::new(None),
             primaries: self.primaries.sibling(),
         }
     }
@@ -289,7 +330,7 @@ impl Transport for Cluster {
                 .add_command(script)
                 .cmd("WAIT")
                 .arg(guard.replicas)
-                .arg(kind::millis(guard.timeout));
+                .arg(kind::millis(guard.wait_timeout()));
             pipeline
         };
         let (value, acknowledged) = match guarded(invocation.by_hash())

@@ -18,6 +18,10 @@
 //! connection (held up in the network, say) can then no longer run after the requests that
 //! follow, such as the compare-and-delete that gives back a grant whose reply never came.
 //!
+//! A new connection is made and set up (the checks below) by a task of its own ([`Reach`]):
+//! a caller that stops waiting for it — a lock request whose wait ran out — leaves it to
+//! finish, and the next caller takes it up instead of starting over.
+//!
 //! A new connection also asks, before it is shared, whether the server's ACL lets its user run
 //! a transaction ([`Transactions`]): a write lock's first try is a `MULTI`/`EXEC` where it may
 //! be, and the script otherwise. A refused `MULTI` would let the `SET` behind it run outside
@@ -27,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use tokio::runtime::Handle;
@@ -162,10 +167,32 @@ struct Connecting {
     /// The last failed connect: callers that queued behind it share its error instead of each
     /// waiting out another connect timeout.
     last_failure: Option<(Instant, RedisError)>,
+    /// A connect under way, and the runtime that holds its driver: a caller that stops
+    /// waiting for it (a lock request whose wait ran out) leaves it here, and the next caller
+    /// takes it up instead of starting over, so a wait shorter than a connect does not keep
+    /// the server from ever being reached.
+    under_way: Option<(Connect, Option<DriverRuntime>)>,
 }
+
+/// A connect task ([`Reach::connect`]).
+type Connect = tokio::task::JoinHandle<Result<Connected, SetUpFailure>>;
 
 /// One Redis server and the connection to it.
 pub(crate) struct Node {
+    /// How a new connection is made and set up, shared with the task that makes it.
+    reach: Arc<Reach>,
+    io: Handle,
+    current: Mutex<Option<Current>>,
+    /// Serialises reconnects so a broken connection is replaced once, not by every caller.
+    connecting: tokio::sync::Mutex<Connecting>,
+}
+
+/// How a node's new connection is made and set up before it is shared: connected (through
+/// the sentinels, for a Sentinel endpoint), its role checked, the connections it replaces
+/// closed on the server, and whether it may send transactions asked. Run by a task of its own
+/// ([`Reach::connect`]), which finishes the connection for the next caller when the one that
+/// started it stops waiting.
+struct Reach {
     endpoint: Arc<Endpoint>,
     /// Address and db for logs (never the credentials).
     server: String,
@@ -176,19 +203,32 @@ pub(crate) struct Node {
     /// store whose tokens come from the clock sends them.
     asks_transactions: bool,
     connection_config: AsyncConnectionConfig,
-    io: Handle,
-    current: Mutex<Option<Current>>,
     /// Connections given up on that the server may still run requests from, shared with the
     /// node's siblings ([`Node::sibling`]): the next request to the server, on whichever of
     /// them, has the server close them first.
     replaced: Arc<Replaced>,
-    /// Serialises reconnects so a broken connection is replaced once, not by every caller.
-    connecting: tokio::sync::Mutex<Connecting>,
     /// What the last connection found out about transactions ([`Transactions`] as a `u8`),
     /// read by a first try before it picks its request.
     transactions: AtomicU8,
     /// Whether the missing permission for transactions has been warned about.
     warned_transactions: AtomicBool,
+}
+
+/// A new connection, set up ([`Reach::connect`]).
+struct Connected {
+    connection: MultiplexedConnection,
+    /// The address it reached, for the eviction check.
+    address: String,
+    server_side: Option<ServerSideClient>,
+    transactions: bool,
+}
+
+/// Why a new connection could not be set up.
+enum SetUpFailure {
+    /// It failed (or the connect did): callers that queued behind it share the error.
+    Connection(RedisError),
+    /// What it reached is not a primary ([`Reach::check_role`]): the next caller asks again.
+    NotPrimary(BackendError),
 }
 
 /// Whether a connection's user may run a transaction (`MULTI` … `EXEC`).
@@ -259,20 +299,22 @@ impl Node {
         io: Handle,
     ) -> Self {
         Self {
-            server: endpoint.describe(),
-            require_primary: require_primary || endpoint.is_sentinel(),
-            refusal: Mutex::new(None),
-            asks_transactions,
-            endpoint,
-            connection_config: AsyncConnectionConfig::new()
-                .set_response_timeout(Some(response_timeout))
-                .set_connection_timeout(Some(connect_timeout)),
+            reach: Arc::new(Reach {
+                server: endpoint.describe(),
+                require_primary: require_primary || endpoint.is_sentinel(),
+                refusal: Mutex::new(None),
+                asks_transactions,
+                endpoint,
+                connection_config: AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(response_timeout))
+                    .set_connection_timeout(Some(connect_timeout)),
+                replaced: Arc::default(),
+                transactions: AtomicU8::new(Transactions::Unknown as u8),
+                warned_transactions: AtomicBool::new(false),
+            }),
             io,
             current: Mutex::new(None),
-            replaced: Arc::default(),
             connecting: tokio::sync::Mutex::new(Connecting::default()),
-            transactions: AtomicU8::new(Transactions::Unknown as u8),
-            warned_transactions: AtomicBool::new(false),
         }
     }
 
@@ -280,19 +322,24 @@ impl Node {
     /// writes: `guarded.rs`). The two share what they replaced, so a request on either closes
     /// a connection the other gave up on before it runs.
     fn sibling_node(&self) -> Self {
+        let reach = &self.reach;
         Self {
-            endpoint: self.endpoint.clone(),
-            server: self.server.clone(),
-            require_primary: self.require_primary,
-            refusal: Mutex::new(None),
-            asks_transactions: self.asks_transactions,
-            connection_config: self.connection_config.clone(),
+            reach: Arc::new(Reach {
+                endpoint: reach.endpoint.clone(),
+                server: reach.server.clone(),
+                require_primary: reach.require_primary,
+                refusal: Mutex::new(None),
+                asks_transactions: reach.asks_transactions,
+                connection_config: reach.connection_config.clone(),
+                replaced: reach.replaced.clone(),
+                transactions: AtomicU8::new(Transactions::Unknown as u8),
+                warned_transactions: AtomicBool::new(
+                    reach.warned_transactions.load(Ordering::Relaxed),
+                ),
+            }),
             io: self.io.clone(),
             current: Mutex::new(None),
-            replaced: self.replaced.clone(),
             connecting: tokio::sync::Mutex::new(Connecting::default()),
-            transactions: AtomicU8::new(Transactions::Unknown as u8),
-            warned_transactions: AtomicBool::new(self.warned_transactions.load(Ordering::Relaxed)),
         }
     }
 
@@ -331,48 +378,52 @@ impl Node {
                 return Err(connect_error(err.clone()));
             }
         }
-        let endpoint = self.endpoint.clone();
-        let config = self.connection_config.clone();
-        // The connection's driver task is spawned on the runtime that connects.
-        let caller = crate::io::multi_thread_caller();
-        let driver = caller.as_ref().map(DriverRuntime::watch);
-        let runtime = caller.unwrap_or_else(|| self.io.clone());
-        let connected = runtime
-            .spawn(async move {
-                let server = endpoint.resolve().await?;
-                let connection = server
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                Ok::<_, RedisError>((connection, server.get_connection_info().addr().to_string()))
-            })
-            .await;
-        let (mut connection, address) = match connected {
+        // A connect left by a caller that stopped waiting is taken up; one that has failed
+        // already is not (its failure is older than this caller's question): it starts over.
+        let left = match state.under_way.take() {
+            Some((connect, driver)) if connect.is_finished() => match connect.now_or_never() {
+                Some(Ok(Ok(connected))) => Some((Ok(Ok(connected)), driver)),
+                _ => None,
+            },
+            under_way => {
+                state.under_way = under_way;
+                None
+            }
+        };
+        let (connected, driver) = match left {
+            Some(left) => left,
+            None => loop {
+                let taken_up = state.under_way.is_some();
+                let (connect, _) = match &mut state.under_way {
+                    Some(under_way) => under_way,
+                    under_way => under_way.insert(self.connect()),
+                };
+                // Awaited in place: a caller dropped meanwhile leaves it to the next one.
+                let connected = connect.await;
+                let driver = state.under_way.take().and_then(|(_, driver)| driver);
+                match connected {
+                    // Taken up from a caller whose runtime has shut down since: start over here.
+                    Err(err) if taken_up && err.is_cancelled() => continue,
+                    connected => break (connected, driver),
+                }
+            },
+        };
+        let Connected {
+            connection,
+            address,
+            server_side,
+            transactions,
+        } = match connected {
             Ok(Ok(connected)) => connected,
-            Ok(Err(err)) => {
+            Ok(Err(SetUpFailure::Connection(err))) => {
                 state.last_failure = Some((Instant::now(), err.clone()));
                 return Err(connect_error(err));
             }
-            Err(err) => return Err(crate::io::connect_task_failed(err)),
-        };
-        if self.require_primary {
-            if let Err(err) = self.check_role(&mut connection).await {
+            Ok(Err(SetUpFailure::NotPrimary(err))) => {
                 state.last_failure = None;
                 return Err(err);
             }
-        }
-        let server_side = match self.close_replaced(&mut connection).await {
-            Ok(server_side) => server_side,
-            Err(err) => {
-                state.last_failure = Some((Instant::now(), err.clone()));
-                return Err(connect_error(err));
-            }
-        };
-        let transactions = match self.check_transactions(&mut connection).await {
-            Ok(transactions) => transactions,
-            Err(err) => {
-                state.last_failure = Some((Instant::now(), err.clone()));
-                return Err(connect_error(err));
-            }
+            Err(err) => return Err(crate::io::connect_task_failed(err)),
         };
         if super::eviction::first_time(&address) {
             // Beside the first request, not before it: the check only ever logs.
@@ -382,7 +433,7 @@ impl Node {
         state.last_failure = None;
         state.last_generation += 1;
         let generation = state.last_generation;
-        tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "connected to Redis");
+        tracing::debug!(target: crate::LOG_TARGET, server = %self.reach.server, generation, "connected to Redis");
         let in_use = InUse {
             generation,
             connection: connection.clone(),
@@ -398,6 +449,77 @@ impl Node {
             transactions,
         });
         Ok(in_use)
+    }
+
+    /// Starts a connect task ([`Reach::connect`]): on the caller's runtime when that is a
+    /// multi-thread runtime (the connection's driver task is spawned where it connects: see
+    /// [`Node::in_use`]), on the client's I/O runtime otherwise.
+    fn connect(&self) -> (Connect, Option<DriverRuntime>) {
+        let caller = crate::io::multi_thread_caller();
+        let driver = caller.as_ref().map(DriverRuntime::watch);
+        let runtime = caller.unwrap_or_else(|| self.io.clone());
+        (runtime.spawn(self.reach.clone().connect()), driver)
+    }
+
+    /// Whether a connection is in use (it may still turn out broken).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.cached(false).is_some()
+    }
+
+    /// Connects now if there is no connection (Redlock connects before it starts the clock of
+    /// a try, so a connect does not eat into the lease).
+    pub(crate) async fn warm_up(&self) -> Result<(), BackendError> {
+        self.in_use().await.map(|_| ())
+    }
+
+    /// Why the last connection refused the server as a primary, if it did.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        self.reach
+            .refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Forgets a connection that failed, so the next request makes a new one (which closes
+    /// this one on the server first).
+    fn discard(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|c| c.generation == generation) {
+            tracing::debug!(target: crate::LOG_TARGET, server = %self.reach.server, generation, "discarding broken Redis connection");
+            if let Some(old) = current.take().and_then(|c| c.server_side) {
+                self.reach.replaced.push(old);
+            }
+        }
+    }
+}
+
+impl Reach {
+    /// Connects and sets the new connection up (see [`Reach`]).
+    async fn connect(self: Arc<Self>) -> Result<Connected, SetUpFailure> {
+        let failed = SetUpFailure::Connection;
+        let server = self.endpoint.resolve().await.map_err(failed)?;
+        let mut connection = server
+            .get_multiplexed_async_connection_with_config(&self.connection_config)
+            .await
+            .map_err(failed)?;
+        let address = server.get_connection_info().addr().to_string();
+        if self.require_primary {
+            self.check_role(&mut connection)
+                .await
+                .map_err(SetUpFailure::NotPrimary)?;
+        }
+        let server_side = self.close_replaced(&mut connection).await.map_err(failed)?;
+        let transactions = self
+            .check_transactions(&mut connection)
+            .await
+            .map_err(failed)?;
+        Ok(Connected {
+            connection,
+            address,
+            server_side,
+            transactions,
+        })
     }
 
     /// On a new connection, before it is used: has the server close the connections it
@@ -504,17 +626,6 @@ impl Node {
         Ok(refused.is_none())
     }
 
-    /// Whether a connection is in use (it may still turn out broken).
-    pub(crate) fn is_connected(&self) -> bool {
-        self.cached(false).is_some()
-    }
-
-    /// Connects now if there is no connection (Redlock connects before it starts the clock of
-    /// a try, so a connect does not eat into the lease).
-    pub(crate) async fn warm_up(&self) -> Result<(), BackendError> {
-        self.in_use().await.map(|_| ())
-    }
-
     /// Makes sure a new connection reached a primary: a sentinel's answer may be stale during
     /// a failover, and a Redlock master that is a replica would defeat the algorithm.
     async fn check_role(&self, connection: &mut MultiplexedConnection) -> Result<(), BackendError> {
@@ -552,26 +663,6 @@ impl Node {
             message,
         ))
     }
-
-    /// Why the last connection refused the server as a primary, if it did.
-    pub(crate) fn refusal(&self) -> Option<String> {
-        self.refusal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Forgets a connection that failed, so the next request makes a new one (which closes
-    /// this one on the server first).
-    fn discard(&self, generation: u64) {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.as_ref().is_some_and(|c| c.generation == generation) {
-            tracing::debug!(target: crate::LOG_TARGET, server = %self.server, generation, "discarding broken Redis connection");
-            if let Some(old) = current.take().and_then(|c| c.server_side) {
-                self.replaced.push(old);
-            }
-        }
-    }
 }
 
 impl Transport for Node {
@@ -588,7 +679,7 @@ impl Transport for Node {
 
     async fn ping(&self) -> Result<(), LockError> {
         let named = |kind: BackendErrorKind, err: &dyn std::fmt::Display| {
-            BackendError::new("ping", kind, format!("{}: {err}", self.server))
+            BackendError::new("ping", kind, format!("{}: {err}", self.reach.server))
         };
         // The connect failure's cause alone, and whether it timed out: the ping's error gives
         // the advice once, the frozen server's when the connect timed out.
@@ -610,7 +701,7 @@ impl Transport for Node {
     /// Whether a first try may be a transaction, as the connection in use found out; a store
     /// that has not connected yet connects first, to ask.
     async fn transactions(&self) -> Result<bool, LockError> {
-        match Transactions::from_u8(self.transactions.load(Ordering::Relaxed)) {
+        match Transactions::from_u8(self.reach.transactions.load(Ordering::Relaxed)) {
             Transactions::Allowed => Ok(true),
             Transactions::Refused => Ok(false),
             Transactions::Unknown => Ok(self.in_use().await?.transactions),
@@ -649,8 +740,8 @@ impl Transport for Node {
             }
             // A connection given up on (by a sibling, say) is closed on the server first; the
             // flag is read here, so a request with nothing to close awaits nothing more.
-            let closed = if self.replaced.pending() {
-                self.kill_replaced(&mut in_use.connection).await
+            let closed = if self.reach.replaced.pending() {
+                self.reach.kill_replaced(&mut in_use.connection).await
             } else {
                 Ok(())
             };
@@ -665,12 +756,13 @@ impl Transport for Node {
                     };
                     match redis::cmd("WAIT")
                         .arg(guard.replicas)
-                        .arg(kind::millis(guard.timeout))
+                        .arg(kind::millis(guard.wait_timeout()))
                         .query_async::<u32>(&mut in_use.connection)
                         .await
                     {
                         Ok(acknowledged) => {
-                            let enough = replicated(guard, acknowledged, operation, &self.server);
+                            let enough =
+                                replicated(guard, acknowledged, operation, &self.reach.server);
                             return Ok((value, enough));
                         }
                         // The script ran: whatever failed after it, its effect may stand.
@@ -697,7 +789,7 @@ impl Transport for Node {
                 // the caller's runtime that ran its driver.
                 let retry = !in_use.fresh || in_use.driver_gone();
                 if retry && !retried && failure.kind != BackendErrorKind::Timeout {
-                    tracing::debug!(target: crate::LOG_TARGET, server = %self.server, "retrying {operation} on a new connection: {err}");
+                    tracing::debug!(target: crate::LOG_TARGET, server = %self.reach.server, "retrying {operation} on a new connection: {err}");
                     retried = true;
                     continue;
                 }

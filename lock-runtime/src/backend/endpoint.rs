@@ -111,6 +111,8 @@ impl Sentinel {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(self.response_timeout));
         let mut failures = Vec::new();
+        // Whether every sentinel failed by running out of time: up but frozen, or silent.
+        let mut all_timed_out = true;
         let count = self.sentinels.len();
         let first = self.last_answered.load(Ordering::Relaxed);
         for at in (0..count).map(|i| (first + i) % count) {
@@ -135,13 +137,26 @@ impl Sentinel {
                         .set_addr(primary_addr(first.addr(), host, port));
                     return redis::Client::open(info);
                 }
-                Ok(None) => failures.push(format!(
-                    "{} does not monitor a master named `{}`",
-                    server_address(sentinel),
-                    self.master
-                )),
-                Err(err) => failures.push(format!("{}: {err}", server_address(sentinel))),
+                Ok(None) => {
+                    all_timed_out = false;
+                    failures.push(format!(
+                        "{} does not monitor a master named `{}`",
+                        server_address(sentinel),
+                        self.master
+                    ));
+                }
+                Err(err) => {
+                    all_timed_out &= err.is_timeout();
+                    failures.push(format!("{}: {err}", server_address(sentinel)));
+                }
             }
+        }
+        if all_timed_out {
+            // A timeout still, so that the error gives the advice for a frozen server.
+            return Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no sentinel named the primary: {}", failures.join("; ")),
+            )));
         }
         Err(RedisError::from((
             ErrorKind::Io,

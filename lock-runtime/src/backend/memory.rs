@@ -269,6 +269,7 @@ mod tests {
             seat: None,
             proposed: None,
             deadline: None,
+            cut: None,
         };
         match backend.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
@@ -363,6 +364,7 @@ mod tests {
             seat: None,
             proposed: None,
             deadline: None,
+            cut: None,
         }));
         assert!(
             matches!(held, Ok(AcquireReply::Held(_))),
@@ -464,6 +466,7 @@ mod tests {
                 seat: None,
                 proposed: None,
                 deadline: None,
+                cut: None,
             })
             .await
             .expect("read")

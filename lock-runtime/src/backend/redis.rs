@@ -142,7 +142,21 @@ impl<T: Transport> RedisStore<T> {
         call: Call<'_>,
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> Result<(R, bool), LockError> {
-        let Some(guard) = self.guard else {
+        self.call_guarded_by(operation, call, None, needs_wait)
+            .await
+    }
+
+    /// [`call_guarded`](Self::call_guarded) for a try that must end by `deadline` (a lock
+    /// request's wait): its `WAIT` gives up in time for its reply to come back before it
+    /// ([`ReplicaGuard::by`]).
+    async fn call_guarded_by<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        call: Call<'_>,
+        deadline: Option<std::time::Instant>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> Result<(R, bool), LockError> {
+        let Some(guard) = self.guard.map(|guard| guard.by(deadline)) else {
             return self.transport.call(operation, call, None, needs_wait).await;
         };
         let lent = self.guarded.lend(&self.transport).await;
@@ -185,9 +199,10 @@ impl<T: Transport> RedisStore<T> {
     async fn send_try<R: FromRedisValue + Send>(
         &self,
         call: Call<'_>,
+        deadline: Option<std::time::Instant>,
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> Result<(R, bool), LockError> {
-        self.call_guarded("acquire", call, needs_wait)
+        self.call_guarded_by("acquire", call, deadline, needs_wait)
             .await
             .map_err(Self::unseen_retries)
     }
@@ -232,7 +247,7 @@ impl<T: Transport> RedisStore<T> {
                 .read(attempt.owner, reply)
                 .is_ok_and(|(granted, _)| granted == 1)
         };
-        let (reply, replicated) = match self.send_try(first.call(), granted).await {
+        let (reply, replicated) = match self.send_try(first.call(), attempt.cut, granted).await {
             Ok(replied) => replied,
             Err(LockError::Backend(err)) if err.refused_command() == Some("multi") => {
                 return Ok(None)
@@ -249,7 +264,7 @@ impl<T: Transport> RedisStore<T> {
     /// A try as its kind's acquire script.
     async fn script_try(&self, attempt: &Try<'_>) -> Result<(ScriptReply, bool), LockError> {
         let call = attempt.call(self.tokens, T::ANNOUNCE);
-        self.send_try(Call::Script(&call), |reply: &ScriptReply| {
+        self.send_try(Call::Script(&call), attempt.cut, |reply: &ScriptReply| {
             reply.granted == 1
         })
         .await
@@ -724,7 +739,7 @@ impl<T: Transport> LockBackend for RedisStore<T> {
             let part = attempt.part(&keys[start..end]);
             let call = multi::acquire_call(&part, self.tokens);
             let (reply, replicated): (Vec<i64>, bool) = match self
-                .send_try(Call::Script(&call), |reply: &Vec<i64>| {
+                .send_try(Call::Script(&call), attempt.cut, |reply: &Vec<i64>| {
                     reply.first() == Some(&1)
                 })
                 .await

@@ -93,8 +93,10 @@ impl Election {
     }
 
     /// The longest [`campaign`](Self::campaign) waits to lead before it returns
-    /// [`LockError::Timeout`]; without it a campaign waits for as long as it takes, also
-    /// through Redis being unreachable for a while (it tries again, logging at WARN).
+    /// [`LockError::Timeout`] (or the store's failure, when Redis is down or frozen: the
+    /// campaign ends within its wait either way); without it a campaign waits for as long as
+    /// it takes, also through Redis being unreachable for a while (it tries again, logging at
+    /// WARN).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -138,11 +140,21 @@ impl Election {
         let started = tokio::time::Instant::now();
         let deadline = self.wait.and_then(|wait| started.checked_add(wait));
         let mut pause = FIRST_FAILURE_PAUSE;
+        let mut first_round = true;
         loop {
             let round = match deadline {
                 Some(deadline) => deadline.saturating_duration_since(tokio::time::Instant::now()),
                 None => CAMPAIGN_ROUND,
             };
+            if round.is_zero() && !first_round {
+                // A pause ran to the end of the wait: a round now would be a try that does
+                // not wait, with a response timeout of its own past the campaign's wait.
+                return Err(LockError::Timeout {
+                    key: self.name.to_string(),
+                    waited: started.elapsed(),
+                });
+            }
+            first_round = false;
             let mut request = client.lock(self.name.to_string()).fencing(true).wait(round);
             if let Some(lease) = self.lease {
                 request = request.lease(lease);
@@ -150,6 +162,9 @@ impl Election {
             // A round that ends with the lock still held elsewhere is a standby's normal state,
             // not a timeout: its span, log and metrics say "busy".
             request.busy_expected = true;
+            // A round's wait is what is left of the campaign's: no try outlives it (a campaign
+            // that does not wait at all makes one try, as a lock request that does not wait).
+            request.strict_wait = deadline.is_some();
             let failure = match request.acquire().await {
                 Ok(guard) => match self.proclaim(client, guard).await {
                     Ok(Some(leadership)) => return Ok(leadership),

@@ -127,10 +127,14 @@ pub(crate) struct Try<'a> {
     /// `None` elsewhere, and from the acquire loop.
     pub(crate) proposed: Option<FencingToken>,
     /// When the request's wait ends, on the real clock (`None`: not within reach, or a try
-    /// from outside the acquire loop). Like any request, a try may run one timeout past it; a
-    /// store that may answer a try with more than one round (Redlock's second round) starts
-    /// none after it. The other stores ignore it.
+    /// from outside the acquire loop). The acquire loop cuts the try off at it (a request that
+    /// waits: `acquire/mod.rs`, [`Try::cut`]); a store that may answer a try with more than
+    /// one round (Redlock's second round) starts none after it.
     pub(crate) deadline: Option<Instant>,
+    /// When the acquire loop cuts this try off, on the real clock (`None`: never, or a try
+    /// from outside the acquire loop): the failover guard's `WAIT` gives up in time for its
+    /// reply to come back before it ([`ReplicaGuard::by`](crate::config::ReplicaGuard::by)).
+    pub(crate) cut: Option<Instant>,
 }
 
 impl Try<'_> {

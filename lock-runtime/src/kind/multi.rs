@@ -39,6 +39,8 @@ pub(crate) struct MultiTry<'a> {
     pub(crate) proposed: Option<FencingToken>,
     /// When the request's wait ends (as [`Try`](super::Try)'s).
     pub(crate) deadline: Option<Instant>,
+    /// When the acquire loop cuts this try off (as [`Try`](super::Try)'s).
+    pub(crate) cut: Option<Instant>,
 }
 
 impl<'a> MultiTry<'a> {
