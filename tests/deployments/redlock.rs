@@ -1130,6 +1130,61 @@ async fn a_read_lock_over_a_fencing_counter_past_2_pow_53_is_refused_at_once() {
     assert_no_grant_left(&masters);
 }
 
+/// A semaphore over a counter at 2^53 or more — on a majority of masters and on one master —
+/// is refused at once with `FencingCounterTooLarge`, naming the key and the exact value, and
+/// nothing changes: no permit is left on any master and every counter holds what it held (the
+/// semaphore's script reads the counter for its token, read/acquire.lua's rule, so a double
+/// would round it: 2^53 + 4 for 2^53 + 5). Shown to fail with `semaphore/acquire.lua` not
+/// reading the counter (its token from the clock): the semaphore over the majority's counters
+/// was granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_over_a_fencing_counter_past_2_pow_53_is_refused_at_once() {
+    let masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let huge = (1u64 << 53) + 5;
+    for master in &masters[..2] {
+        set_counter(master, "huge-permits", huge);
+    }
+    set_counter(&masters[2], "huge-permit-on-one", huge);
+    let counters = |key: &str| -> Vec<(Option<String>, i64)> {
+        masters
+            .iter()
+            .map(|master| {
+                let mut redis = master.connection();
+                let fence = format!("distlock:{{{key}}}:fence");
+                let value: Option<String> = redis::cmd("GET")
+                    .arg(&fence)
+                    .query(&mut redis)
+                    .expect("GET");
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(&fence)
+                    .query(&mut redis)
+                    .expect("PTTL");
+                (value, ttl)
+            })
+            .collect()
+    };
+    for key in ["huge-permits", "huge-permit-on-one"] {
+        let before = counters(key);
+        let started = std::time::Instant::now();
+        let err = client
+            .semaphore(key, 3)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .expect_err("no permit's token can stand for the counter");
+        let took = started.elapsed();
+        assert!(
+            matches!(&err, LockError::FencingCounterTooLarge { redis_key, value }
+                if *redis_key == format!("distlock:{{{key}}}:fence") && *value == huge.to_string()),
+            "{key}: {err:?}"
+        );
+        assert!(took < Duration::from_secs(2), "{key}: took {took:?}");
+        assert_eq!(counters(key), before, "{key}: the counters were changed");
+    }
+    assert_no_grant_left(&masters);
+}
+
 /// `force_unlock` over a counter at 2^53 or more on one master is refused with
 /// `FencingCounterTooLarge`, and the other masters' counters are not raised past 2^53 (the
 /// raise compared as doubles and wrote the huge token + 1 to every other master, after which

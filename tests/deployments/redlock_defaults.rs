@@ -3,11 +3,14 @@
 //! (SIGSTOP: it keeps its connections and takes requests, and answers none). The other Redlock
 //! tests (`redlock.rs`, the conformance harness) set node timeouts of 150 ms to 10 s; the
 //! README's "the first request waits the node timeout (50 ms); then the master is not waited
-//! for" is checked here at the 50 ms a user gets.
+//! for" is checked here at the 50 ms a user gets, and so is "clocks kept in sync keep a fenced
+//! grant at one round trip" at the least lead a client starts with (the 50 ms node timeout).
 
 use std::time::{Duration, Instant};
 
+use crate::support;
 use crate::support::masters::start_masters;
+use crate::support::monitor::{arguments, Monitor};
 use crate::support::RedisServer;
 use distlock::{Client, Config, LockError};
 
@@ -138,4 +141,83 @@ async fn at_the_defaults_a_frozen_master_stretches_no_wait_and_renewals_go_on() 
     );
     drop(thaw);
     assert!(held.release().await.expect("release"));
+}
+
+/// At the defaults (the lead a client starts with is the 50 ms node timeout, the least any
+/// setting gives) and with the masters' clocks in sync, an uncontended fenced grant is one
+/// request to each master, grant after grant: fifty acquire–release cycles on one key (the
+/// first over no counter, the others over the one the grant before left) are, on every
+/// master, exactly the acquire's script and the release's script, in turn — a proposal a
+/// master refused would add a second round (or an undo) there — and nothing is logged at
+/// warning level about the key. The client is fresh (the scripts loaded by another), so its
+/// first grant is made with the lead it starts with. Shown to fail with the lead starting at
+/// zero (a proposal at the client's clock, which the master's clock has passed when the script
+/// runs): master 0's first cycle was three requests, acquire, acquire, release; and, with a
+/// counter set 3 s ahead on one master, the warning check caught the client's "ahead … by more
+/// than the lead it keeps" warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_defaults_an_uncontended_fenced_grant_is_one_request_to_each_master() {
+    const CYCLES: usize = 50;
+    const KEY: &str = "one-round";
+    let captured = support::capture::install();
+    let masters = start_masters(3);
+    // The scripts loaded by another client: the measured client's first grant is its first
+    // request (its lead as it starts), and the first grant of `KEY` finds no counter.
+    let warm = default_client(&masters)
+        .lock("warm")
+        .acquire()
+        .await
+        .expect("all up");
+    assert!(warm.release().await.expect("release"));
+    let client = default_client(&masters);
+    let monitors: Vec<Monitor> = masters.iter().map(Monitor::start).collect();
+    let lock_key = format!("distlock:{{{KEY}}}");
+    // Each master's requests naming the lock: the command and script (EVALSHA and its SHA).
+    let requests = |monitor: &Monitor| -> Vec<String> {
+        monitor
+            .lines()
+            .iter()
+            .filter(|line| !line.contains(" lua]"))
+            .map(|line| arguments(line))
+            .filter(|args| args.contains(&lock_key))
+            .map(|args| args[..2.min(args.len())].join(" "))
+            .collect()
+    };
+    for cycle in 1..=CYCLES {
+        let guard = client.lock(KEY).acquire().await.expect("uncontended");
+        assert!(guard.fencing_token().is_some());
+        assert!(guard.release().await.expect("release"));
+        // The release is awaited on every master before the next cycle: what a master ran
+        // for this cycle is then all in its MONITOR lines.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for (i, monitor) in monitors.iter().enumerate() {
+            let seen = loop {
+                let seen = requests(monitor);
+                if seen.len() >= 2 * cycle || Instant::now() > deadline {
+                    break seen;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            assert_eq!(
+                seen.len(),
+                2 * cycle,
+                "master {i}, cycle {cycle}: {} requests for {cycle} grants and releases, not \
+                 one each: {seen:?}",
+                seen.len()
+            );
+            let (acquire, release) = (&seen[0], &seen[1]);
+            assert_ne!(acquire, release, "master {i}: {seen:?}");
+            assert!(
+                seen.chunks(2)
+                    .all(|pair| pair[0] == *acquire && pair[1] == *release),
+                "master {i}, cycle {cycle}: not one acquire and one release per cycle: {seen:?}"
+            );
+        }
+    }
+    let warnings: Vec<_> = captured
+        .about("key", KEY)
+        .into_iter()
+        .filter(|record| record.kind == "event" && record.level <= tracing::Level::WARN)
+        .collect();
+    assert!(warnings.is_empty(), "warnings about {KEY}: {warnings:?}");
 }
