@@ -95,8 +95,10 @@ impl Target {
 ///
 /// - One try is one round trip. While the lock is held, the request sleeps a random time
 ///   between zero and an exponentially growing ceiling (full jitter), never longer than the
-///   holder's remaining lease and never past the wait deadline, and tries again; a pause that
-///   reaches the deadline ends the request with [`LockError::Timeout`]. A wait of zero tries
+///   holder's remaining lease and never past the last try, and tries again. The last try is
+///   sent a hundredth of the response timeout (10 ms by default) before the wait's deadline,
+///   so that its answer comes within the wait; its refusal ends the request with
+///   [`LockError::Timeout`] at the deadline. A wait of zero tries
 ///   once.
 /// - The request ends within its wait, also against a server that takes connections and
 ///   answers nothing (a frozen process, a proxy whose backend is gone): each try, its connect

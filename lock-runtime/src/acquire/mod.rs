@@ -343,6 +343,10 @@ struct Plan {
     /// The wait runs on the caller's clock; leases on the backend's (see `clock`).
     started: Instant,
     deadline: Instant,
+    /// When the last try is sent: the deadline less [`last_try_allowance`], so that it has
+    /// that long to be answered within the wait. A pause ends there at the latest; a try sent
+    /// at or after it is the last.
+    last_try: Instant,
     /// Whether the request waits at all (`false`: `wait(0)`, `try_acquire`: one try, bounded
     /// by the response timeout).
     waits: bool,
@@ -389,6 +393,14 @@ impl Plan {
         let deadline = started
             .checked_add(wait)
             .unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 24 * 3600));
+        let last_try = if inner.clock == crate::clock::Clock::Tokio {
+            deadline
+        } else {
+            deadline
+                .checked_sub(last_try_allowance(config.response_timeout))
+                .unwrap_or(started)
+                .max(started)
+        };
         Ok(Self {
             keys,
             kind,
@@ -400,6 +412,7 @@ impl Plan {
             hold_at_least: request.hold_at_least,
             started,
             deadline,
+            last_try,
             waits: !wait.is_zero(),
             strict_wait,
             backoff: Backoff::new(config.backoff_min, config.backoff_max),
@@ -452,7 +465,9 @@ impl Plan {
         budget: Option<Duration>,
     ) -> Result<Answer, LockError> {
         let wait_left = self.deadline - Instant::now().min(self.deadline);
-        let writer_waiting = writer_waiting_mark(inner.config.backoff_max, wait_left);
+        // Nothing on the last try: a writer that will not try again holds no reader up.
+        let tries_left = self.last_try - Instant::now().min(self.last_try);
+        let writer_waiting = writer_waiting_mark(inner.config.backoff_max, tries_left);
         // On the real clock, which the stores' timeouts run on (`clock.rs`).
         let now = std::time::Instant::now();
         let deadline = now.checked_add(wait_left);
@@ -603,8 +618,9 @@ impl Plan {
     }
 
     /// Pauses after a refusal: until the release of the key found held wakes the request,
-    /// the backoff step passes (at most the holder's remaining lease), or the deadline comes;
-    /// at the deadline, the request has timed out.
+    /// the backoff step passes (at most the holder's remaining lease), or the time of the
+    /// last try comes (the deadline less [`last_try_allowance`]); after the last try, the
+    /// request has timed out, at its deadline.
     async fn pause(
         &mut self,
         inner: &ClientInner,
@@ -612,10 +628,12 @@ impl Plan {
         refusal: &Refusal,
         fair: Option<&FairWait<'_>>,
     ) -> Result<(), LockError> {
-        let now = Instant::now();
-        if now >= self.deadline {
-            return Err(self.timed_out(now));
+        if Instant::now() >= self.last_try {
+            // The last try was refused: the request has waited its wait when it ends.
+            tokio::time::sleep_until(self.deadline).await;
+            return Err(self.timed_out(Instant::now()));
         }
+        let now = Instant::now();
         let waker = inner.backend.waker();
         let mut delay = match fair {
             Some(fair) => {
@@ -623,7 +641,7 @@ impl Plan {
             }
             None => self.backoff.next_delay(),
         }
-        .min(self.deadline - now);
+        .min(self.last_try - now);
         if let Some(remaining) = refusal.remaining {
             delay = delay.min(remaining);
         }
@@ -645,14 +663,20 @@ impl Plan {
             }
             None => tokio::time::sleep(delay).await,
         }
-        // A pause that reached the deadline ends the request: a try sent at it would have
-        // nothing of the wait left to be answered in.
+        // A pause that overslept the deadline (a loaded machine) ends the request: a try sent
+        // then would have nothing of the wait left to be answered in.
         let now = Instant::now();
         if now >= self.deadline {
             return Err(self.timed_out(now));
         }
         Ok(())
     }
+}
+
+/// How long before its deadline a request that waits sends its last try: a hundredth of the
+/// response timeout (10 ms by default), for its answer to come within the wait.
+fn last_try_allowance(response_timeout: Duration) -> Duration {
+    response_timeout / 100
 }
 
 /// The least a request that waits gives its first try: a tenth of the response timeout
