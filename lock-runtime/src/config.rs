@@ -647,10 +647,11 @@ impl Config {
     /// not count (the watchdog tries again, and the lease is lost if none counts in time).
     /// So a failover to any replica that acknowledged cannot hand the lock out twice; to keep
     /// a replica that did not acknowledge from being promoted, ask for all the replicas (or
-    /// make sure the failover picks only acknowledged ones). `WAIT` blocks the client's
-    /// connection while it waits, so a lagging replica slows the client's other requests up
-    /// to `timeout`. Off by default; not available with Redlock (whose masters have no
-    /// replicas).
+    /// make sure the failover picks only acknowledged ones). `WAIT` holds the connection it
+    /// is sent on, so guarded writes go on connections of their own (up to 16 at once per
+    /// client): a lagging replica slows the guarded grants and renewals up to `timeout` (on a
+    /// Cluster, only its own primary's), never a release, a refused try or a health check.
+    /// Off by default; not available with Redlock (whose masters have no replicas).
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas = Some(ReplicaGuard {
             replicas,
