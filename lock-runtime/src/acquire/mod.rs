@@ -5,7 +5,10 @@
 //! ([`Plan::grant`]); a refusal pauses — until the holder's release wakes the request, the
 //! backoff step passes, or the deadline comes ([`Plan::pause`]) — and the request tries again.
 //! Each try is cut off at what is left of the wait ([`Plan::budget`]), so no request outlives
-//! its wait, whatever the store's own timeouts.
+//! its wait, whatever the store's own timeouts: by the store itself where it can (one server
+//! or a Sentinel primary without the failover guard: a one-key try's connect by a timer, its
+//! request by the connection's response timeout, set to end at the cut when that is sooner),
+//! so that the hot path adds no timer; by a timer around the try elsewhere.
 //!
 //! Neighbours: the request (`request.rs`) says what is asked; the store (`backend/`) runs
 //! each try; the kind (`kind/`) says what a grant means; a try in flight is a
@@ -455,7 +458,8 @@ impl Plan {
     }
 
     /// Sends one try with `owner`, through the store's one-key or multi-key call, cut off
-    /// after `budget` ([`Plan::budget`]).
+    /// after `budget` ([`Plan::budget`]) — by the store where it can
+    /// ([`Backend::cuts_tries`](crate::backend::Backend::cuts_tries)), else by [`within`].
     async fn send(
         &self,
         inner: &ClientInner,
@@ -487,7 +491,21 @@ impl Plan {
                     deadline,
                     cut,
                 };
-                let reply = within(budget, self.waits, inner, inner.backend.acquire(&attempt));
+                if inner.backend.cuts_tries() {
+                    // The store ends the try at `cut` itself, on the timers it runs anyway.
+                    let reply = inner.clock.send(&inner.io, inner.backend.acquire(&attempt));
+                    return reply
+                        .await
+                        .map(Answer::from)
+                        .map_err(|err| self.cut_by_wait(err, inner, budget, cut));
+                }
+                // Boxed: the try's future stays as small as where the store cuts it.
+                let reply = Box::pin(within(
+                    budget,
+                    self.waits,
+                    inner,
+                    inner.backend.acquire(&attempt),
+                ));
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
             }
             Keys::Many { keys, .. } => {
@@ -502,14 +520,46 @@ impl Plan {
                     deadline,
                     cut,
                 };
-                let reply = within(
+                let reply = Box::pin(within(
                     budget,
                     self.waits,
                     inner,
                     inner.backend.acquire_all(&attempt),
-                );
-                inner.clock.send(&inner.io, reply).await.map(Answer::from)
+                ));
+                inner
+                    .clock
+                    .send(&inner.io, reply)
+                    .await
+                    .map(Answer::from)
+                    .map_err(|err| self.cut_by_wait(err, inner, budget, cut))
             }
+        }
+    }
+
+    /// A try's timeout at or past its `cut` (given `budget`), as the store's own timer ends a
+    /// try there ([`Backend::cuts_tries`](crate::backend::Backend::cuts_tries)): the try cut off by the end of the wait, as
+    /// [`within`] reports it; other errors as they are.
+    fn cut_by_wait(
+        &self,
+        err: LockError,
+        inner: &ClientInner,
+        budget: Option<Duration>,
+        cut: Option<std::time::Instant>,
+    ) -> LockError {
+        match (&err, budget, cut) {
+            (LockError::Backend(timeout), Some(budget), Some(cut))
+                if timeout.kind() == crate::error::BackendErrorKind::Timeout
+                    && !timeout.is_cut_by_wait()
+                    && std::time::Instant::now() >= cut =>
+            {
+                crate::error::BackendError::cut_by_wait(
+                    &inner.config.backend.describe(),
+                    budget,
+                    self.waits,
+                )
+                .into()
+            }
+            _ => err,
         }
     }
 

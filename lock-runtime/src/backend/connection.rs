@@ -203,6 +203,9 @@ struct Reach {
     /// store whose tokens come from the clock sends them.
     asks_transactions: bool,
     connection_config: AsyncConnectionConfig,
+    /// The connection's response timeout, which a request cut off sooner sets lower
+    /// ([`Node::call_by`]).
+    response_timeout: Duration,
     /// Connections given up on that the server may still run requests from, shared with the
     /// node's siblings ([`Node::sibling`]): the next request to the server, on whichever of
     /// them, has the server close them first.
@@ -308,6 +311,7 @@ impl Node {
                 connection_config: AsyncConnectionConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(connect_timeout)),
+                response_timeout,
                 replaced: Arc::default(),
                 transactions: AtomicU8::new(Transactions::Unknown as u8),
                 warned_transactions: AtomicBool::new(false),
@@ -331,6 +335,7 @@ impl Node {
                 refusal: Mutex::new(None),
                 asks_transactions: reach.asks_transactions,
                 connection_config: reach.connection_config.clone(),
+                response_timeout: reach.response_timeout,
                 replaced: reach.replaced.clone(),
                 transactions: AtomicU8::new(Transactions::Unknown as u8),
                 warned_transactions: AtomicBool::new(
@@ -670,6 +675,7 @@ impl Transport for Node {
     const ROUTES_BY_SLOT: bool = false;
     const RETRIES_UNSEEN: bool = false;
     const WAITS_AFTER_ANY_REQUEST: bool = true;
+    const CUTS_AT_CUT: bool = true;
 
     type Shard = ();
 
@@ -708,6 +714,15 @@ impl Transport for Node {
         }
     }
 
+    /// As [`transactions`](Self::transactions), its connect given up at `cut`.
+    async fn transactions_by(&self, cut: Option<Instant>) -> Result<bool, LockError> {
+        match Transactions::from_u8(self.reach.transactions.load(Ordering::Relaxed)) {
+            Transactions::Allowed => Ok(true),
+            Transactions::Refused => Ok(false),
+            Transactions::Unknown => Ok(self.in_use_by("acquire", cut).await?.transactions),
+        }
+    }
+
     /// Sends `call` on the connection in use. A request on a connection that was in use
     /// before and turns out broken (closed by the server while idle, say) is sent once more on
     /// a new connection: the lock scripts are safe to repeat for the same owner. The error of a
@@ -715,20 +730,96 @@ impl Transport for Node {
     /// With a failover guard and a reply that `needs_wait` (a grant, not a refusal), `WAIT`
     /// follows on the same connection: a `WAIT` on any other connection would say nothing
     /// about this write.
-    async fn call<R: FromRedisValue + Send>(
+    fn call<R: FromRedisValue + Send>(
         &self,
         operation: &'static str,
         call: Call<'_>,
         guard: Option<ReplicaGuard>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> impl std::future::Future<Output = Result<(R, bool), LockError>> + Send {
+        self.request(operation, call, guard, None, needs_wait)
+    }
+
+    /// As [`call`](Self::call), given up at `cut`: its connect (when there is no connection
+    /// yet) by a timer of its own, its request by the connection's own response timeout set
+    /// to end there when that comes first. A request cut off so is not sent again, and its
+    /// connection is kept (the server may just be slower than the wait is long).
+    fn call_by<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        call: Call<'_>,
+        cut: Option<Instant>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> impl std::future::Future<Output = Result<(R, bool), LockError>> + Send {
+        self.request(operation, call, None, cut, needs_wait)
+    }
+
+    async fn shards(&self) -> Result<Vec<()>, LockError> {
+        Ok(vec![()])
+    }
+
+    async fn scan_step(&self, _: &(), step: &redis::Cmd) -> Result<ScanStep, LockError> {
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(step.clone());
+        let ((step,), _): ((ScanStep,), bool) = self
+            .call("list", Call::Pipeline(&pipeline), None, |_| false)
+            .await?;
+        Ok(step)
+    }
+}
+
+/// Requests, cut off or not.
+impl Node {
+    /// The connection in use ([`in_use`](Self::in_use)), a connect given up at `cut`.
+    async fn in_use_by(
+        &self,
+        operation: &'static str,
+        cut: Option<Instant>,
+    ) -> Result<InUse, BackendError> {
+        let Some(cut) = cut else {
+            return self.in_use().await;
+        };
+        if let Some(in_use) = self.cached(false) {
+            return Ok(in_use);
+        }
+        // Boxed: the request's future stays as small as an uncut one.
+        match Box::pin(tokio::time::timeout_at(cut.into(), self.in_use())).await {
+            Ok(in_use) => in_use,
+            Err(_) => Err(BackendError::new(
+                operation,
+                BackendErrorKind::Timeout,
+                format!(
+                    "{}: not connected when the request was cut off",
+                    self.reach.server
+                ),
+            )),
+        }
+    }
+
+    /// [`Transport::call`], given up at `cut` ([`Transport::call_by`]).
+    async fn request<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        call: Call<'_>,
+        guard: Option<ReplicaGuard>,
+        cut: Option<Instant>,
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> Result<(R, bool), LockError> {
         let mut retried = false;
         let mut maybe_applied = false;
         loop {
             let mut in_use = self
-                .in_use()
+                .in_use_by(operation, cut)
                 .await
                 .map_err(|err| err.maybe_applied(maybe_applied))?;
+            // The connection's own timer ends the request at the cut when that comes first
+            // (set on this clone of the connection only).
+            let cut_short = cut
+                .map(|cut| cut.saturating_duration_since(Instant::now()))
+                .filter(|left| *left < self.reach.response_timeout);
+            if let Some(left) = cut_short {
+                in_use.connection.set_response_timeout(left);
+            }
             let generation = in_use.generation;
             if call.is_transaction() && !in_use.transactions {
                 // Picked before this connection was made, whose user may not run one (its ACL
@@ -781,6 +872,12 @@ impl Transport for Node {
             };
             let failure = Failure::of(&err);
             maybe_applied |= failure.maybe_applied;
+            if cut_short.is_some() && err.is_timeout() {
+                // Cut off: the connection may well be fine.
+                return Err(BackendError::new(operation, failure.kind, err)
+                    .maybe_applied(true)
+                    .into());
+            }
             if failure.reconnect {
                 self.discard(generation);
                 // A timeout is not retried: it has spent the response budget already, and a
@@ -798,19 +895,6 @@ impl Transport for Node {
                 .maybe_applied(maybe_applied)
                 .into());
         }
-    }
-
-    async fn shards(&self) -> Result<Vec<()>, LockError> {
-        Ok(vec![()])
-    }
-
-    async fn scan_step(&self, _: &(), step: &redis::Cmd) -> Result<ScanStep, LockError> {
-        let mut pipeline = redis::pipe();
-        pipeline.add_command(step.clone());
-        let ((step,), _): ((ScanStep,), bool) = self
-            .call("list", Call::Pipeline(&pipeline), None, |_| false)
-            .await?;
-        Ok(step)
     }
 }
 

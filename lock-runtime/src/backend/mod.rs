@@ -105,6 +105,20 @@ pub(crate) enum Backend {
     Memory(memory::MemoryBackend),
 }
 
+impl Backend {
+    /// Whether a one-key try ends at its cut ([`Try::cut`]) in the store itself (or needs no
+    /// cut: the in-process store answers at once), so that the acquire loop adds no timer of
+    /// its own around it; a try cut off there fails with a
+    /// [`BackendErrorKind::Timeout`](crate::error::BackendErrorKind::Timeout) at the cut.
+    pub(crate) fn cuts_tries(&self) -> bool {
+        match self {
+            Backend::Redis(b) => b.cuts_tries(),
+            Backend::Memory(_) => true,
+            Backend::Cluster(_) | Backend::Redlock(_) => false,
+        }
+    }
+}
+
 impl LockBackend for Backend {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         match self {

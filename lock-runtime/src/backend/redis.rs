@@ -66,6 +66,11 @@ pub(crate) struct RedisStore<T> {
     tokens: Tokens,
     /// Wake-ups on release (none on a Redlock master: Redlock listens on any one master).
     waker: Option<ReleaseListener>,
+    /// Whether a try ends at its cut ([`Try::cut`]) here, in the transport's own timers
+    /// ([`Transport::CUTS_AT_CUT`]), so that the acquire loop need not cut it off from outside:
+    /// without a failover guard (whose give-back of a grant too few replicas have would run
+    /// past it), and not on a Redlock master (whose round decides what a late master means).
+    cuts_tries: bool,
 }
 
 /// The store on one server.
@@ -113,7 +118,21 @@ impl<T: Transport> RedisStore<T> {
             guarded: Guarded::new(),
             tokens,
             waker,
+            cuts_tries: T::CUTS_AT_CUT && guard.is_none(),
         }
+    }
+
+    /// Whether a try ends at its cut here ([`RedisStore::cuts_tries`]): the acquire loop then
+    /// adds no timer of its own.
+    pub(crate) fn cuts_tries(&self) -> bool {
+        self.cuts_tries
+    }
+
+    /// The store as a Redlock master: its tries run past their cut, which Redlock's round
+    /// takes care of.
+    pub(crate) fn not_cutting_tries(mut self) -> Self {
+        self.cuts_tries = false;
+        self
     }
 
     pub(crate) fn waker(&self) -> Option<&ReleaseListener> {
@@ -157,7 +176,15 @@ impl<T: Transport> RedisStore<T> {
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> Result<(R, bool), LockError> {
         let Some(guard) = self.guard.map(|guard| guard.by(deadline)) else {
-            return self.transport.call(operation, call, None, needs_wait).await;
+            return self
+                .transport
+                .call_by(
+                    operation,
+                    call,
+                    deadline.filter(|_| self.cuts_tries),
+                    needs_wait,
+                )
+                .await;
         };
         let lent = self.guarded.lend(&self.transport).await;
         let replied = lent.call(operation, call, Some(guard), needs_wait).await;
@@ -681,7 +708,10 @@ impl<T: Transport> RedisStore<T> {
 
 impl<T: Transport> LockBackend for RedisStore<T> {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let transactions = self.transport.transactions().await?;
+        let transactions = self
+            .transport
+            .transactions_by(attempt.cut.filter(|_| self.cuts_tries))
+            .await?;
         // Under the failover guard, a transport whose `WAIT` rides only behind a script sends
         // the script, whatever the try.
         let first = FirstTry::of(attempt, self.tokens, transactions)

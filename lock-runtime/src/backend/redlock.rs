@@ -260,11 +260,10 @@ impl RedlockBackend {
             masters: masters
                 .iter()
                 .map(|master| {
-                    Arc::new(RedisBackend::new(
-                        Endpoint::Fixed(master.clone()),
-                        options,
-                        io.clone(),
-                    ))
+                    Arc::new(
+                        RedisBackend::new(Endpoint::Fixed(master.clone()), options, io.clone())
+                            .not_cutting_tries(),
+                    )
                 })
                 .collect(),
             connecting: masters.iter().map(|_| Arc::default()).collect(),

@@ -54,8 +54,23 @@ pub(crate) trait Transport: Send + Sync {
     where
         Self: Sized;
 
+    /// Whether [`call_by`](Self::call_by) and [`transactions_by`](Self::transactions_by) end
+    /// at their `cut` themselves; otherwise the acquire loop cuts a try off from outside.
+    const CUTS_AT_CUT: bool = false;
+
     /// Whether a try may be a transaction (`MULTI` … `EXEC`) now; it may connect to find out.
     fn transactions(&self) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// As [`transactions`](Self::transactions), given up at `cut` with a
+    /// [`BackendErrorKind::Timeout`](crate::error::BackendErrorKind::Timeout) where the
+    /// transport [cuts](Self::CUTS_AT_CUT) (by default, it does not).
+    fn transactions_by(
+        &self,
+        cut: Option<std::time::Instant>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send {
+        let _ = cut;
+        self.transactions()
+    }
 
     /// Sends `call`; with a failover `guard` (and, where the transport waits only when asked,
     /// a reply that `needs_wait`: a grant, not a refusal), also `WAIT` on the node that ran it.
@@ -67,6 +82,21 @@ pub(crate) trait Transport: Send + Sync {
         guard: Option<ReplicaGuard>,
         needs_wait: impl Fn(&R) -> bool + Send,
     ) -> impl Future<Output = Result<(R, bool), LockError>> + Send;
+
+    /// As [`call`](Self::call) without a guard, given up at `cut` (its connect, its request
+    /// and any repetition of it) with a
+    /// [`BackendErrorKind::Timeout`](crate::error::BackendErrorKind::Timeout) that may have
+    /// taken effect, where the transport [cuts](Self::CUTS_AT_CUT) (by default, it does not).
+    fn call_by<R: FromRedisValue + Send>(
+        &self,
+        operation: &'static str,
+        call: Call<'_>,
+        cut: Option<std::time::Instant>,
+        needs_wait: impl Fn(&R) -> bool + Send,
+    ) -> impl Future<Output = Result<(R, bool), LockError>> + Send {
+        let _ = cut;
+        self.call(operation, call, None, needs_wait)
+    }
 
     /// Sends independent script `calls`, each naming keys of one hash slot, in as few requests
     /// as the transport can, and yields each call's answer as it comes: `(i, answer)`, where

@@ -132,7 +132,9 @@ pub(crate) struct Try<'a> {
     /// one round (Redlock's second round) starts none after it.
     pub(crate) deadline: Option<Instant>,
     /// When the acquire loop cuts this try off, on the real clock (`None`: never, or a try
-    /// from outside the acquire loop): the failover guard's `WAIT` gives up in time for its
+    /// from outside the acquire loop) — where the store can, by its own timers (a server's or
+    /// a Sentinel primary's connection: `Backend::cuts_tries`); the failover guard's `WAIT`
+    /// gives up in time for its
     /// reply to come back before it ([`ReplicaGuard::by`](crate::config::ReplicaGuard::by)).
     pub(crate) cut: Option<Instant>,
 }
