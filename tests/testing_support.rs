@@ -11,8 +11,15 @@ use distlock::{distributed_lock, Config, LockError};
 /// How many `try_init` calls set the global client up: one, whichever test came first.
 static SET_UP: AtomicUsize = AtomicUsize::new(0);
 
+/// Held around a `try_init` and its count, so that no test reads the count between another
+/// test's `try_init` that set the client up and that test's increment (seen once: 0).
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The documented first line of every test.
 fn set_up() {
+    let _counting = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if distlock::try_init(Config::in_memory()).expect("try_init") {
         SET_UP.fetch_add(1, Ordering::SeqCst);
     }
