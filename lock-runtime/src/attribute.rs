@@ -32,10 +32,11 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::config::lease_out_of_bounds;
+use crate::engine::Engine;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::{FencingToken, LockMode};
+use crate::protocol::{FencingToken, LockMode};
 
 tokio::task_local! {
     /// Locks held by the current task through the attribute, outermost first; a re-entrant
@@ -49,16 +50,16 @@ tokio::task_local! {
 struct Held {
     info: LockInfo,
     /// The client the grant was taken through: a call joins it only through the same one.
-    client: Client,
+    engine: Arc<Engine>,
     lease: Arc<Lease>,
     turn: Arc<Mutex<()>>,
 }
 
 impl Held {
-    fn new(info: LockInfo, client: Client, lease: Arc<Lease>) -> Self {
+    fn new(info: LockInfo, engine: Arc<Engine>, lease: Arc<Lease>) -> Self {
         Self {
             info,
-            client,
+            engine,
             lease,
             turn: Arc::new(Mutex::new(())),
         }
@@ -145,11 +146,11 @@ pub fn fencing_token() -> Result<FencingToken, LockError> {
 
 /// The grant of `key` through `client` the current task already holds through the attribute,
 /// if any.
-fn held_by_this_task(client: &Client, key: &str) -> Option<Held> {
+fn held_by_this_task(engine: &Arc<Engine>, key: &str) -> Option<Held> {
     HELD.try_with(|held| {
         held.iter()
             .rev()
-            .find(|h| h.info.key == key && h.client.is_same(client))
+            .find(|h| h.info.key == key && Arc::ptr_eq(&h.engine, engine))
             .cloned()
     })
     .ok()
@@ -173,7 +174,10 @@ pub enum OnLost {
 #[derive(Debug, Clone)]
 pub enum LockTarget {
     /// `key = "…"` (with `mode`): the write (exclusive) or read side of one key's lock.
-    Key { key: String, mode: crate::LockMode },
+    Key {
+        key: String,
+        mode: crate::protocol::LockMode,
+    },
     /// `key = "…", permits = N`: one of `permits` permits of the semaphore `key`; `written` is
     /// `permits = <expr>` as written, for errors (`None` for a literal, checked at compile
     /// time).
@@ -205,7 +209,7 @@ impl LockTarget {
     }
 
     /// The request for this target through `client`, before the attribute's settings.
-    fn request(&self, client: &Client) -> crate::LockRequest {
+    fn request(&self, client: &Client) -> crate::request::LockRequest {
         match self {
             LockTarget::Key {
                 key,
@@ -248,7 +252,7 @@ pub struct LockSpec {
 impl LockSpec {
     /// `request` with the attribute's settings: the watchdog, fencing, lease, wait and
     /// max_hold it was given (the client's defaults for those it was not).
-    fn settings_of(&self, mut request: crate::LockRequest) -> crate::LockRequest {
+    fn settings_of(&self, mut request: crate::request::LockRequest) -> crate::request::LockRequest {
         request = request.watchdog(self.watchdog);
         if let Some(fencing) = self.fencing {
             request = request.fencing(fencing);
@@ -476,7 +480,7 @@ where
     let outcome = run_scoped(held, spec.on_lost, body).instrument(span).await;
     if let Grant::Own(guard) = grant {
         if outcome.is_some() && !guard.is_held() {
-            tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lease was lost while the body ran (on_lost = \"continue\")");
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, key = %label, "the lease was lost while the body ran (on_lost = \"continue\")");
         }
         give_back(guard, &label).await;
     }
@@ -504,7 +508,7 @@ async fn take(
         LockTarget::Keys(keys) => {
             if let Some(held) = keys
                 .iter()
-                .find(|key| held_by_this_task(client, key).is_some())
+                .find(|key| held_by_this_task(&client.engine, key).is_some())
             {
                 return Err(NotTaken::Failed(LockError::Config(format!(
                     "`#[distributed_lock]` on `{label}`: this task already holds `{held}`, and \
@@ -515,7 +519,7 @@ async fn take(
             }
         }
         LockTarget::Key { key, .. } | LockTarget::Permits { key, .. } => {
-            match held_by_this_task(client, key) {
+            match held_by_this_task(&client.engine, key) {
                 // A read cannot become a write: refused at once, never a deadlock.
                 Some(outer) if outer.info.mode == LockMode::Read && mode == LockMode::Write => {
                     return Err(NotTaken::Failed(LockError::UpgradeRefused {
@@ -548,7 +552,7 @@ async fn take(
         .acquire()
         .await
         .map_err(NotTaken::Failed)?;
-    Ok((held_of(&guard, client), Grant::Own(guard)))
+    Ok((held_of(&guard, &client.engine), Grant::Own(guard)))
 }
 
 /// Releases the call's own grant after its body; a failed release is logged, never returned
@@ -557,10 +561,10 @@ async fn give_back(guard: LockGuard, label: &str) {
     match guard.release().await {
         Ok(true) => {}
         Ok(false) => {
-            tracing::warn!(target: crate::LOG_TARGET, key = %label, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, key = %label, "the lock was no longer held by this owner when released: its lease expired or it was force-unlocked")
         }
         Err(err) => {
-            tracing::warn!(target: crate::LOG_TARGET, key = %label, "release failed; the lease will expire: {err}")
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, key = %label, "release failed; the lease will expire: {err}")
         }
     }
 }
@@ -578,7 +582,7 @@ fn ended_error(leases: &[Arc<Lease>], label: String) -> LockError {
     }
 }
 
-impl crate::LockRequest {
+impl crate::request::LockRequest {
     /// Takes the lock, runs `body` under it and gives it back: the attribute's behaviour as a
     /// method (node-redlock's `using`), for code without `#[distributed_lock]`. The body runs
     /// with the lock as the task's current one ([`current`], [`fencing_token`]), and is
@@ -600,14 +604,14 @@ impl crate::LockRequest {
     /// # let _ = total; Ok(()) }
     /// ```
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
-        let Some(client) = self.client.clone() else {
+        let Some(engine) = self.engine.clone() else {
             return Err(LockError::NotInitialized);
         };
         let label = self.target.label(", ");
         let guard = self.acquire().await?;
         let leases: Vec<Arc<Lease>> = guard.leases().cloned().collect();
         let span = leases[0].hold.span().clone();
-        let outcome = run_scoped(held_of(&guard, &client), OnLost::Abort, body)
+        let outcome = run_scoped(held_of(&guard, &engine), OnLost::Abort, body)
             .instrument(span)
             .await;
         give_back(guard, &label).await;
@@ -617,7 +621,7 @@ impl crate::LockRequest {
 
 /// What the task holds while the body of `guard`'s grant runs: each of its leases, with the
 /// key, mode and token [`current`] gives.
-fn held_of(guard: &LockGuard, client: &Client) -> Vec<Held> {
+fn held_of(guard: &LockGuard, engine: &Arc<Engine>) -> Vec<Held> {
     guard
         .leases()
         .map(|lease| {
@@ -626,7 +630,7 @@ fn held_of(guard: &LockGuard, client: &Client) -> Vec<Held> {
                 mode: lease.kind().into(),
                 fencing_token: lease.token,
             };
-            Held::new(info, client.clone(), lease.clone())
+            Held::new(info, engine.clone(), lease.clone())
         })
         .collect()
 }
@@ -703,7 +707,7 @@ async fn join(outer: Held) -> Result<(Vec<Held>, Grant), NotTaken> {
         return Err(NotTaken::GrantEnded);
     }
     Ok((
-        vec![Held::new(outer.info, outer.client, outer.lease)],
+        vec![Held::new(outer.info, outer.engine, outer.lease)],
         Grant::Joined { _turn: turn },
     ))
 }

@@ -2,17 +2,23 @@
 //! time, and tokio's for the in-process store, so that users' tests that pause it
 //! (`start_paused = true`) can move leases with `tokio::time::advance`. Leases (`lease.rs`)
 //! take their deadlines from it, the watchdog (`watchdog.rs`) renews on it, the in-process
-//! store (`backend/memory.rs`) expires entries by it; requests to Redis run their timeouts on
+//! store (`store/memory.rs`) expires entries by it; requests to Redis run their timeouts on
 //! the I/O runtime's real clock (`io.rs`) whatever the caller's clock says.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::future::Either;
 
 use tokio::runtime::Handle;
 
 use crate::io::IoRuntime;
+
+/// Margin taken off every lease for clock drift between this process and Redis, as Redlock
+/// does: 1% of the lease plus 2 ms.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
+}
 
 /// The clock a client's leases and store keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,12 +3,12 @@
 //! [`Config`] is turned into a [`Client`](crate::Client) (or the global client by
 //! [`init`](crate::init)); nothing here connects. URLs are read by `url.rs`.
 
+use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::kind::twins::MemoryStore;
 use crate::url::server_address;
 use crate::url::{self, UrlFor};
 
@@ -37,7 +37,7 @@ pub const DEFAULT_RETRY_ATTEMPTS: u32 = 3;
 /// The pause before a request's first retry; each further one doubles ([`Config::retry`]).
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(200);
 /// Default [`Config::fair_heartbeat`]: how often a fair waiter shows it is alive.
-pub const DEFAULT_FAIR_HEARTBEAT: Duration = crate::kind::fair::DEFAULT_HEARTBEAT;
+pub const DEFAULT_FAIR_HEARTBEAT: Duration = Duration::from_secs(1);
 /// Bounds of [`Config::fair_heartbeat`].
 pub const FAIR_HEARTBEAT_BOUNDS: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(10)..=Duration::from_secs(60);
@@ -84,7 +84,7 @@ fn server_list(clients: &[redis::Client]) -> String {
         .join(", ")
 }
 
-impl BackendConfig {
+impl StoreConfig {
     /// The deployment and the servers it is reached through, without credentials: what a
     /// client says at start which Redis it uses (`127.0.0.1:6379`; `sentinel mymaster via
     /// s1:26379, s2:26379`; …).
@@ -92,20 +92,20 @@ impl BackendConfig {
         use crate::url::server_address;
         let list = server_list;
         match self {
-            BackendConfig::Redis(client) => server_address(client),
-            BackendConfig::Cluster(nodes) => format!("cluster via {}", list(nodes)),
-            BackendConfig::Sentinel { sentinels, master } => {
+            StoreConfig::Redis(client) => server_address(client),
+            StoreConfig::Cluster(nodes) => format!("cluster via {}", list(nodes)),
+            StoreConfig::Sentinel { sentinels, master } => {
                 format!("sentinel `{master}` via {}", list(sentinels))
             }
-            BackendConfig::Redlock(masters) => format!("redlock over {}", list(masters)),
-            BackendConfig::InMemory(_) => "in-process".to_owned(),
+            StoreConfig::Redlock(masters) => format!("redlock over {}", list(masters)),
+            StoreConfig::InMemory(_) => "in-process".to_owned(),
         }
     }
 }
 
 /// Where the locks are kept.
 #[derive(Clone)]
-pub(crate) enum BackendConfig {
+pub(crate) enum StoreConfig {
     /// One Redis server, its URL parsed when the config is made.
     Redis(Box<redis::Client>),
     /// A Redis Cluster, reached first through these nodes.
@@ -118,10 +118,27 @@ pub(crate) enum BackendConfig {
     /// Redlock over these independent masters (an odd number, at least 3).
     Redlock(Vec<redis::Client>),
     /// In this process; clients made from clones of one config share the store.
-    InMemory(Arc<MemoryStore>),
+    InMemory(InProcessLocks),
 }
 
-/// Settings of a [`Client`](crate::Client): the backend and the defaults of every request.
+/// The locks of one [`Config::in_memory`], shared by every client made from its clones. Made
+/// empty here; the in-process store (`store/memory.rs`) alone knows what they hold, so the
+/// settings do not depend on it: it fills this with its state on first use.
+#[derive(Clone, Default)]
+pub(crate) struct InProcessLocks(Arc<OnceLock<Arc<dyn Any + Send + Sync>>>);
+
+impl InProcessLocks {
+    /// The state these locks hold, made on first use; the same `Arc` for every caller that
+    /// asks for the same `T` (there is one: the in-process store's).
+    pub(crate) fn state<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let state = self.0.get_or_init(|| Arc::new(T::default()));
+        // Only the in-process store fills it, always with its own state type; a different
+        // `T` would get a store of its own rather than a panic.
+        state.clone().downcast::<T>().unwrap_or_default()
+    }
+}
+
+/// Settings of a [`Client`](crate::Client): the store and the defaults of every request.
 ///
 /// ## Behavior
 ///
@@ -149,7 +166,7 @@ pub(crate) enum BackendConfig {
 #[derive(Clone)]
 #[must_use]
 pub struct Config {
-    pub(crate) backend: BackendConfig,
+    pub(crate) store: StoreConfig,
     pub(crate) key_prefix: String,
     pub(crate) default_lease: Duration,
     pub(crate) default_wait: Duration,
@@ -211,9 +228,9 @@ impl ReplicaGuard {
 }
 
 impl Config {
-    fn with_backend(backend: BackendConfig) -> Self {
+    fn with_store(store: StoreConfig) -> Self {
         Self {
-            backend,
+            store,
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             default_lease: DEFAULT_LEASE,
             default_wait: DEFAULT_WAIT,
@@ -244,7 +261,7 @@ impl Config {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         let client = url::parse(url, UrlFor::Single)?;
-        Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
+        Ok(Self::with_store(StoreConfig::Redis(Box::new(client))))
     }
 
     /// A single Redis server reached through a `redis::Client` the application built itself:
@@ -265,7 +282,7 @@ impl Config {
     /// ```
     pub fn from_redis_client(client: redis::Client) -> Result<Self, LockError> {
         crate::tls::prepare("the Redis client", &client)?;
-        Ok(Self::with_backend(BackendConfig::Redis(Box::new(client))))
+        Ok(Self::with_store(StoreConfig::Redis(Box::new(client))))
     }
 
     /// A Redis Cluster, found through one or more of its nodes (primaries or replicas; the
@@ -283,7 +300,7 @@ impl Config {
                 "`Config::cluster` needs at least one node URL".to_owned(),
             ));
         }
-        Ok(Self::with_backend(BackendConfig::Cluster(nodes)))
+        Ok(Self::with_store(StoreConfig::Cluster(nodes)))
     }
 
     /// The primary that Redis Sentinel knows as `master_name`, found through these sentinels
@@ -315,7 +332,7 @@ impl Config {
                     .to_owned(),
             ));
         }
-        Ok(Self::with_backend(BackendConfig::Sentinel {
+        Ok(Self::with_store(StoreConfig::Sentinel {
             sentinels,
             master: master_name.to_owned(),
         }))
@@ -368,7 +385,7 @@ impl Config {
                 )));
             }
         }
-        Ok(Self::with_backend(BackendConfig::Redlock(masters)))
+        Ok(Self::with_store(StoreConfig::Redlock(masters)))
     }
 
     /// The deployment named by the environment, with every other setting at its default:
@@ -525,7 +542,7 @@ impl Config {
     /// # Ok(()) }
     /// ```
     pub fn in_memory() -> Self {
-        Self::with_backend(BackendConfig::InMemory(Arc::new(MemoryStore::default())))
+        Self::with_store(StoreConfig::InMemory(InProcessLocks::default()))
     }
 
     /// The application name recorded with every grant, for operators to see who holds a lock
@@ -713,8 +730,8 @@ impl Config {
                 ));
             }
             if matches!(
-                self.backend,
-                BackendConfig::Redlock(_) | BackendConfig::InMemory(_)
+                self.store,
+                StoreConfig::Redlock(_) | StoreConfig::InMemory(_)
             ) {
                 return Err(LockError::Config(
                     "`replicas(n, timeout)` (the failover guard) works with a single primary, \
@@ -758,17 +775,17 @@ pub(crate) fn lease_out_of_bounds(lease: Duration) -> Option<String> {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let list = server_list;
-        let backend = match &self.backend {
-            BackendConfig::Redis(client) => format!("Redis({})", server_address(client)),
-            BackendConfig::Cluster(nodes) => format!("Cluster({})", list(nodes)),
-            BackendConfig::Sentinel { sentinels, master } => {
+        let store = match &self.store {
+            StoreConfig::Redis(client) => format!("Redis({})", server_address(client)),
+            StoreConfig::Cluster(nodes) => format!("Cluster({})", list(nodes)),
+            StoreConfig::Sentinel { sentinels, master } => {
                 format!("Sentinel({master} via {})", list(sentinels))
             }
-            BackendConfig::Redlock(masters) => format!("Redlock({})", list(masters)),
-            BackendConfig::InMemory(_) => "InMemory".to_owned(),
+            StoreConfig::Redlock(masters) => format!("Redlock({})", list(masters)),
+            StoreConfig::InMemory(_) => "InMemory".to_owned(),
         };
         f.debug_struct("Config")
-            .field("backend", &backend)
+            .field("store", &store)
             .field("key_prefix", &self.key_prefix)
             .field("default_lease", &self.default_lease)
             .field("default_wait", &self.default_wait)

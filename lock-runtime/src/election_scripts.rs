@@ -5,7 +5,7 @@
 //! (`operator_scripts.rs`), and a record counts only while its owner holds the lock
 //! ([`LeaderInfo::from_view`](super::LeaderInfo::from_view)): a record left by a leader that crashed, or written by a leader
 //! whose lease then ran out, is never shown as the leader. Neighbours: `election/mod.rs` (the
-//! public API), the stores in `backend/` (which run these calls; Redlock on a majority).
+//! public API), the stores in `store/` (which run these calls; Redlock on a majority).
 
 use std::sync::LazyLock;
 

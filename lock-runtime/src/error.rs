@@ -113,7 +113,7 @@ pub enum LockError {
         key: String,
     },
 
-    /// The backend could not be reached, timed out, or answered with an error.
+    /// The store could not be reached, timed out, or answered with an error.
     #[error("{0}")]
     Backend(BackendError),
 
@@ -208,7 +208,7 @@ pub enum LockError {
 }
 
 impl From<BackendError> for LockError {
-    /// A backend failure, or [`LockError::NotALock`] when a script found data it did not write
+    /// A store failure, or [`LockError::NotALock`] when a script found data it did not write
     /// at a lock's key (its `NOTALOCK` error, `scripts/lock_key.lua`), or
     /// [`LockError::FencingCounterTooLarge`] (its `FENCETOOLARGE` error).
     fn from(err: BackendError) -> Self {
@@ -368,7 +368,7 @@ impl fmt::Display for Refused {
     }
 }
 
-/// What sort of backend failure a [`BackendError`] is.
+/// What sort of store failure a [`BackendError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackendErrorKind {
@@ -601,7 +601,7 @@ impl std::error::Error for BackendError {
 /// ([`BackendError::cut_by_wait`]).
 #[derive(Debug)]
 struct CutByWait {
-    /// The deployment and its servers ([`BackendConfig::describe`](crate::config)).
+    /// The deployment and its servers ([`StoreConfig::describe`](crate::config)).
     servers: String,
     budget: Duration,
     /// Whether the request waits (`false`: its one try had the response timeout).
@@ -684,7 +684,7 @@ mod tests {
             "redis://:s3cret@host:99999",
             "not a url s3cret",
         ] {
-            let shown = match crate::Config::from_url(url) {
+            let shown = match crate::config::Config::from_url(url) {
                 Ok(config) => format!("{config:?}"),
                 Err(err) => err.to_string(),
             };

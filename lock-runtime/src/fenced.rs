@@ -88,7 +88,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ToRedisArgs
 
 use crate::script::LuaScript;
 
-use crate::FencingToken;
+use crate::protocol::FencingToken;
 
 static WRITE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("../scripts/fenced/write.lua")));

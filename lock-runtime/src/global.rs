@@ -82,7 +82,7 @@ pub fn try_init(config: Config) -> Result<bool, LockError> {
     let Some(global) = GLOBAL.get() else {
         return Err(LockError::NotInitialized);
     };
-    let global_settings = format!("{:?}", global.inner.config);
+    let global_settings = format!("{:?}", global.engine.config);
     if settings != global_settings {
         return Err(LockError::Config(format!(
             "`distlock::try_init` was called with other settings than the global client has \
@@ -114,7 +114,11 @@ pub(crate) fn global() -> Option<Client> {
 /// # Ok(()) }
 /// ```
 pub fn lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Write)
+    LockRequest::new(
+        GLOBAL.get().map(|client| client.engine.clone()),
+        key.into(),
+        Kind::Write,
+    )
 }
 
 /// Starts a request for the write side of the read/write lock `key` through the global
@@ -146,7 +150,11 @@ pub fn write_lock(key: impl Into<String>) -> LockRequest {
 /// # Ok(()) }
 /// ```
 pub fn read_lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Read)
+    LockRequest::new(
+        GLOBAL.get().map(|client| client.engine.clone()),
+        key.into(),
+        Kind::Read,
+    )
 }
 
 /// Starts a request for one of `permits` permits of the semaphore `key` through the global
@@ -174,7 +182,11 @@ pub fn read_lock(key: impl Into<String>) -> LockRequest {
 /// # Ok(()) }
 /// ```
 pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
-    LockRequest::new(GLOBAL.get().cloned(), key.into(), Kind::Semaphore(permits))
+    LockRequest::new(
+        GLOBAL.get().map(|client| client.engine.clone()),
+        key.into(),
+        Kind::Semaphore(permits),
+    )
 }
 
 /// Starts a request for the locks of every key of `keys` at once, through the global client:
@@ -203,7 +215,7 @@ where
     I: IntoIterator<Item = K>,
     K: Into<String>,
 {
-    LockRequest::all(GLOBAL.get().cloned(), keys)
+    LockRequest::all(GLOBAL.get().map(|client| client.engine.clone()), keys)
 }
 
 /// [`Client::shutdown`] for the global client set up by [`init`]: gives back every lock it

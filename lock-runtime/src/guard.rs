@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use crate::error::LockError;
 use crate::lease::Lease;
+use crate::protocol::{FencingToken, LockMode};
 use crate::release::Releaser;
-use crate::{FencingToken, LockMode};
 
 /// A held lock. Dropping it releases the lock in the background; prefer
 /// [`release`](LockGuard::release) so the next waiter does not wait on a background task.

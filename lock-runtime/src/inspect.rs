@@ -3,7 +3,7 @@
 //! an election's [`LeaderInfo`] (the record beside the lock, shown only beside its holder),
 //! [`ForcedUnlock`] ([`Client::force_unlock`](crate::Client::force_unlock)) and the key names
 //! [`Client::list`](crate::Client::list) finds. Neighbours: `operator_scripts.rs` has the scripts
-//! and reads their replies into raw views, the stores in `backend/` run them (and merge the
+//! and reads their replies into raw views, the stores in `store/` run them (and merge the
 //! views of Redlock's masters), `acquire/pending.rs` makes the owner tokens with [`HolderTag`].
 //!
 //! An owner token is `<uuid>:<since>:<pid>:<host>:<app>`: 32 hex digits of a v4 UUID (which
@@ -15,7 +15,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::protocol::RawRecord;
-use crate::{FencingToken, LockMode};
+use crate::protocol::{FencingToken, LockMode};
 
 /// Longest host name kept in an owner token, in bytes.
 const MAX_HOST_LEN: usize = 64;
@@ -281,7 +281,7 @@ pub(crate) fn sanitize(name: &str, max: usize) -> String {
 }
 
 /// The `SCAN … MATCH` patterns that find the lock keys whose names match the glob `pattern`
-/// under `prefix` (see [`LockKey`](crate::backend::LockKey)): `prefix{name}`, and for names
+/// under `prefix` (see [`LockKey`](crate::store::LockKey)): `prefix{name}`, and for names
 /// starting with `}` (only when the pattern can match one) `prefix{#<16 hex>}name#`. Companion
 /// keys (`…:fence`, `…:writer-waiting`) match neither.
 pub(crate) fn scan_patterns(prefix: &str, pattern: &str) -> Vec<String> {
@@ -400,7 +400,7 @@ fn match_one(pattern: &[u8], c: u8) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::LockKey;
+    use crate::protocol::LockKey;
 
     #[test]
     fn an_owner_token_carries_its_holder_and_parses_back() {

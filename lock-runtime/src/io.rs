@@ -1,6 +1,6 @@
 //! The client's own background runtime: one thread running a current-thread tokio runtime that
 //! owns the watchdog, releases spawned from `Drop`, the pub/sub and Cluster connections, and a
-//! node's connection when no multi-thread caller runtime made it (`backend/connection.rs`).
+//! node's connection when no multi-thread caller runtime made it (`store/connection.rs`).
 //!
 //! A task that panics there (say, rustls finding no crypto provider while connecting) ends
 //! alone: the runtime lets a panicking task go and keeps running the others, and
@@ -73,7 +73,7 @@ impl IoRuntime {
     /// runtime's clock, which is never paused. On a caller's paused clock (`start_paused`, only
     /// possible on a current-thread runtime) auto-advance would fire them while the reply is on
     /// its way. Connections made meanwhile get their driver here, as they do for such callers
-    /// anyway (`backend/connection.rs`); a multi-thread caller keeps its own context, where its
+    /// anyway (`store/connection.rs`); a multi-thread caller keeps its own context, where its
     /// connections' drivers run.
     pub(crate) async fn with_real_timers<F: Future>(&self, request: F) -> F::Output {
         if multi_thread_caller().is_some() {

@@ -16,19 +16,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use crate::clock::drift;
 use crate::clock::Clock;
 use crate::kind::{Holding, Kind};
+use crate::protocol::FencingToken;
 use crate::protocol::LockKey;
 use crate::telemetry::{Ended, Hold};
-use crate::FencingToken;
 
 static NEXT_LEASE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Margin taken off every lease for clock drift between this process and Redis, as Redlock
-/// does: 1% of the lease plus 2 ms.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    (lease / 100 + Duration::from_millis(2)).min(lease / 2)
-}
 
 /// The local deadline that a grant or renewal sent at `sent` gives: the lease less drift, and
 /// never past the request's `max_hold`.
@@ -247,7 +242,7 @@ impl Lease {
     /// Records that the lease is lost, unless it already ended or was lost.
     pub(crate) fn mark_lost(&self, why: &str) {
         self.leave(LeaseState::Lost, Ended::Lost, || {
-            tracing::warn!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, token = self.token.map(FencingToken::get), "lease lost: {why}");
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, token = self.token.map(FencingToken::get), "lease lost: {why}");
         });
     }
 
@@ -257,7 +252,7 @@ impl Lease {
     pub(crate) fn shut_down(&self) -> bool {
         self.leave(LeaseState::Lost, Ended::Shutdown, || {
             self.shut_down.store(true, Ordering::Release);
-            tracing::info!(target: crate::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, "giving the lock back: the client is shutting down");
+            tracing::info!(target: crate::telemetry::LOG_TARGET, parent: self.hold.span(), key = %self.key.name, "giving the lock back: the client is shutting down");
         })
     }
 

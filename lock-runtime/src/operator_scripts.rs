@@ -3,7 +3,7 @@
 //! ([`force_unlock_call`]) that also hands out a fencing token above every earlier one.
 //! Scripts: `scripts/operator/{inspect,force_unlock}.lua`; the in-process twins are
 //! [`TwinEntry::view`] and the memory store's force-unlock. Neighbours: the stores in
-//! `backend/` run these calls and merge per-master views (Redlock); `inspect.rs` turns a
+//! `store/` run these calls and merge per-master views (Redlock); `inspect.rs` turns a
 //! [`RawView`] into the public [`LockState`](crate::LockState).
 
 use std::sync::LazyLock;
@@ -13,8 +13,8 @@ use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::{millis, Tokens, TwinEntry};
+use crate::protocol::LockMode;
 use crate::protocol::{Announce, LockKey, RawRecord};
-use crate::LockMode;
 
 static INSPECT: LazyLock<LuaScript> =
     LazyLock::new(|| crate::kind::script(include_str!("../scripts/operator/inspect.lua")));

@@ -1,4 +1,4 @@
-//! The words the two axes share — the lock kinds (`kind/`) and the stores (`backend/`) — and
+//! The words the two axes share — the lock kinds (`kind/`) and the stores (`store/`) — and
 //! nothing else: a lock's Redis keys ([`LockKey`]), how a release is announced
 //! ([`Announce`]), one request as a store sends it ([`Call`]), what a try found
 //! ([`AcquireReply`]) and what a renewal learnt ([`Renewed`]). Both axes import this module,
@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::FencingToken;
 
 /// Longest lock key accepted, in bytes: Redis would take more, but a key this long is a bug.
 pub const MAX_KEY_LEN: usize = 4096;
@@ -107,7 +106,7 @@ impl LockKey {
 
 /// How an election's new leader announces itself (`e:` and the epoch,
 /// `scripts/election/proclaim.lua`), so that the wake-ups
-/// (`backend/wake.rs`) tell it from a release and wake only observers with it.
+/// (`store/wake.rs`) tell it from a release and wake only observers with it.
 pub(crate) const PROCLAIMED_PREFIX: &[u8] = b"e:";
 
 /// An election's leader record as a store keeps it, beside the lock (`LockKey::leader`).
@@ -251,7 +250,7 @@ pub(crate) enum AcquireReply {
     TooLow(TooLow),
 }
 
-/// A server's refusal of a proposed fencing token (Redlock's masters, `backend/redlock.rs`).
+/// A server's refusal of a proposed fencing token (Redlock's masters, `store/redlock.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TooLow {
     /// The least token the server would take now: one above its live counter and its clock.
@@ -348,5 +347,126 @@ mod tests {
         let hash = &tagged.lock["p:{".len().."p:{#0123456789abcdef".len()];
         let crafted = LockKey::new("p:", format!("{hash}}}x")).unwrap();
         assert_ne!(crafted.lock, tagged.lock);
+    }
+}
+
+/// What a grant holds: a side of a key's read/write lock, or a semaphore permit.
+///
+/// A key has one lock with two sides: any number of readers at once, or one writer alone.
+/// [`lock`](crate::lock) and [`write_lock`](crate::write_lock) take the write side (the exclusive lock), [`read_lock`](crate::read_lock) the
+/// read side; the attribute chooses with `mode = "exclusive" | "write" | "read"`. A key can
+/// instead be a semaphore ([`semaphore`](crate::semaphore)): at most N holders at once, each with a permit of
+/// its own. A key is one or the other at a time: while permits are held, writers and readers
+/// of the key wait, and while a writer or readers hold it, permits wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockMode {
+    /// Exclusive: no other writer and no reader holds the key meanwhile. Every write grant has
+    /// a fencing token of its own, greater than every earlier write token of the key.
+    Write,
+    /// Shared among readers, excluding writers. A read grant takes no token of its own: its
+    /// token sorts between the write tokens of the key around it.
+    Read,
+    /// One of a semaphore's N permits ([`semaphore`](crate::semaphore)): at most N holders at once. Like a read
+    /// grant, a permit takes no token of its own (see [`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    Semaphore,
+}
+
+/// A fencing token: a number handed out with every grant of a key, strictly greater than every
+/// token handed out for that key before (also across a restart of a Redis without persistence,
+/// as long as the server's clock does not step back; README, "Guarantees"). Grants taken with
+/// [`LockRequest::fencing`](crate::LockRequest::fencing)`(false)` have none.
+///
+/// A store that remembers the highest token it has accepted and refuses lower ones cannot be
+/// corrupted by a holder that was paused past its lease (Kleppmann's argument for fencing).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::new(distlock::Config::in_memory())?;
+/// let first = client.lock("k").acquire().await?;
+/// let t1 = first.fencing_token().expect("fencing is on by default");
+/// first.release().await?;
+/// let second = client.lock("k").acquire().await?;
+/// assert!(second.fencing_token() > Some(t1));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub(crate) u64);
+
+impl FencingToken {
+    /// The token as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// A token received as a number — by a resource service in another process, say, that
+    /// fences its writes with [`fenced`](crate::fenced) — back as a `FencingToken`. Only the lock hands out
+    /// tokens; this is for carrying one across a process boundary.
+    ///
+    /// ```
+    /// let token = distlock::FencingToken::from_raw(1_795_468_000_123_456);
+    /// assert_eq!(token.get(), 1_795_468_000_123_456);
+    /// ```
+    pub fn from_raw(token: u64) -> Self {
+        Self(token)
+    }
+}
+
+impl FencingToken {
+    /// The token as a SQL integer (`BIGINT`, SQLite's `INTEGER`: signed 64-bit), for the
+    /// fence column of a [fenced SQL write](crate::fenced#sql-databases).
+    ///
+    /// Tokens are the server clock in microseconds at the grant (a Redlock counter starts
+    /// there too), which reaches `i64::MAX` in about 292,000 years, so this does not fail in
+    /// practice; it is checked anyway, never a silent wrap: a wrapped token would be negative
+    /// and every later write would look stale.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
+    /// let guard = client.lock("k").acquire().await?;
+    /// let token = guard.fencing_token().expect("fencing is on by default");
+    /// let fence: i64 = token.as_i64()?;
+    /// assert_eq!(fence as u64, token.get());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A token above `i64::MAX`.
+    pub fn as_i64(self) -> Result<i64, std::num::TryFromIntError> {
+        i64::try_from(self.0)
+    }
+}
+
+impl TryFrom<FencingToken> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    /// [`FencingToken::as_i64`].
+    fn try_from(token: FencingToken) -> Result<i64, Self::Error> {
+        token.as_i64()
+    }
+}
+
+impl From<FencingToken> for u64 {
+    fn from(token: FencingToken) -> u64 {
+        token.0
+    }
+}
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::FencingToken;
+
+    #[test]
+    fn a_token_above_i64_max_is_an_error_not_a_wrap() {
+        assert_eq!(FencingToken(i64::MAX as u64).as_i64(), Ok(i64::MAX));
+        assert!(FencingToken(i64::MAX as u64 + 1).as_i64().is_err());
+        assert!(i64::try_from(FencingToken(u64::MAX)).is_err());
     }
 }

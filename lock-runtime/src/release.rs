@@ -1,10 +1,10 @@
 //! Giving a grant back: the one path by which distlock deletes a lock it holds or may hold —
 //! [`LockGuard::release`](crate::LockGuard::release) (awaited), a dropped guard (in the
 //! background), and an acquire whose outcome is unknown (timed out, cancelled mid-request, or
-//! granted too late to use). Each stops the lease's renewals first, then runs the backend's
+//! granted too late to use). Each stops the lease's renewals first, then runs the store's
 //! compare-and-delete, so a late release never deletes someone else's lock. Neighbours:
 //! `guard.rs` and the client (`client/`) hold a [`Releaser`]; `watchdog.rs` is told to forget the lease;
-//! the backend (`backend/`) runs the script; background work runs on the client's I/O runtime
+//! the store (`store/`) runs the script; background work runs on the client's I/O runtime
 //! (`io.rs`), which a `Releaser` keeps alive.
 
 use std::sync::Arc;
@@ -12,11 +12,14 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 
-use crate::backend::{Backend, Holding, LockBackend, LockKey};
+use crate::clock::drift;
 use crate::clock::Clock;
 use crate::error::LockError;
 use crate::io::IoRuntime;
-use crate::lease::{drift, Lease};
+use crate::kind::Holding;
+use crate::lease::Lease;
+use crate::protocol::LockKey;
+use crate::store::{AnyStore, Store};
 use crate::telemetry::Ended;
 use crate::watchdog::Watchdog;
 
@@ -27,15 +30,15 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 /// The narrow handle a guard and the acquire loop give grants back through.
 pub(crate) struct Releaser {
-    backend: Arc<Backend>,
+    store: Arc<AnyStore>,
     watchdog: Watchdog,
     io: Arc<IoRuntime>,
 }
 
 impl Releaser {
-    pub(crate) fn new(backend: Arc<Backend>, watchdog: Watchdog, io: Arc<IoRuntime>) -> Self {
+    pub(crate) fn new(store: Arc<AnyStore>, watchdog: Watchdog, io: Arc<IoRuntime>) -> Self {
         Self {
-            backend,
+            store,
             watchdog,
             io,
         }
@@ -56,7 +59,7 @@ impl Releaser {
         self.stop_renewing(lease, Ended::Released);
         let _gate = lease.gate.lock().await;
         let release = self
-            .backend
+            .store
             .release(lease.holding_now(), &lease.key, &lease.owner);
         lease.clock.send(&self.io, release).await
     }
@@ -122,12 +125,12 @@ impl Releaser {
             return false;
         };
         let release = self
-            .backend
+            .store
             .release(lease.holding_now(), &lease.key, &lease.owner);
         let Some(released) = release.now_or_never() else {
             return false;
         };
-        tracing::debug!(target: crate::LOG_TARGET, key = %lease.key.name, ?released, "released a dropped guard's lock");
+        tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %lease.key.name, ?released, "released a dropped guard's lock");
         true
     }
 
@@ -148,22 +151,22 @@ impl Releaser {
     ) {
         let mut delay = FIRST_RETRY_DELAY;
         loop {
-            match self.backend.release(holding, key, owner).await {
+            match self.store.release(holding, key, owner).await {
                 Ok(true) => {
-                    tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "released {what}");
+                    tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %key.name, "released {what}");
                     return;
                 }
                 Ok(false) => {
-                    tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "{what} was no longer ours");
+                    tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %key.name, "{what} was no longer ours");
                     return;
                 }
                 Err(err) if Instant::now() + delay < until => {
-                    tracing::debug!(target: crate::LOG_TARGET, key = %key.name, "could not release {what}, retrying: {err}");
+                    tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %key.name, "could not release {what}, retrying: {err}");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(MAX_RETRY_DELAY);
                 }
                 Err(err) => {
-                    tracing::warn!(target: crate::LOG_TARGET, key = %key.name,
+                    tracing::warn!(target: crate::telemetry::LOG_TARGET, key = %key.name,
                         "could not release {what}; its lease will expire: {err}"
                     );
                     return;

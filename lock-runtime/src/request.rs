@@ -1,73 +1,17 @@
 //! [`LockRequest`]: what a request asks for — its [`Target`] (one key of a kind, or several
 //! keys at once) and its settings — built with consuming setters. The builder is also where a
 //! request that can never be granted is refused, once, before any try: a fair read, semaphore
-//! or multi-key request, a lease out of bounds. [`Client`]'s request methods are here; the
-//! global client's are in `global.rs`; the acquire loop (`acquire/`) takes a request
+//! or multi-key request, a lease out of bounds. [`Client`](crate::client::Client)'s request methods are in
+//! `client/requests.rs`, the global client's in `global.rs`; the acquire loop (`acquire/`) takes a request
 //! ([`LockRequest::acquire`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::config::{lease_out_of_bounds, Config};
+use crate::engine::Engine;
 use crate::error::LockError;
 use crate::kind::Kind;
-
-/// Requests started through a client; the global client's are the free functions
-/// (`global.rs`).
-impl Client {
-    /// Starts a request for the lock `key` through this client (exclusive: the write side of
-    /// the key's read/write lock).
-    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(Some(self.clone()), key.into(), Kind::Write)
-    }
-
-    /// The leader election `name` through this client: see [`Election`](crate::Election).
-    pub fn election(&self, name: impl Into<String>) -> crate::Election {
-        crate::Election::new(Some(self.clone()), name.into())
-    }
-
-    /// Starts a request for the write side of the read/write lock `key`: the same lock as
-    /// [`Client::lock`]. See [`write_lock`].
-    pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {
-        self.lock(key)
-    }
-
-    /// Starts a request for the locks of every key of `keys` at once: all or nothing, one
-    /// guard, a fencing token per key. See [`lock_all`].
-    pub fn lock_all<I, K>(&self, keys: I) -> LockRequest
-    where
-        I: IntoIterator<Item = K>,
-        K: Into<String>,
-    {
-        LockRequest::all(Some(self.clone()), keys)
-    }
-
-    /// Starts a request for the read side of the read/write lock `key`. See [`read_lock`].
-    pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(Some(self.clone()), key.into(), Kind::Read)
-    }
-
-    /// Starts a request for one of `permits` permits of the semaphore `key`. See
-    /// [`semaphore`].
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
-    /// use std::time::Duration;
-    /// let client = distlock::Client::new(distlock::Config::in_memory())?;
-    /// let a = client.semaphore("api", 2).acquire().await?;
-    /// let b = client.semaphore("api", 2).acquire().await?;
-    /// assert_eq!(a.permits(), Some(2));
-    /// // Both permits are taken: a third request waits, here not at all.
-    /// let third = client.semaphore("api", 2).wait(Duration::ZERO).acquire().await;
-    /// assert!(matches!(third, Err(distlock::LockError::Timeout { .. })));
-    /// b.release().await?;
-    /// let c = client.semaphore("api", 2).acquire().await?;
-    /// # drop((a, c)); Ok(()) }
-    /// ```
-    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
-        LockRequest::new(Some(self.clone()), key.into(), Kind::Semaphore(permits))
-    }
-}
 
 /// What a request takes.
 #[derive(Debug)]
@@ -101,14 +45,14 @@ impl Target {
 ///   [`LockError::Timeout`] at the deadline. A wait of zero tries
 ///   once.
 /// - The request ends within its wait, also against a server that takes connections and
-///   answers nothing (a frozen process, a proxy whose backend is gone): each try, its connect
+///   answers nothing (a frozen process, a proxy whose store is gone): each try, its connect
 ///   included, is cut off at what is left of the wait, whatever the response and connect
 ///   timeouts. A wait of zero gives its one try the response timeout; a request's first try
 ///   gets at least a tenth of it (100 ms by default), so a wait shorter than that may take
 ///   as long. A try cut off fails as a response timeout does ([`LockError::Backend`], kind
 ///   `Timeout`), or ends the request with [`LockError::Timeout`] when an earlier try found the
 ///   lock held.
-/// - A backend error ends the request at once with [`LockError::Backend`] (on Redlock,
+/// - A store error ends the request at once with [`LockError::Backend`] (on Redlock,
 ///   [`LockError::QuorumUnavailable`] when too few masters answered), unless it may pass and
 ///   the wait leaves time to try again ([`Config::retry`](crate::Config::retry)). If the
 ///   failed try may still have taken the lock (a timeout, a broken connection, a try cut off
@@ -117,7 +61,7 @@ impl Target {
 #[must_use = "a lock request does nothing until `.acquire().await`"]
 #[derive(Debug)]
 pub struct LockRequest {
-    pub(crate) client: Option<Client>,
+    pub(crate) engine: Option<Arc<Engine>>,
     pub(crate) target: Target,
     pub(crate) lease: Option<Duration>,
     pub(crate) wait: Option<Duration>,
@@ -139,25 +83,25 @@ pub struct LockRequest {
 
 impl LockRequest {
     /// A request for the grant of `kind` on the key `name`.
-    pub(crate) fn new(client: Option<Client>, name: String, kind: Kind) -> Self {
-        Self::of(client, Target::Key { name, kind })
+    pub(crate) fn new(engine: Option<Arc<Engine>>, name: String, kind: Kind) -> Self {
+        Self::of(engine, Target::Key { name, kind })
     }
 
     /// A request for the write locks of every key of `keys` at once ([`lock_all`](crate::lock_all)).
-    pub(crate) fn all<I, K>(client: Option<Client>, keys: I) -> Self
+    pub(crate) fn all<I, K>(engine: Option<Arc<Engine>>, keys: I) -> Self
     where
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
         Self::of(
-            client,
+            engine,
             Target::Keys(keys.into_iter().map(Into::into).collect()),
         )
     }
 
-    fn of(client: Option<Client>, target: Target) -> Self {
+    fn of(engine: Option<Arc<Engine>>, target: Target) -> Self {
         Self {
-            client,
+            engine,
             target,
             lease: None,
             wait: None,

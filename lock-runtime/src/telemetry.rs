@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 use tracing::field::Empty;
 use tracing::Span;
 
-use crate::{FencingToken, LockMode, LOG_TARGET};
+use crate::protocol::{FencingToken, LockMode};
+
+/// The `tracing` target of every span and event distlock emits (`RUST_LOG=distlock=debug`).
+pub const LOG_TARGET: &str = "distlock";
 
 /// The metrics distlock records with the `metrics` feature: name, kind, labels and meaning.
 ///
@@ -185,7 +188,7 @@ impl Acquire {
     }
 
     /// A try failed with `err`, which may pass: the request tries again after `pause`.
-    pub(crate) fn retrying(&self, err: &crate::LockError, pause: Duration) {
+    pub(crate) fn retrying(&self, err: &crate::error::LockError, pause: Duration) {
         tracing::debug!(
             target: LOG_TARGET,
             pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),

@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, LockBackend, Renewal, Renewed};
 use crate::clock::Clock;
 use crate::io::IoRuntime;
+use crate::kind::Renewal;
 use crate::lease::{Lease, LeaseState};
+use crate::protocol::Renewed;
+use crate::store::{AnyStore, Store};
 
 /// A lease in the registry, with the queue positions it holds.
 struct Watched {
@@ -145,14 +147,14 @@ const TICK: Duration = Duration::from_millis(250);
 #[derive(Clone)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
-    backend: Arc<Backend>,
+    store: Arc<AnyStore>,
 }
 
 impl Watchdog {
-    pub(crate) fn start(io: &IoRuntime, backend: Arc<Backend>) -> Self {
+    pub(crate) fn start(io: &IoRuntime, store: Arc<AnyStore>) -> Self {
         let shared = Arc::new(Shared::default());
-        io.spawn(run(shared.clone(), backend.clone()));
-        Self { shared, backend }
+        io.spawn(run(shared.clone(), store.clone()));
+        Self { shared, store }
     }
 
     /// Starts watching `lease`: renewing it (if it renews) and declaring it lost when its
@@ -168,7 +170,7 @@ impl Watchdog {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(lease.id, lease.clone());
-                caller.spawn(follow(lease, self.backend.clone(), self.shared.clone()));
+                caller.spawn(follow(lease, self.store.clone(), self.shared.clone()));
                 return;
             }
         }
@@ -212,7 +214,7 @@ fn renewal_slack(lease: Duration) -> Duration {
     lease / 6
 }
 
-async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
+async fn run(shared: Arc<Shared>, store: Arc<AnyStore>) {
     loop {
         let now = Instant::now();
         let mut batch = Vec::new();
@@ -264,7 +266,7 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
         // One call of the store for the whole batch: it sends it in as few requests as it can
         // (one per Cluster primary), each script call of at most `MOST_PER_CALL` leases.
         if !batch.is_empty() {
-            tokio::spawn(renew(batch, backend.clone(), shared.clone()));
+            tokio::spawn(renew(batch, store.clone(), shared.clone()));
         }
         match wake_at {
             Some(wake_at) => tokio::select! {
@@ -283,7 +285,7 @@ async fn run(shared: Arc<Shared>, backend: Arc<Backend>) {
 /// renewed lease lives through any amount of virtual time, an unrenewed one ends at its
 /// deadline. Ends with the lease, or with the runtime (its guard then sees the deadline pass
 /// when it looks). The [`Shared`] registry never holds it; `renew` finds it gone and leaves it.
-async fn follow(lease: Arc<Lease>, backend: Arc<Backend>, shared: Arc<Shared>) {
+async fn follow(lease: Arc<Lease>, store: Arc<AnyStore>, shared: Arc<Shared>) {
     // Also when the runtime drops this task: the lease leaves the followed set.
     struct Unfollow<'a>(&'a Shared, u64);
     impl Drop for Unfollow<'_> {
@@ -292,10 +294,10 @@ async fn follow(lease: Arc<Lease>, backend: Arc<Backend>, shared: Arc<Shared>) {
         }
     }
     let _unfollow = Unfollow(&shared, lease.id);
-    follow_until_over(&lease, backend, &shared).await;
+    follow_until_over(&lease, store, &shared).await;
 }
 
-async fn follow_until_over(lease: &Arc<Lease>, backend: Arc<Backend>, shared: &Arc<Shared>) {
+async fn follow_until_over(lease: &Arc<Lease>, store: Arc<AnyStore>, shared: &Arc<Shared>) {
     loop {
         let due = {
             let times = lease.times();
@@ -318,7 +320,7 @@ async fn follow_until_over(lease: &Arc<Lease>, backend: Arc<Backend>, shared: &A
             return;
         }
         if lease.renew && now >= lease.times().next_renewal {
-            renew(vec![lease.clone()], backend.clone(), shared.clone()).await;
+            renew(vec![lease.clone()], store.clone(), shared.clone()).await;
         }
     }
 }
@@ -329,7 +331,7 @@ async fn follow_until_over(lease: &Arc<Lease>, backend: Arc<Backend>, shared: &A
 /// `WAIT` waits for a lagging replica) costs only the leases it holds, not those another
 /// server renewed in time. A lease whose release is under way (its gate is taken) is left
 /// out: no renewal may follow a release; a lease's gate is held until its outcome is known.
-async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Shared>) {
+async fn renew(leases: Vec<Arc<Lease>>, store: Arc<AnyStore>, shared: Arc<Shared>) {
     let mut gates = Vec::with_capacity(leases.len());
     let mut live = Vec::with_capacity(leases.len());
     let mut left_out = Vec::new();
@@ -380,9 +382,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
                 lease: lease.duration,
             })
             .collect();
-        outcome = backend
-            .extend_many_as_answered(&renewals, &mut settle)
-            .await;
+        outcome = store.extend_many_as_answered(&renewals, &mut settle).await;
     }
     // Every lease is reported; one that was not is unknown, and tried again.
     for i in 0..live.len() {
@@ -397,7 +397,7 @@ async fn renew(leases: Vec<Arc<Lease>>, backend: Arc<Backend>, shared: Arc<Share
             .filter(|lease| lease.state() == LeaseState::Held && clock.now() < lease.deadline())
             .count();
         if held > 0 {
-            tracing::warn!(target: crate::LOG_TARGET, leases = held, "lease renewal failed, retrying: {err}");
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, leases = held, "lease renewal failed, retrying: {err}");
         }
     }
     // The leases left out: queued again after the call, so that one whose release is under
@@ -413,16 +413,17 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::*;
-    use crate::backend::memory::MemoryBackend;
-    use crate::backend::{AcquireReply, Kind, LockKey, Try};
-    use crate::kind::twins::MemoryStore;
+    use crate::kind::twins::Twins;
+    use crate::kind::{Kind, Try};
+    use crate::protocol::{AcquireReply, LockKey};
+    use crate::store::memory::MemoryStore;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_watchdog_sleeps_until_a_lease_comes_then_renews_it() {
         let io = IoRuntime::start().expect("I/O runtime");
-        let store = Arc::new(MemoryStore::default());
-        let backend = Arc::new(Backend::Memory(MemoryBackend::new(store)));
-        let watchdog = Watchdog::start(&io, backend.clone());
+        let store = Arc::new(Twins::default());
+        let store = Arc::new(AnyStore::Memory(MemoryStore::new(store)));
+        let watchdog = Watchdog::start(&io, store.clone());
 
         // The observation window: a watchdog that ticked every 250 ms would look 4 more times.
         tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -449,7 +450,7 @@ mod tests {
             deadline: None,
             cut: None,
         };
-        let reply = backend.acquire(&attempt).await.expect("acquire");
+        let reply = store.acquire(&attempt).await.expect("acquire");
         let AcquireReply::Acquired(token) = reply else {
             panic!("the lock is free");
         };

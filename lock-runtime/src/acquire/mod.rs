@@ -10,7 +10,7 @@
 //! request by the connection's response timeout, set to end at the cut when that is sooner),
 //! so that the hot path adds no timer; by a timer around the try elsewhere.
 //!
-//! Neighbours: the request (`request.rs`) says what is asked; the store (`backend/`) runs
+//! Neighbours: the request (`request.rs`) says what is asked; the store (`store/`) runs
 //! each try; the kind (`kind/`) says what a grant means; a try in flight is a
 //! [`PendingGrant`] (`pending.rs`), a fair request's seat a [`FairWait`] (`fair_wait.rs`),
 //! the pauses are `backoff.rs`'s; the watchdog renews what is granted.
@@ -27,17 +27,19 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::wake::WaitRegistration;
-use crate::backend::{
-    is_ambiguous, AcquireReply, Holding, Kind, LockBackend, LockKey, MultiReply, MultiTry, Try,
-};
-use crate::client::{Client, ClientInner};
+use crate::clock::drift;
+use crate::engine::Engine;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::lease::{drift, Lease};
+use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::{Holding, Kind, Try};
+use crate::lease::Lease;
+use crate::protocol::FencingToken;
+use crate::protocol::{AcquireReply, LockKey};
 use crate::request::{LockRequest, Target};
+use crate::store::wake::WaitRegistration;
+use crate::store::{is_ambiguous, Store};
 use crate::telemetry::Acquire;
-use crate::FencingToken;
 
 use backoff::writer_waiting_mark;
 pub(crate) use backoff::Backoff;
@@ -50,7 +52,7 @@ impl LockRequest {
     /// Takes the lock, waiting as configured.
     ///
     /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait (or no grant
-    /// counted: see [`Config::replicas`]), [`LockError::Backend`] when the backend failed,
+    /// counted: see [`Config::replicas`]), [`LockError::Backend`] when the store failed,
     /// [`LockError::QuorumUnavailable`] when fewer than a majority of Redlock masters answered,
     /// [`LockError::InvalidKey`] for an empty or oversized key, [`LockError::Config`] for a
     /// zero lease or a Redlock master that is a replica, and [`LockError::NotInitialized`]
@@ -60,7 +62,7 @@ impl LockRequest {
     }
 
     /// One try, without waiting: `Ok(Some(guard))` when granted, `Ok(None)` when someone else
-    /// holds the lock — busy is no error — and `Err` only for a failure (the backend, the
+    /// holds the lock — busy is no error — and `Err` only for a failure (the store, the
     /// request's settings). For work that must not run twice at once and is simply skipped
     /// when it already runs elsewhere (a scheduled job on every replica, say); the request's
     /// `wait` is ignored, and the try ends within the response timeout
@@ -91,11 +93,11 @@ impl LockRequest {
 
 /// Takes what `request` asks for, waiting as it says (see [`LockRequest::acquire`]).
 async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
-    let client = request.client.clone().ok_or(LockError::NotInitialized)?;
+    let engine = request.engine.clone().ok_or(LockError::NotInitialized)?;
     if let Some(err) = request.refusal() {
         return Err(err);
     }
-    let store = client.inner.store;
+    let store = engine.store_name;
     let busy_expected = request.busy_expected;
     let mut observed = match &request.target {
         Target::Key { name, kind } => Acquire::start(name, (*kind).into(), store),
@@ -103,10 +105,10 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
     };
     let outcome = if observed.span.is_disabled() {
         // No subscriber takes the span: no wrapper around the acquire loop (hot path).
-        run(request, &client, &mut observed).await
+        run(request, &engine, &mut observed).await
     } else {
         let span = observed.span.clone();
-        run(request, &client, &mut observed).instrument(span).await
+        run(request, &engine, &mut observed).instrument(span).await
     };
     if let Err(err) = &outcome {
         match err {
@@ -121,12 +123,11 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
 /// The loop: try, and while the lock is held, pause and try again until the deadline.
 async fn run(
     request: LockRequest,
-    client: &Client,
+    inner: &Engine,
     observed: &mut Acquire,
 ) -> Result<LockGuard, LockError> {
-    let inner = &*client.inner;
     if inner.shut_down.load(Ordering::Relaxed) {
-        return Err(Client::shut_down_error());
+        return Err(LockError::ShutDown);
     }
     let mut plan = Plan::of(request, inner)?;
     observed.try_once = plan.deadline == plan.started;
@@ -147,7 +148,7 @@ async fn run(
     loop {
         // A shutdown also ends a request that is waiting: it takes no grant after it.
         if inner.shut_down.load(Ordering::Relaxed) {
-            return Err(Client::shut_down_error());
+            return Err(LockError::ShutDown);
         }
         // Every try has an owner token of its own, so a try can never be mistaken for an
         // earlier one whose grant is being given back: a late grant's clean-up and the next
@@ -345,7 +346,7 @@ struct Plan {
     watchdog: bool,
     max_hold: Option<Duration>,
     hold_at_least: Option<Duration>,
-    /// The wait runs on the caller's clock; leases on the backend's (see `clock`).
+    /// The wait runs on the caller's clock; leases on the store's (see `clock`).
     started: Instant,
     deadline: Instant,
     /// When the last try is sent: the deadline less [`last_try_allowance`], so that it has
@@ -370,7 +371,7 @@ struct Plan {
 
 impl Plan {
     /// Checks `request` against the client's settings and fixes its keys and deadline.
-    fn of(request: LockRequest, inner: &ClientInner) -> Result<Self, LockError> {
+    fn of(request: LockRequest, inner: &Engine) -> Result<Self, LockError> {
         let config = &inner.config;
         let (keys, kind) = match request.target {
             Target::Key { name, kind } => {
@@ -429,10 +430,10 @@ impl Plan {
 
     /// Sends one try with `owner`, through the store's one-key or multi-key call, cut off
     /// after `budget` ([`Plan::budget`]) — by the store where it can
-    /// ([`Backend::cuts_tries`](crate::backend::Backend::cuts_tries)), else by [`within`].
+    /// ([`AnyStore::cuts_tries`](crate::store::AnyStore::cuts_tries)), else by [`within`].
     async fn send(
         &self,
-        inner: &ClientInner,
+        inner: &Engine,
         owner: &str,
         refused_before: bool,
         fair: Option<&FairWait<'_>>,
@@ -461,9 +462,9 @@ impl Plan {
                     deadline,
                     cut,
                 };
-                if inner.backend.cuts_tries() {
+                if inner.store.cuts_tries() {
                     // The store ends the try at `cut` itself, on the timers it runs anyway.
-                    let reply = inner.clock.send(&inner.io, inner.backend.acquire(&attempt));
+                    let reply = inner.clock.send(&inner.io, inner.store.acquire(&attempt));
                     return reply
                         .await
                         .map(Answer::from)
@@ -474,7 +475,7 @@ impl Plan {
                     budget,
                     self.waits,
                     inner,
-                    inner.backend.acquire(&attempt),
+                    inner.store.acquire(&attempt),
                 ));
                 inner.clock.send(&inner.io, reply).await.map(Answer::from)
             }
@@ -494,7 +495,7 @@ impl Plan {
                     budget,
                     self.waits,
                     inner,
-                    inner.backend.acquire_all(&attempt),
+                    inner.store.acquire_all(&attempt),
                 ));
                 inner
                     .clock
@@ -511,7 +512,7 @@ impl Plan {
     /// see each key of a multi-key grant as an ordinary write lock.
     async fn grant(
         self,
-        inner: &ClientInner,
+        inner: &Engine,
         observed: &Acquire,
         owner: String,
         tokens: Tokens,
@@ -573,7 +574,7 @@ impl Plan {
         if inner.shut_down.load(Ordering::SeqCst) {
             // Granted while the client shut down: given back at once.
             let _ = guard.release().await;
-            return Err(Client::shut_down_error());
+            return Err(LockError::ShutDown);
         }
         Ok(guard)
     }

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Holding, Kind, LockKey};
 use crate::inspect::HolderTag;
+use crate::kind::{Holding, Kind};
+use crate::protocol::LockKey;
 use crate::release::Releaser;
 
 /// A fresh owner token: a random v4 UUID from the thread-local generator (unique, and no

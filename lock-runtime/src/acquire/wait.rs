@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{FairWait, Plan, Refusal};
-use crate::client::ClientInner;
+use crate::engine::Engine;
 use crate::error::LockError;
 use crate::telemetry::Acquire;
 
@@ -19,12 +19,12 @@ impl Plan {
     /// How long a try may take, on the real clock (`None`: the in-process store, which
     /// answers at once): what is left of the wait, so that no request outlives its wait — also
     /// against a server that takes connections and answers nothing (a frozen process, a proxy
-    /// whose backend is gone), whose connects and requests would otherwise each run their own
+    /// whose store is gone), whose connects and requests would otherwise each run their own
     /// timeouts. A request that does not wait has the response timeout for its one try; a
     /// request's first try at least a tenth of it ([`first_try_floor`]), so that a wait too
     /// short for a round trip (and a connect) still gets one real try — except a campaign's
     /// round, whose wait is what is left of the campaign's.
-    pub(super) fn budget(&self, inner: &ClientInner, first_try: bool) -> Option<Duration> {
+    pub(super) fn budget(&self, inner: &Engine, first_try: bool) -> Option<Duration> {
         if inner.clock == crate::clock::Clock::Tokio {
             return None;
         }
@@ -49,12 +49,12 @@ impl Plan {
     }
 
     /// A try's timeout at or past its `cut` (given `budget`), as the store's own timer ends a
-    /// try there ([`Backend::cuts_tries`](crate::backend::Backend::cuts_tries)): the try cut off by the end of the wait, as
+    /// try there ([`AnyStore::cuts_tries`](crate::store::AnyStore::cuts_tries)): the try cut off by the end of the wait, as
     /// [`within`] reports it; other errors as they are.
     pub(super) fn cut_by_wait(
         &self,
         err: LockError,
-        inner: &ClientInner,
+        inner: &Engine,
         budget: Option<Duration>,
         cut: Option<std::time::Instant>,
     ) -> LockError {
@@ -65,7 +65,7 @@ impl Plan {
                     && std::time::Instant::now() >= cut =>
             {
                 crate::error::BackendError::cut_by_wait(
-                    &inner.config.backend.describe(),
+                    &inner.config.store.describe(),
                     budget,
                     self.waits,
                 )
@@ -80,7 +80,7 @@ impl Plan {
     /// the request ends with the failure.
     pub(super) async fn retry_after(
         &mut self,
-        inner: &ClientInner,
+        inner: &Engine,
         observed: &Acquire,
         err: LockError,
     ) -> Result<(), LockError> {
@@ -113,7 +113,7 @@ impl Plan {
     /// request has timed out, at its deadline.
     pub(super) async fn pause(
         &mut self,
-        inner: &ClientInner,
+        inner: &Engine,
         observed: &Acquire,
         refusal: &Refusal,
         fair: Option<&FairWait<'_>>,
@@ -124,7 +124,7 @@ impl Plan {
             return Err(self.timed_out(Instant::now()));
         }
         let now = Instant::now();
-        let waker = inner.backend.waker();
+        let waker = inner.store.waker();
         let mut delay = match fair {
             Some(fair) => {
                 fair.next_delay(&mut self.backoff, waker, &self.keys.as_slice()[0].channel())
@@ -182,7 +182,7 @@ fn first_try_floor(response_timeout: Duration) -> Duration {
 pub(super) async fn within<T>(
     budget: Option<Duration>,
     waits: bool,
-    inner: &ClientInner,
+    inner: &Engine,
     request: impl std::future::Future<Output = Result<T, LockError>>,
 ) -> Result<T, LockError> {
     let Some(budget) = budget else {
@@ -191,7 +191,7 @@ pub(super) async fn within<T>(
     match tokio::time::timeout(budget, request).await {
         Ok(reply) => reply,
         Err(_) => Err(crate::error::BackendError::cut_by_wait(
-            &inner.config.backend.describe(),
+            &inner.config.store.describe(),
             budget,
             waits,
         )

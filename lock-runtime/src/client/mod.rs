@@ -1,26 +1,21 @@
 //! [`Client`]: a handle to one lock service — its store, opened from a [`Config`]
-//! (`backend/open.rs`), its watchdog, its releaser and the defaults of its requests — and its
+//! (`store/open.rs`), its watchdog, its releaser and the defaults of its requests — and its
 //! graceful shutdown.
 //! Requests it starts are [`LockRequest`](crate::LockRequest)s (`request.rs`), taken by the
 //! acquire loop (`acquire/`); the global client is `global.rs`, the operator's tools
 //! `client/operator.rs`.
 
 mod operator;
+mod requests;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::backend::Backend;
-use crate::clock::Clock;
 use crate::config::Config;
+use crate::engine::Engine;
 use crate::error::LockError;
-use crate::inspect::HolderTag;
-use crate::io::IoRuntime;
-use crate::release::Releaser;
-use crate::telemetry;
-use crate::watchdog::Watchdog;
 
-/// A handle to one lock service: its backend, its watchdog and the defaults of its requests.
+/// A handle to one lock service: its store, its watchdog and the defaults of its requests.
 /// Cheap to clone; clones share everything. Use one beside the global client when a program
 /// needs a second configuration.
 ///
@@ -47,51 +42,14 @@ use crate::watchdog::Watchdog;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<ClientInner>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) config: Config,
-    pub(crate) backend: Arc<Backend>,
-    pub(crate) watchdog: Watchdog,
-    /// The one way grants are given back; it keeps the I/O runtime alive while guards live.
-    pub(crate) releaser: Arc<Releaser>,
-    /// This process's holder record, in every owner token.
-    pub(crate) holder: HolderTag,
-    /// The store's name in spans and metrics ([`crate::telemetry`]).
-    pub(crate) store: &'static str,
-    /// Set by [`Client::shutdown`]: no new grants.
-    pub(crate) shut_down: AtomicBool,
-    /// The clock of the backend's leases.
-    pub(crate) clock: Clock,
-    /// The client's own runtime, whose (never paused) timers requests to Redis use.
-    pub(crate) io: Arc<IoRuntime>,
+    pub(crate) engine: Arc<Engine>,
 }
 
 impl Client {
     /// Makes a client from `config`. Does not connect.
     pub fn new(config: Config) -> Result<Self, LockError> {
-        config.validate()?;
-        let io = Arc::new(IoRuntime::start()?);
-        let backend = Arc::new(Backend::open(&config, io.handle())?);
-        let watchdog = Watchdog::start(&io, backend.clone());
-        let releaser = Arc::new(Releaser::new(backend.clone(), watchdog.clone(), io.clone()));
-        telemetry::describe();
-        // Which Redis this process locks on, at INFO: a configuration that fell back to the
-        // default address (nothing set in the environment) shows here.
-        tracing::info!(target: crate::LOG_TARGET, store = Backend::name(&config.backend), servers = %config.backend.describe(), "distlock client created");
         Ok(Self {
-            inner: Arc::new(ClientInner {
-                store: Backend::name(&config.backend),
-                shut_down: AtomicBool::new(false),
-                holder: HolderTag::of_this_process(config.app_name.as_deref()),
-                config,
-                clock: backend.clock(),
-                backend,
-                watchdog,
-                releaser,
-                io,
-            }),
+            engine: Arc::new(Engine::start(config)?),
         })
     }
 
@@ -118,11 +76,6 @@ impl Client {
         }
     }
 
-    /// Whether `other` is this client or a clone of it: the same grants, watchdog and store.
-    pub(crate) fn is_same(&self, other: &Client) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
     /// Graceful shutdown: gives back every lock this client (and its clones) holds, and
     /// refuses new requests. Call it when the process is about to exit, after it has stopped
     /// taking work, so the next holders need not wait for leases to run out.
@@ -145,7 +98,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn shutdown(&self) -> Result<usize, LockError> {
-        let inner = &self.inner;
+        let inner = &self.engine;
         inner.shut_down.store(true, Ordering::SeqCst);
         let mut leases = inner.watchdog.drain();
         leases.retain(|lease| lease.shut_down());
@@ -157,7 +110,7 @@ impl Client {
             .await
             .into_iter()
             .find_map(Result::err);
-        tracing::info!(target: crate::LOG_TARGET, store = inner.store, released, "client shut down");
+        tracing::info!(target: crate::telemetry::LOG_TARGET, store = inner.store_name, released, "client shut down");
         first_error.map_or(Ok(released), Err)
     }
 
@@ -175,19 +128,13 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn ping(&self) -> Result<(), LockError> {
-        let inner = &self.inner;
-        inner.clock.send(&inner.io, inner.backend.ping()).await
-    }
-
-    pub(crate) fn shut_down_error() -> LockError {
-        LockError::ShutDown
+        let inner = &self.engine;
+        inner.clock.send(&inner.io, inner.store.ping()).await
     }
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("config", &self.inner.config)
-            .finish_non_exhaustive()
+        std::fmt::Debug::fmt(&self.engine, f)
     }
 }

@@ -3,11 +3,11 @@
 //! operator calls (`operator_scripts.rs`), never the state of this process; the `distlock`
 //! command-line tool is built on them, and `inspect.rs` says what their answers mean.
 
-use crate::backend::LockKey;
 use crate::client::Client;
 use crate::error::LockError;
 use crate::inspect::{scan_patterns, ForcedUnlock, Holder, LeaderInfo, LockState};
-use crate::FencingToken;
+use crate::protocol::FencingToken;
+use crate::protocol::LockKey;
 
 /// Operator's tools: who holds a lock, freeing it by force, and the locks held. They read
 /// (and, for [`force_unlock`](Client::force_unlock), change) the store directly, never the
@@ -34,11 +34,11 @@ impl Client {
     /// # drop(guard); Ok(()) }
     /// ```
     pub async fn inspect(&self, key: impl Into<String>) -> Result<LockState, LockError> {
-        let key = LockKey::new(&self.inner.config.key_prefix, key.into())?;
-        let inner = &self.inner;
+        let key = LockKey::new(&self.engine.config.key_prefix, key.into())?;
+        let inner = &self.engine;
         let view = inner
             .clock
-            .send(&inner.io, inner.backend.inspect(&key))
+            .send(&inner.io, inner.store.inspect(&key))
             .await?;
         let holders: Vec<Holder> = view
             .holders
@@ -95,13 +95,13 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn force_unlock(&self, key: impl Into<String>) -> Result<ForcedUnlock, LockError> {
-        let key = LockKey::new(&self.inner.config.key_prefix, key.into())?;
-        let inner = &self.inner;
+        let key = LockKey::new(&self.engine.config.key_prefix, key.into())?;
+        let inner = &self.engine;
         let (evicted, token) = inner
             .clock
-            .send(&inner.io, inner.backend.force_unlock(&key))
+            .send(&inner.io, inner.store.force_unlock(&key))
             .await?;
-        tracing::warn!(target: crate::LOG_TARGET, key = %key.name, evicted = evicted.len(), token,
+        tracing::warn!(target: crate::telemetry::LOG_TARGET, key = %key.name, evicted = evicted.len(), token,
             "lock freed by force_unlock; its evicted holders learn it at their next renewal");
         Ok(ForcedUnlock {
             evicted: evicted
@@ -131,12 +131,12 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn list(&self, pattern: &str, limit: usize) -> Result<Vec<String>, LockError> {
-        let inner = &self.inner;
+        let inner = &self.engine;
         let prefix = &inner.config.key_prefix;
         let patterns = scan_patterns(prefix, pattern);
         let keys = inner
             .clock
-            .send(&inner.io, inner.backend.scan(&patterns, usize::MAX))
+            .send(&inner.io, inner.store.scan(&patterns, usize::MAX))
             .await?;
         let mut names: Vec<String> = keys
             .iter()

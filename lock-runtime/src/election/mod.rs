@@ -8,7 +8,7 @@
 //! request and trusts the record only while its writer holds the lock, and
 //! [`Election::observe`] (`observe.rs`) follows the changes, woken by those announcements and
 //! by releases. Neighbours: the acquire loop and the watchdog do the locking, the stores in
-//! `backend/` run the record's scripts, `client/operator.rs` shows the record in
+//! `store/` run the record's scripts, `client/operator.rs` shows the record in
 //! [`LockState::leader`](crate::LockState::leader).
 
 mod observe;
@@ -18,11 +18,12 @@ use std::time::Duration;
 
 pub use observe::LeaderChanges;
 
+use crate::client::Client;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::inspect::LeaderInfo;
+use crate::protocol::FencingToken;
 use crate::protocol::{LockKey, RawRecord};
-use crate::{Client, FencingToken};
 
 /// How long one acquire of an unbounded campaign waits before it starts over (the campaign
 /// itself goes on): a bound on a single request's wait, not on the campaign.
@@ -119,7 +120,7 @@ impl Election {
     }
 
     fn key(&self, client: &Client) -> Result<LockKey, LockError> {
-        LockKey::new(&client.inner.config.key_prefix, self.name.to_string())
+        LockKey::new(&client.engine.config.key_prefix, self.name.to_string())
     }
 
     /// Waits until this process leads (at most [`wait`](Self::wait), if given), and returns
@@ -190,7 +191,7 @@ impl Election {
                     other => other,
                 });
             }
-            tracing::warn!(target: crate::LOG_TARGET, election = %self.name, error = %failure,
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, election = %self.name, error = %failure,
                 "campaign failed; trying again in {pause:?}");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_FAILURE_PAUSE);
@@ -217,14 +218,14 @@ impl Election {
             owner: lease.owner.clone(),
             value: self.value.as_deref().map(<[u8]>::to_vec),
         };
-        let inner = &client.inner;
+        let inner = &client.engine;
         let written = inner
             .clock
-            .send(&inner.io, inner.backend.proclaim(&lease.key, &record))
+            .send(&inner.io, inner.store.proclaim(&lease.key, &record))
             .await;
         match written {
             Ok(true) => {
-                tracing::info!(target: crate::LOG_TARGET, election = %self.name, epoch = epoch.get(),
+                tracing::info!(target: crate::telemetry::LOG_TARGET, election = %self.name, epoch = epoch.get(),
                     "leading");
                 Ok(Some(Leadership {
                     guard: Some(guard),
@@ -256,7 +257,7 @@ impl Election {
     /// The period at which [`observe`](Self::observe) reads besides its wake-ups: a third of
     /// the election's lease, checked as a campaign checks it.
     fn lease_of(&self, client: &Client) -> Result<Duration, LockError> {
-        let lease = self.lease.unwrap_or(client.inner.config.default_lease);
+        let lease = self.lease.unwrap_or(client.engine.config.default_lease);
         match crate::config::lease_out_of_bounds(lease) {
             Some(why) => Err(LockError::Config(format!(
                 "election `{}`: its lease is {why}",
@@ -380,14 +381,14 @@ impl Leadership {
 /// sends no withdrawal: the record names nobody then, and a frozen server is not waited for.
 async fn withdraw_and_release(client: &Client, guard: LockGuard) -> Result<bool, LockError> {
     if guard.is_held() {
-        let inner = &client.inner;
+        let inner = &client.engine;
         let lease = guard.lease.clone();
         let withdrawn = inner
             .clock
-            .send(&inner.io, inner.backend.withdraw(&lease.key, &lease.owner))
+            .send(&inner.io, inner.store.withdraw(&lease.key, &lease.owner))
             .await;
         if let Err(err) = withdrawn {
-            tracing::warn!(target: crate::LOG_TARGET, election = %lease.key.name, error = %err,
+            tracing::warn!(target: crate::telemetry::LOG_TARGET, election = %lease.key.name, error = %err,
                 "deleting the leader record failed; it names nobody once the lock is released");
         }
     }
@@ -399,9 +400,9 @@ impl Drop for Leadership {
         if let Some(guard) = self.guard.take() {
             let client = self.client.clone();
             // On the client's runtime: the caller's may be ending.
-            self.client.inner.io.spawn(async move {
+            self.client.engine.io.spawn(async move {
                 if let Err(err) = withdraw_and_release(&client, guard).await {
-                    tracing::warn!(target: crate::LOG_TARGET, error = %err,
+                    tracing::warn!(target: crate::telemetry::LOG_TARGET, error = %err,
                         "resigning a dropped leadership failed; its lease runs out by itself");
                 }
             });

@@ -1,7 +1,7 @@
 //! Following an election's leaders: [`LeaderChanges`], the stream [`Election::observe`]
 //! returns. It reads the leader ([`Election::leader`]) whenever the lock's channel carries a
 //! message — a new leader's announcement (`scripts/election/proclaim.lua`) or a release — through the client's
-//! wake-ups (`backend/wake.rs`, as an observer that never takes a waiter's wake-up), and at a
+//! wake-ups (`store/wake.rs`, as an observer that never takes a waiter's wake-up), and at a
 //! third of the lease besides, which notices a leader whose lease ran out (nothing announces
 //! an expiry) and stands in for a lost message. The in-process store has no channel: there it
 //! reads at that period, at most every 100 ms. Only a greater epoch than the last one yielded
@@ -14,11 +14,11 @@ use std::time::Duration;
 use futures_util::Stream;
 
 use super::Election;
-use crate::backend::wake::WaitRegistration;
 use crate::error::LockError;
 use crate::inspect::LeaderInfo;
+use crate::protocol::FencingToken;
 use crate::protocol::LockKey;
-use crate::FencingToken;
+use crate::store::wake::WaitRegistration;
 
 /// The longest the in-process store's observers go between reads (it has no wake-ups).
 const IN_PROCESS_PERIOD: Duration = Duration::from_millis(100);
@@ -101,7 +101,7 @@ impl Watch {
             Ok(lease) => lease,
             Err(err) => return self.give_up(err),
         };
-        let waker = client.inner.backend.waker();
+        let waker = client.engine.store.waker();
         let period = match waker {
             Some(_) => lease / 3,
             None => (lease / 3).min(IN_PROCESS_PERIOD),
@@ -109,7 +109,7 @@ impl Watch {
         if let (None, Some(waker)) = (&self.registration, waker) {
             let registration = waker.observe(&LockKey::channel(&key));
             waker
-                .listen(&registration, client.inner.config.response_timeout)
+                .listen(&registration, client.engine.config.response_timeout)
                 .await;
             self.registration = Some(registration);
         }
@@ -125,7 +125,7 @@ impl Watch {
                 }
                 Err(err) => {
                     if !self.failing {
-                        tracing::warn!(target: crate::LOG_TARGET, election = %self.election.name,
+                        tracing::warn!(target: crate::telemetry::LOG_TARGET, election = %self.election.name,
                             error = %err, "reading the leader failed; reading again in {period:?}");
                     }
                     self.failing = true;
@@ -141,7 +141,7 @@ impl Watch {
     }
 
     fn give_up(&self, err: LockError) -> Option<LeaderInfo> {
-        tracing::error!(target: crate::LOG_TARGET, election = %self.election.name, error = %err,
+        tracing::error!(target: crate::telemetry::LOG_TARGET, election = %self.election.name, error = %err,
             "cannot observe the election");
         None
     }

@@ -14,7 +14,7 @@
 //! characters of its owner tokens, which a request's tries share. The in-process twin is
 //! [`FairQueue`] on the key's [`TwinEntry`]. Neighbours: `kind/mod.rs` dispatches here;
 //! `acquire/fair_wait.rs` runs the heartbeat (a fair waiter tries at least every half heartbeat) and
-//! leaves the queue when the request ends without a grant; `backend/wake.rs` wakes a waiter by
+//! leaves the queue when the request ends without a grant; `store/wake.rs` wakes a waiter by
 //! its id.
 
 use std::collections::{BTreeSet, HashMap};
@@ -50,10 +50,6 @@ pub(super) static LEAVE: LazyLock<LuaScript> =
 /// of the token's random part, see `client::new_fair_owner`).
 pub(crate) const WAITER_ID_LEN: usize = 24;
 
-/// How often a fair waiter shows it is alive unless configured
-/// ([`Config::fair_heartbeat`](crate::Config::fair_heartbeat); `DEFAULT_FAIR_HEARTBEAT`).
-pub(crate) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
-
 /// The payload prefix of a wake-up meant for one fair waiter: `f:` and its id.
 pub(crate) const WAKE_PREFIX: &[u8] = b"f:";
 
@@ -73,7 +69,7 @@ pub(crate) struct Seat {
 impl Default for Seat {
     fn default() -> Self {
         Self {
-            heartbeat: DEFAULT_HEARTBEAT,
+            heartbeat: crate::config::DEFAULT_FAIR_HEARTBEAT,
             requested_at: 0,
             place: 0,
         }

@@ -5,7 +5,7 @@
 //! [`read`]; and [`semaphore`] (one of N permits). [`multi`] takes the write side of several
 //! keys at once. Fairness is not a kind but a property of a try: a write try with a [`fair::Seat`]
 //! in the key's queue ([`fair`]) is granted in request order, and its grant is given back by
-//! leaving the queue ([`Holding::Seat`]). Neighbours: the stores in `backend/` run what this
+//! leaving the queue ([`Holding::Seat`]). Neighbours: the stores in `store/` run what this
 //! module describes; the acquire loop (`acquire/`), the watchdog and the guard pass a [`Kind`]
 //! and a [`Holding`] along and never look inside them (Redlock asks the kind for its quorum).
 
@@ -24,7 +24,7 @@ use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::protocol::{AcquireReply, Announce, Call, LockKey, Renewed, TooLow};
-use crate::{FencingToken, LockMode};
+use crate::protocol::{FencingToken, LockMode};
 
 /// What a grant is: which side of the key's read/write lock it holds, or a semaphore permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,7 +74,7 @@ pub(crate) enum TokenRule {
     Latest,
 }
 
-/// Whom a release announcement wakes, for a waiter of a kind (`backend/wake.rs`).
+/// Whom a release announcement wakes, for a waiter of a kind (`store/wake.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WakeRule {
     /// One waiter of each client per announced release (a writer, a permit waiter); a wake-up
@@ -94,7 +94,7 @@ pub(crate) enum Tokens {
     /// A token proposed by the caller ([`Try::proposed`]), which the server grants only above
     /// the key's live counter and not below its clock, and which it then keeps in the
     /// counter until its clock has passed the token by [`write::fence_ttl`]. Redlock: the same
-    /// token goes to every master of a round (`backend/redlock.rs`).
+    /// token goes to every master of a round (`store/redlock.rs`).
     Counter,
 }
 
@@ -133,7 +133,7 @@ pub(crate) struct Try<'a> {
     pub(crate) deadline: Option<Instant>,
     /// When the acquire loop cuts this try off, on the real clock (`None`: never, or a try
     /// from outside the acquire loop) — where the store can, by its own timers (a server's or
-    /// a Sentinel primary's connection: `Backend::cuts_tries`); the failover guard's `WAIT`
+    /// a Sentinel primary's connection: `AnyStore::cuts_tries`); the failover guard's `WAIT`
     /// gives up in time for its
     /// reply to come back before it ([`ReplicaGuard::by`](crate::config::ReplicaGuard::by)).
     pub(crate) cut: Option<Instant>,
@@ -238,7 +238,7 @@ impl Kind {
     }
 
     /// How a waiter for a grant of this kind is woken by a release announcement
-    /// ([`WakeRule`]); a fair waiter is woken by name instead (`backend/wake.rs`).
+    /// ([`WakeRule`]); a fair waiter is woken by name instead (`store/wake.rs`).
     pub(crate) fn wake_rule(self) -> WakeRule {
         match self {
             // A semaphore waiter is woken as a writer is: one per announced release (one freed

@@ -4,7 +4,7 @@
 //! `inspect`, `force_unlock` and `list` work on it as on any other; only taking and giving
 //! back differ: `scripts/multi/{acquire,release}.lua` look at every key of one node (or one
 //! Cluster slot) before writing any, and the in-process twin does the same in one critical
-//! section. Neighbours: the stores (`backend/`) run these calls — Cluster one per slot, in a
+//! section. Neighbours: the stores (`store/`) run these calls — Cluster one per slot, in a
 //! fixed order, undoing a partial grant; Redlock on every master — and `crate::multi` runs the
 //! acquire loop.
 
@@ -15,8 +15,8 @@ use crate::script::{LuaScript, ScriptCall};
 
 use super::{millis, Tokens, TwinEntry};
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::protocol::FencingToken;
 use crate::protocol::{Announce, LockKey, TooLow};
-use crate::FencingToken;
 use redis::cluster_routing::Slot;
 
 static ACQUIRE: LazyLock<LuaScript> =

@@ -8,7 +8,7 @@
 //! twin is [`Permits`] on the key's [`TwinEntry`]. A key is either a semaphore or a read/write
 //! lock at any one time: a writer or reader waits while permits are held, and a permit waits
 //! while a writer or readers hold the key. Neighbours: `kind/mod.rs` dispatches here;
-//! `backend/redlock.rs` asks [`quorum`] how many masters a permit needs.
+//! `store/redlock.rs` asks [`quorum`] how many masters a permit needs.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;

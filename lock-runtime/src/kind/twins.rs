@@ -1,9 +1,9 @@
 //! The in-process state every kind's twin runs on: a [`TwinEntry`] per locked key and the
-//! fencing counters, behind one mutex ([`MemoryStore`], shared by every client made from
+//! fencing counters, behind one mutex ([`Twins`], shared by every client made from
 //! clones of one [`Config::in_memory`](crate::Config::in_memory)). Expired entries are swept
 //! after as many grants as the state had entries at the last sweep (at least
 //! [`MIN_SWEEP_AFTER`]): amortised O(1) per grant. Neighbours: the kinds' twins (`kind/*.rs`)
-//! change one entry; the in-process store (`backend/memory.rs`) keeps the store contract over
+//! change one entry; the in-process store (`store/memory.rs`) keeps the store contract over
 //! this state; `config.rs` makes it, so it lives below both.
 
 use std::collections::HashMap;
@@ -18,11 +18,11 @@ pub(crate) const MIN_SWEEP_AFTER: usize = 1024;
 
 /// Locks held in this process. Shared by every client made from clones of one config.
 #[derive(Default)]
-pub(crate) struct MemoryStore {
+pub(crate) struct Twins {
     state: Mutex<State>,
 }
 
-impl MemoryStore {
+impl Twins {
     /// The state, locked (a panic while it was held leaves it usable: every change to it is
     /// made whole before the lock is let go).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {

@@ -22,7 +22,7 @@ pub(super) static KEEP: LazyLock<LuaScript> =
 /// passed its token, following a grant with this lease: the lease, so that no key outlives
 /// its lock by much more than one lease. Safe to let it lapse: no token below the server
 /// clock in microseconds is granted, and by then the clock has passed the counter's value
-/// (`scripts/write/acquire.lua`, `backend/redlock.rs`).
+/// (`scripts/write/acquire.lua`, `store/redlock.rs`).
 pub(crate) fn fence_ttl(lease: Duration) -> Duration {
     lease
 }

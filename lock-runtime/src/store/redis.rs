@@ -1,4 +1,4 @@
-//! The Redis store: the one implementation of the store contract ([`LockBackend`]) and the
+//! The Redis store: the one implementation of the store contract ([`Store`]) and the
 //! operator's calls for Redis, over a [`Transport`] that carries its requests — one server
 //! ([`Node`], `connection.rs`: a fixed server, Sentinel's primary, each Redlock master) or a
 //! Redis Cluster (`cluster.rs`). It sends what the kinds build (`kind/`): a write lock's first
@@ -26,17 +26,17 @@ use super::connection::Node;
 use super::endpoint::Endpoint;
 use super::guarded::Guarded;
 use super::transport::{Answered, Transport};
-use super::wake::{Announcer, ReleaseListener};
-use super::{
-    AcquireReply, Call, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal,
-    Renewed, Try,
-};
+use super::Store;
 use crate::config::ReplicaGuard;
 use crate::election_scripts as election;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
+use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{self as operator, RawHolder, RawView};
 use crate::protocol::Announce;
+use crate::protocol::{AcquireReply, Call, LockKey, RawRecord, Renewed};
+use crate::store::wake::{Announcer, ReleaseListener};
 
 /// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]
@@ -74,9 +74,9 @@ pub(crate) struct RedisStore<T> {
 }
 
 /// The store on one server.
-pub(crate) type RedisBackend = RedisStore<Node>;
+pub(crate) type NodeStore = RedisStore<Node>;
 
-impl RedisBackend {
+impl NodeStore {
     pub(crate) fn new(endpoint: Endpoint, options: NodeOptions, io: Handle) -> Self {
         let endpoint = Arc::new(endpoint);
         let waker = options.wake_ups.then(|| {
@@ -484,7 +484,7 @@ impl<T: Transport> RedisStore<T> {
         let first = batch
             .first()
             .map_or("", |renewal| renewal.key.name.as_str());
-        tracing::trace!(target: crate::LOG_TARGET, leases = batch.len(), first, "renew: {} leases one by one after: {err}", batch.len());
+        tracing::trace!(target: crate::telemetry::LOG_TARGET, leases = batch.len(), first, "renew: {} leases one by one after: {err}", batch.len());
         let singles = batch
             .iter()
             .map(|renewal| self.renew(std::slice::from_ref(renewal)));
@@ -706,7 +706,7 @@ impl<T: Transport> RedisStore<T> {
     }
 }
 
-impl<T: Transport> LockBackend for RedisStore<T> {
+impl<T: Transport> Store for RedisStore<T> {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let transactions = self
             .transport
@@ -783,7 +783,7 @@ impl<T: Transport> LockBackend for RedisStore<T> {
                         if let Err(undo) = self.release_all(&taken, attempt.owner).await {
                             // The request's own error is the answer; the grants given back
                             // here expire with their lease at the latest.
-                            tracing::warn!(target: crate::LOG_TARGET, "could not give back the keys of a refused multi-key try: {undo}");
+                            tracing::warn!(target: crate::telemetry::LOG_TARGET, "could not give back the keys of a refused multi-key try: {undo}");
                         }
                     }
                     return Err(err);

@@ -175,7 +175,7 @@ impl Sentinel {
         match last.as_deref() {
             Some(before) if before != now => {
                 tracing::info!(
-                    target: crate::LOG_TARGET,
+                    target: crate::telemetry::LOG_TARGET,
                     master = %self.master,
                     from = before,
                     to = %now,

@@ -491,7 +491,7 @@ impl Inner {
         let mut subscriptions = self.state.subscriptions[at].lock().await;
         let moves = self.announcers[at].moves();
         if subscriptions.sink.is_some() && subscriptions.moves != moves {
-            tracing::debug!(target: crate::LOG_TARGET, "the primary has moved: wake-ups subscribe on the new one");
+            tracing::debug!(target: crate::telemetry::LOG_TARGET, "the primary has moved: wake-ups subscribe on the new one");
             subscriptions.forget();
         }
         let wanted = self.state.channels().contains_key(channel);
@@ -507,7 +507,7 @@ impl Inner {
                     subscriptions.moves = self.announcers[at].moves();
                 }
                 Err(err) => {
-                    tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release (backoff instead): {err}");
+                    tracing::debug!(target: crate::telemetry::LOG_TARGET, "no wake-up on release (backoff instead): {err}");
                     subscriptions.pause.failed();
                     return;
                 }
@@ -522,14 +522,14 @@ impl Inner {
                 subscriptions.pause.succeeded();
             }
             Ok(Err(err)) if sink.is_refusal(&err) => {
-                tracing::warn!(target: crate::LOG_TARGET, "Redis refused subscribing to {channel} ({err}); waiters fall back to \
+                tracing::warn!(target: crate::telemetry::LOG_TARGET, "Redis refused subscribing to {channel} ({err}); waiters fall back to \
                      backoff. Grant the user the lock channels (e.g. `&distlock:*`) for \
                      wake-ups on release"
                 );
                 subscriptions.pause.refused();
             }
             Ok(Err(err)) if !sink.breaks_on_error() => {
-                tracing::debug!(target: crate::LOG_TARGET, "no wake-up on release for {channel} (backoff instead): {err}");
+                tracing::debug!(target: crate::telemetry::LOG_TARGET, "no wake-up on release for {channel} (backoff instead): {err}");
                 subscriptions.pause.failed();
             }
             // Broken or half-open connection: drop it; the next wait connects again.

@@ -1,6 +1,6 @@
-//! The stores behind the locks (a backend is a store): where a kind's operations run and how
-//! waiters are woken. [`LockBackend`] is the contract every store keeps for every
-//! [kind](crate::kind) — try a grant, give it back, renew many grants at once; [`Backend`]
+//! The stores behind the locks (a store is a store): where a kind's operations run and how
+//! waiters are woken. [`Store`] is the contract every store keeps for every
+//! [kind](crate::kind) — try a grant, give it back, renew many grants at once; [`AnyStore`]
 //! dispatches to the one a [`Config`](crate::Config) chose. A store owns its connections, the
 //! key layout ([`LockKey`]), its wake-ups and how it batches renewals; what a grant means is
 //! the kind's. The acquire loop, the watchdog and the release path only talk to this module.
@@ -28,15 +28,14 @@ use std::future::Future;
 
 use crate::clock::Clock;
 use crate::error::LockError;
-pub(crate) use crate::kind::multi::{MultiReply, MultiTry};
-pub(crate) use crate::kind::Renewal;
-pub(crate) use crate::kind::{Holding, Kind, Try};
+use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{RawHolder, RawView};
-pub(crate) use crate::protocol::{AcquireReply, Announce, Call, LockKey, RawRecord, Renewed};
+use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
 /// owner token.
-pub(crate) trait LockBackend: Send + Sync {
+pub(crate) trait Store: Send + Sync {
     /// One try: takes the grant the try asks for if the kind allows it now, with its token.
     fn acquire(
         &self,
@@ -96,36 +95,36 @@ pub(crate) trait LockBackend: Send + Sync {
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
 }
 
-/// The backend a client was configured with.
-pub(crate) enum Backend {
+/// The store a client was configured with.
+pub(crate) enum AnyStore {
     /// One server, or the primary found through Sentinel.
-    Redis(Box<redis::RedisBackend>),
-    Cluster(Box<cluster::ClusterBackend>),
-    Redlock(Box<redlock::RedlockBackend>),
-    Memory(memory::MemoryBackend),
+    Redis(Box<redis::NodeStore>),
+    Cluster(Box<cluster::ClusterStore>),
+    Redlock(Box<redlock::RedlockStore>),
+    Memory(memory::MemoryStore),
 }
 
-impl Backend {
+impl AnyStore {
     /// Whether a one-key try ends at its cut ([`Try::cut`]) in the store itself (or needs no
     /// cut: the in-process store answers at once), so that the acquire loop adds no timer of
     /// its own around it; a try cut off there fails with a
     /// [`BackendErrorKind::Timeout`](crate::error::BackendErrorKind::Timeout) at the cut.
     pub(crate) fn cuts_tries(&self) -> bool {
         match self {
-            Backend::Redis(b) => b.cuts_tries(),
-            Backend::Memory(_) => true,
-            Backend::Cluster(_) | Backend::Redlock(_) => false,
+            AnyStore::Redis(b) => b.cuts_tries(),
+            AnyStore::Memory(_) => true,
+            AnyStore::Cluster(_) | AnyStore::Redlock(_) => false,
         }
     }
 }
 
-impl LockBackend for Backend {
+impl Store for AnyStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         match self {
-            Backend::Redis(b) => b.acquire(attempt).await,
-            Backend::Cluster(b) => b.acquire(attempt).await,
-            Backend::Redlock(b) => b.acquire(attempt).await,
-            Backend::Memory(b) => b.acquire(attempt).await,
+            AnyStore::Redis(b) => b.acquire(attempt).await,
+            AnyStore::Cluster(b) => b.acquire(attempt).await,
+            AnyStore::Redlock(b) => b.acquire(attempt).await,
+            AnyStore::Memory(b) => b.acquire(attempt).await,
         }
     }
 
@@ -136,19 +135,19 @@ impl LockBackend for Backend {
         owner: &str,
     ) -> Result<bool, LockError> {
         match self {
-            Backend::Redis(b) => b.release(holding, key, owner).await,
-            Backend::Cluster(b) => b.release(holding, key, owner).await,
-            Backend::Redlock(b) => b.release(holding, key, owner).await,
-            Backend::Memory(b) => b.release(holding, key, owner).await,
+            AnyStore::Redis(b) => b.release(holding, key, owner).await,
+            AnyStore::Cluster(b) => b.release(holding, key, owner).await,
+            AnyStore::Redlock(b) => b.release(holding, key, owner).await,
+            AnyStore::Memory(b) => b.release(holding, key, owner).await,
         }
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         match self {
-            Backend::Redis(b) => b.extend_many(leases).await,
-            Backend::Cluster(b) => b.extend_many(leases).await,
-            Backend::Redlock(b) => b.extend_many(leases).await,
-            Backend::Memory(b) => b.extend_many(leases).await,
+            AnyStore::Redis(b) => b.extend_many(leases).await,
+            AnyStore::Cluster(b) => b.extend_many(leases).await,
+            AnyStore::Redlock(b) => b.extend_many(leases).await,
+            AnyStore::Memory(b) => b.extend_many(leases).await,
         }
     }
 
@@ -158,75 +157,75 @@ impl LockBackend for Backend {
         report: &mut (dyn FnMut(usize, Renewed) + Send),
     ) -> Result<(), LockError> {
         match self {
-            Backend::Redis(b) => b.extend_many_as_answered(leases, report).await,
-            Backend::Cluster(b) => b.extend_many_as_answered(leases, report).await,
-            Backend::Redlock(b) => b.extend_many_as_answered(leases, report).await,
-            Backend::Memory(b) => b.extend_many_as_answered(leases, report).await,
+            AnyStore::Redis(b) => b.extend_many_as_answered(leases, report).await,
+            AnyStore::Cluster(b) => b.extend_many_as_answered(leases, report).await,
+            AnyStore::Redlock(b) => b.extend_many_as_answered(leases, report).await,
+            AnyStore::Memory(b) => b.extend_many_as_answered(leases, report).await,
         }
     }
 
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
         match self {
-            Backend::Redis(b) => b.acquire_all(attempt).await,
-            Backend::Cluster(b) => b.acquire_all(attempt).await,
-            Backend::Redlock(b) => b.acquire_all(attempt).await,
-            Backend::Memory(b) => b.acquire_all(attempt).await,
+            AnyStore::Redis(b) => b.acquire_all(attempt).await,
+            AnyStore::Cluster(b) => b.acquire_all(attempt).await,
+            AnyStore::Redlock(b) => b.acquire_all(attempt).await,
+            AnyStore::Memory(b) => b.acquire_all(attempt).await,
         }
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
         match self {
-            Backend::Redis(b) => b.release_all(keys, owner).await,
-            Backend::Cluster(b) => b.release_all(keys, owner).await,
-            Backend::Redlock(b) => b.release_all(keys, owner).await,
-            Backend::Memory(b) => b.release_all(keys, owner).await,
+            AnyStore::Redis(b) => b.release_all(keys, owner).await,
+            AnyStore::Cluster(b) => b.release_all(keys, owner).await,
+            AnyStore::Redlock(b) => b.release_all(keys, owner).await,
+            AnyStore::Memory(b) => b.release_all(keys, owner).await,
         }
     }
 }
 
-impl Backend {
+impl AnyStore {
     /// The clock this store's leases keep (`clock.rs`): tokio's for the in-process store,
     /// which users' tests pause, the real one for Redis, which expires keys in real time.
     pub(crate) fn clock(&self) -> Clock {
         match self {
-            Backend::Memory(_) => Clock::Tokio,
-            Backend::Redis(_) | Backend::Cluster(_) | Backend::Redlock(_) => Clock::Real,
+            AnyStore::Memory(_) => Clock::Tokio,
+            AnyStore::Redis(_) | AnyStore::Cluster(_) | AnyStore::Redlock(_) => Clock::Real,
         }
     }
 }
 
-impl Backend {
-    /// Wake-ups on release, where the backend has them (the Redis stores).
+impl AnyStore {
+    /// Wake-ups on release, where the store has them (the Redis stores).
     pub(crate) fn waker(&self) -> Option<&wake::ReleaseListener> {
         match self {
-            Backend::Redis(b) => b.waker(),
-            Backend::Cluster(b) => b.waker(),
-            Backend::Redlock(b) => Some(b.waker()),
-            Backend::Memory(_) => None,
+            AnyStore::Redis(b) => b.waker(),
+            AnyStore::Cluster(b) => b.waker(),
+            AnyStore::Redlock(b) => Some(b.waker()),
+            AnyStore::Memory(_) => None,
         }
     }
 }
 
 /// The operator's operations, on whichever store the client was configured with.
-impl Backend {
+impl AnyStore {
     /// Whether the store answers now: the node (or Sentinel's primary), every Cluster primary,
     /// a majority of Redlock masters; the in-process store always does.
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
         match self {
-            Backend::Redis(b) => b.ping().await,
-            Backend::Cluster(b) => b.ping().await,
-            Backend::Redlock(b) => b.ping().await,
-            Backend::Memory(_) => Ok(()),
+            AnyStore::Redis(b) => b.ping().await,
+            AnyStore::Cluster(b) => b.ping().await,
+            AnyStore::Redlock(b) => b.ping().await,
+            AnyStore::Memory(_) => Ok(()),
         }
     }
 
     /// What the store says of `key`'s lock, read-only.
     pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
         match self {
-            Backend::Redis(b) => b.inspect(key).await,
-            Backend::Cluster(b) => b.inspect(key).await,
-            Backend::Redlock(b) => b.inspect(key).await,
-            Backend::Memory(b) => Ok(b.inspect(key)),
+            AnyStore::Redis(b) => b.inspect(key).await,
+            AnyStore::Cluster(b) => b.inspect(key).await,
+            AnyStore::Redlock(b) => b.inspect(key).await,
+            AnyStore::Memory(b) => Ok(b.inspect(key)),
         }
     }
 
@@ -237,10 +236,10 @@ impl Backend {
         key: &LockKey,
     ) -> Result<(Vec<RawHolder>, u64), LockError> {
         match self {
-            Backend::Redis(b) => b.force_unlock(key).await,
-            Backend::Cluster(b) => b.force_unlock(key).await,
-            Backend::Redlock(b) => b.force_unlock(key).await,
-            Backend::Memory(b) => Ok(b.force_unlock(key)),
+            AnyStore::Redis(b) => b.force_unlock(key).await,
+            AnyStore::Cluster(b) => b.force_unlock(key).await,
+            AnyStore::Redlock(b) => b.force_unlock(key).await,
+            AnyStore::Memory(b) => Ok(b.force_unlock(key)),
         }
     }
 
@@ -254,10 +253,10 @@ impl Backend {
         let mut found = Vec::new();
         for pattern in patterns {
             match self {
-                Backend::Redis(b) => b.scan(pattern, limit, &mut found).await?,
-                Backend::Cluster(b) => b.scan(pattern, limit, &mut found).await?,
-                Backend::Redlock(b) => b.scan(pattern, limit, &mut found).await?,
-                Backend::Memory(b) => found.extend(b.scan(
+                AnyStore::Redis(b) => b.scan(pattern, limit, &mut found).await?,
+                AnyStore::Cluster(b) => b.scan(pattern, limit, &mut found).await?,
+                AnyStore::Redlock(b) => b.scan(pattern, limit, &mut found).await?,
+                AnyStore::Memory(b) => found.extend(b.scan(
                     |key| crate::inspect::glob_matches(pattern.as_bytes(), key.as_bytes()),
                     limit,
                 )),
@@ -274,7 +273,7 @@ impl Backend {
 }
 
 /// An election's leader record (`election_scripts.rs`), on whichever store.
-impl Backend {
+impl AnyStore {
     /// Writes `record` beside `key`'s lock and announces it, if the record's owner holds the
     /// lock: `false` when it does not (any more). On Redlock, on a majority.
     pub(crate) async fn proclaim(
@@ -283,20 +282,20 @@ impl Backend {
         record: &RawRecord,
     ) -> Result<bool, LockError> {
         match self {
-            Backend::Redis(b) => b.proclaim(key, record).await,
-            Backend::Cluster(b) => b.proclaim(key, record).await,
-            Backend::Redlock(b) => b.proclaim(key, record).await,
-            Backend::Memory(b) => Ok(b.proclaim(key, record)),
+            AnyStore::Redis(b) => b.proclaim(key, record).await,
+            AnyStore::Cluster(b) => b.proclaim(key, record).await,
+            AnyStore::Redlock(b) => b.proclaim(key, record).await,
+            AnyStore::Memory(b) => Ok(b.proclaim(key, record)),
         }
     }
 
     /// Deletes `key`'s record if `owner` wrote it.
     pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
         match self {
-            Backend::Redis(b) => b.withdraw(key, owner).await,
-            Backend::Cluster(b) => b.withdraw(key, owner).await,
-            Backend::Redlock(b) => b.withdraw(key, owner).await,
-            Backend::Memory(b) => Ok(b.withdraw(key, owner)),
+            AnyStore::Redis(b) => b.withdraw(key, owner).await,
+            AnyStore::Cluster(b) => b.withdraw(key, owner).await,
+            AnyStore::Redlock(b) => b.withdraw(key, owner).await,
+            AnyStore::Memory(b) => Ok(b.withdraw(key, owner)),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! itself a replica). Every operation goes to all masters at once with a per-master timeout far
 //! below the lease ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only
 //! when a majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try
-//! that falls short is undone on every master: one tally ([`RedlockBackend::tally`]) for one
+//! that falls short is undone on every master: one tally ([`RedlockStore::tally`]) for one
 //! key and for several. Renewals need a majority too. The kinds' scripts run unchanged on each
 //! master.
 //!
@@ -22,7 +22,7 @@
 //! clock (Redlock's delayed restart; with clocks that agree, [`MAX_TOKEN_LEAD`] after its last
 //! grant, and a lease for the grant itself; before, a restart needed the masters' clocks to
 //! agree within a lease). The proposal is the client's clock plus a lead
-//! ([`RedlockBackend::propose`]): at first the node timeout, so a master whose clock agrees
+//! ([`RedlockStore::propose`]): at first the node timeout, so a master whose clock agrees
 //! and which answers in time takes it; raised for good by a refusal to what the refusing
 //! master's clock showed plus the node timeout, or to what its counter showed (another
 //! client's lead) — so a client whose clock lags pays a second round once, not on every grant,
@@ -79,24 +79,25 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
-use super::redis::{NodeOptions, RedisBackend};
-use super::wake::{Announcer, ReleaseListener};
-use super::{
-    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal, Renewed,
-    Try,
-};
+use super::redis::{NodeOptions, NodeStore};
+use super::Store;
+use crate::clock::drift;
+use crate::config::MAX_TOKEN_LEAD;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
-use crate::lease::drift;
+use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
+use crate::protocol::FencingToken;
 use crate::protocol::TooLow;
-use crate::{FencingToken, MAX_TOKEN_LEAD};
+use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
+use crate::store::wake::{Announcer, ReleaseListener};
 
 static RAISE_FENCE: LazyLock<LuaScript> =
     LazyLock::new(|| kind::script(include_str!("../../scripts/redlock/raise_fence.lua")));
 
-pub(crate) struct RedlockBackend {
-    masters: Vec<Arc<RedisBackend>>,
+pub(crate) struct RedlockStore {
+    masters: Vec<Arc<NodeStore>>,
     /// Per master: whether a connect runs in the background, and its end.
     connecting: Vec<Arc<Connecting>>,
     /// Per master: a request to it ran past its timeout, and it is asked in the background
@@ -242,7 +243,7 @@ fn node_timed_out(timeout: Duration) -> LockError {
     .into()
 }
 
-impl RedlockBackend {
+impl RedlockStore {
     pub(crate) fn new(
         masters: &[redis::Client],
         options: NodeOptions,
@@ -261,7 +262,7 @@ impl RedlockBackend {
                 .iter()
                 .map(|master| {
                     Arc::new(
-                        RedisBackend::new(Endpoint::Fixed(master.clone()), options, io.clone())
+                        NodeStore::new(Endpoint::Fixed(master.clone()), options, io.clone())
                             .not_cutting_tries(),
                     )
                 })
@@ -304,7 +305,7 @@ impl RedlockBackend {
     /// Runs `request` on every master at once, each bounded by `timeout`.
     async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, request: F) -> Vec<Answer<T>>
     where
-        F: Fn(&'a RedisBackend) -> Fut,
+        F: Fn(&'a NodeStore) -> Fut,
         Fut: Future<Output = Result<T, LockError>> + 'a,
     {
         join_all(
@@ -337,7 +338,7 @@ impl RedlockBackend {
         mut decided: impl FnMut(&[Answer<T>]) -> bool,
     ) -> (Vec<Answer<T>>, Vec<Option<Pin<Box<Fut>>>>)
     where
-        F: Fn(usize, &'a Arc<RedisBackend>) -> Fut,
+        F: Fn(usize, &'a Arc<NodeStore>) -> Fut,
         Fut: Future<Output = Result<T, LockError>> + 'a,
     {
         let mut out: Vec<Option<Pin<Box<Fut>>>> = self
@@ -527,7 +528,7 @@ impl RedlockBackend {
         needed: usize,
     ) -> LockError {
         tracing::warn!(
-            target: crate::LOG_TARGET,
+            target: crate::telemetry::LOG_TARGET,
             key = %key.name,
             answered,
             granted,
@@ -599,7 +600,7 @@ impl RedlockBackend {
 
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) over the masters:
 /// each runs on every master, and a majority must answer.
-impl RedlockBackend {
+impl RedlockStore {
     /// Whether a majority of the masters answer a `PING` (each within the connect timeout,
     /// connecting where needed); the error names every master that did not, and why.
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
@@ -894,7 +895,7 @@ fn merge_views(views: &[RawView], quorum: usize) -> RawView {
 }
 
 /// A try as Redlock sends it to every master: one key ([`Try`]) or several at once
-/// ([`MultiTry`]). The quorum's steps ([`RedlockBackend::tally`]) are the same for both; this
+/// ([`MultiTry`]). The quorum's steps ([`RedlockStore::tally`]) are the same for both; this
 /// is what they ask of either.
 trait QuorumTry: Sync {
     /// What one master answers.
@@ -911,7 +912,7 @@ trait QuorumTry: Sync {
     fn keys(&self) -> &[LockKey];
 
     /// How many masters must grant.
-    fn quorum(&self, redlock: &RedlockBackend) -> usize;
+    fn quorum(&self, redlock: &RedlockStore) -> usize;
 
     /// Whether the masters take a token the tally proposes (a fenced write grant's,
     /// [`TokenRule::Fresh`]); the other grants' tokens are the masters' own.
@@ -926,7 +927,7 @@ trait QuorumTry: Sync {
     /// The try on one master.
     fn send<'a>(
         &'a self,
-        master: &'a RedisBackend,
+        master: &'a NodeStore,
     ) -> impl Future<Output = Result<Self::Reply, LockError>> + Send + 'a;
 
     /// Gives back whatever the try may have taken on the masters in `undo`, waiting for the
@@ -937,7 +938,7 @@ trait QuorumTry: Sync {
     /// the same owner (which a late undo would give back).
     fn undo<'a>(
         &'a self,
-        redlock: &'a RedlockBackend,
+        redlock: &'a RedlockStore,
         timeout: Duration,
         undo: &'a Undo,
     ) -> impl Future<Output = bool> + Send + 'a;
@@ -972,7 +973,7 @@ impl QuorumTry for Try<'_> {
     }
 
     /// A majority, and more for a semaphore (the kind's `quorum`).
-    fn quorum(&self, redlock: &RedlockBackend) -> usize {
+    fn quorum(&self, redlock: &RedlockStore) -> usize {
         self.kind.quorum(redlock.masters.len())
     }
 
@@ -993,12 +994,12 @@ impl QuorumTry for Try<'_> {
 
     fn send<'a>(
         &'a self,
-        master: &'a RedisBackend,
+        master: &'a NodeStore,
     ) -> impl Future<Output = Result<AcquireReply, LockError>> + Send + 'a {
         master.acquire(self)
     }
 
-    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) -> bool {
+    async fn undo(&self, redlock: &RedlockStore, timeout: Duration, undo: &Undo) -> bool {
         let holding = self.grant();
         // Owned: an undo not waited for finishes in the background.
         let (key, owner) = (Arc::new(self.key.clone()), Arc::<str>::from(self.owner));
@@ -1061,7 +1062,7 @@ impl QuorumTry for MultiTry<'_> {
         self.keys
     }
 
-    fn quorum(&self, redlock: &RedlockBackend) -> usize {
+    fn quorum(&self, redlock: &RedlockStore) -> usize {
         redlock.quorum()
     }
 
@@ -1083,12 +1084,12 @@ impl QuorumTry for MultiTry<'_> {
 
     fn send<'a>(
         &'a self,
-        master: &'a RedisBackend,
+        master: &'a NodeStore,
     ) -> impl Future<Output = Result<MultiReply, LockError>> + Send + 'a {
         master.acquire_all(self)
     }
 
-    async fn undo(&self, redlock: &RedlockBackend, timeout: Duration, undo: &Undo) -> bool {
+    async fn undo(&self, redlock: &RedlockStore, timeout: Duration, undo: &Undo) -> bool {
         // Owned: an undo not waited for finishes in the background.
         let (keys, owner) = (Arc::new(self.keys.to_vec()), Arc::<str>::from(self.owner));
         let (_, out) = redlock
@@ -1176,14 +1177,14 @@ fn first_lead(node_timeout: Duration) -> Duration {
 }
 
 /// How long a try may keep its caller: the wait for connects before it no longer than until
-/// the request's deadline ([`RedlockBackend::warm_up`]), each round and each undo at most the
+/// the request's deadline ([`RedlockStore::warm_up`]), each round and each undo at most the
 /// node timeout, and nothing after the first round waited for past one node timeout after the
 /// deadline — so a try sent before its deadline ends within one node timeout after it (or
 /// after its first round, a try sent at its deadline: `wait(0)`), as a try on the other
 /// stores ends within one response timeout.
 #[derive(Clone, Copy)]
 struct Bounds {
-    /// The node timeout for the try's lease ([`RedlockBackend::timeout_for`]).
+    /// The node timeout for the try's lease ([`RedlockStore::timeout_for`]).
     timeout: Duration,
     /// When the request's wait ends ([`Try::deadline`]; `None`: not within reach).
     deadline: Option<Instant>,
@@ -1223,7 +1224,7 @@ enum Round<R> {
 }
 
 /// The quorum's steps, the same for one key and for several.
-impl RedlockBackend {
+impl RedlockStore {
     /// One try on every master: granted when enough masters granted it within its validity,
     /// else undone everywhere and answered with what the refusals add up to, or the error
     /// that explains them. A fenced write try proposes its token ([`propose`](Self::propose));
@@ -1294,7 +1295,7 @@ impl RedlockBackend {
         for TooLow { hint, clock } in refusals {
             let needed = hint.max(clock.saturating_add(margin)).saturating_sub(now);
             if needed > cap {
-                tracing::warn!(target: crate::LOG_TARGET, lead_us = needed, cap_us = cap,
+                tracing::warn!(target: crate::telemetry::LOG_TARGET, lead_us = needed, cap_us = cap,
                     "a Redlock master's clock or fencing counter is ahead of this client's clock \
                      by more than the lead it keeps; grants take a second round until the clocks \
                      agree (check NTP on the masters and clients)");
@@ -1438,7 +1439,7 @@ impl RedlockBackend {
     }
 }
 
-impl LockBackend for RedlockBackend {
+impl Store for RedlockStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         self.tally(attempt).await
     }
@@ -1639,7 +1640,7 @@ impl LockBackend for RedlockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::LockMode;
+    use crate::protocol::LockMode;
 
     fn view(mode: Option<LockMode>, holders: &[(&str, u64)], subscribers: u64) -> RawView {
         RawView {

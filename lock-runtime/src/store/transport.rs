@@ -13,9 +13,9 @@ use std::future::Future;
 use futures_util::stream::{FuturesUnordered, Stream};
 use redis::FromRedisValue;
 
-use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::LockError;
+use crate::protocol::{Announce, Call};
 use crate::script::ScriptCall;
 
 /// One `SCAN` step's reply: the next cursor (0: done) and the keys found by this step.
@@ -148,7 +148,7 @@ pub(crate) fn replicated(
     server: &str,
 ) -> bool {
     if acknowledged < guard.replicas {
-        tracing::warn!(target: crate::LOG_TARGET, server,
+        tracing::warn!(target: crate::telemetry::LOG_TARGET, server,
             "{operation}: {acknowledged} of {} replicas acknowledged within {:?}; it does not \
              count (failover guard)",
             guard.replicas,

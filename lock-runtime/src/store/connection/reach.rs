@@ -220,7 +220,7 @@ impl Reach {
         {
             Ok(info) => Ok(ServerSideClient::parse(&info)),
             Err(err) if is_refusal(&err) => {
-                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                tracing::warn!(target: crate::telemetry::LOG_TARGET, server = %self.server,
                     "could not learn this connection's id on the server ({err}), so it cannot be \
                      closed there if it is replaced: a request held up on it may take a lock \
                      after its clean-up. Allow the user `CLIENT INFO` and `CLIENT KILL`"
@@ -265,7 +265,7 @@ impl Reach {
         match kills.exec_async(connection).await {
             Ok(()) => {}
             Err(err) if is_refusal(&err) => {
-                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                tracing::warn!(target: crate::telemetry::LOG_TARGET, server = %self.server,
                     "could not close replaced connections on the server ({err}); a request held \
                      up on one may still take a lock after its clean-up, which then lasts until \
                      its lease runs out. Allow the user `CLIENT KILL` to close this gap"
@@ -298,7 +298,7 @@ impl Reach {
         self.transactions.store(found as u8, Ordering::Relaxed);
         if let Some(refused) = &refused {
             if !self.warned_transactions.swap(true, Ordering::Relaxed) {
-                tracing::warn!(target: crate::LOG_TARGET, server = %self.server,
+                tracing::warn!(target: crate::telemetry::LOG_TARGET, server = %self.server,
                     "the server does not let this user run a transaction: {refused}. A write \
                      lock's first try is then a script call instead of `MULTI`/`EXEC` (a few \
                      microseconds of server time more per uncontended lock); grant `MULTI` and \

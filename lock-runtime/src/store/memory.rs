@@ -18,33 +18,33 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    AcquireReply, Holding, LockBackend, LockKey, MultiReply, MultiTry, RawRecord, Renewal, Renewed,
-    Try,
-};
+use super::Store;
 use crate::clock::tokio_now;
 use crate::error::LockError;
-use crate::kind::twins::{clock_micros, MemoryStore, State};
+use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::twins::{clock_micros, State, Twins};
 use crate::kind::{multi, TokenRule, TwinReply};
+use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::FencingToken;
+use crate::protocol::FencingToken;
+use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
 
-pub(crate) struct MemoryBackend {
-    store: Arc<MemoryStore>,
+pub(crate) struct MemoryStore {
+    twins: Arc<Twins>,
 }
 
-impl MemoryBackend {
-    pub(crate) fn new(store: Arc<MemoryStore>) -> Self {
-        Self { store }
+impl MemoryStore {
+    pub(crate) fn new(twins: Arc<Twins>) -> Self {
+        Self { twins }
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        f(&mut self.store.lock())
+        f(&mut self.twins.lock())
     }
 }
 
 /// The operator's operations (`Client::inspect`, `force_unlock`, `list`) in this process.
-impl MemoryBackend {
+impl MemoryStore {
     /// What the store holds of `key`'s lock.
     pub(crate) fn inspect(&self, key: &LockKey) -> RawView {
         let now = tokio_now();
@@ -127,7 +127,7 @@ impl MemoryBackend {
     }
 }
 
-impl LockBackend for MemoryBackend {
+impl Store for MemoryStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let now = tokio_now();
         let key = attempt.key;
@@ -243,21 +243,21 @@ mod tests {
     use super::*;
     use crate::kind::twins::{counter_expiry, Fence};
 
-    fn backend() -> MemoryBackend {
-        MemoryBackend::new(Arc::new(MemoryStore::default()))
+    fn store() -> MemoryStore {
+        MemoryStore::new(Arc::new(Twins::default()))
     }
 
     fn key(name: impl Into<String>) -> LockKey {
         LockKey::new("test:", name.into()).expect("valid key")
     }
 
-    impl MemoryBackend {
+    impl MemoryStore {
         fn entries(&self) -> usize {
             self.with_state(|state| state.entries())
         }
     }
 
-    async fn grant(backend: &MemoryBackend, key: &LockKey, lease: Duration) -> u64 {
+    async fn grant(store: &MemoryStore, key: &LockKey, lease: Duration) -> u64 {
         let attempt = Try {
             kind: Kind::Write,
             key,
@@ -271,7 +271,7 @@ mod tests {
             deadline: None,
             cut: None,
         };
-        match backend.acquire(&attempt).await.expect("acquire") {
+        match store.acquire(&attempt).await.expect("acquire") {
             AcquireReply::Acquired(Some(FencingToken(token))) => token,
             AcquireReply::Acquired(None) => panic!("a grant without a token"),
             AcquireReply::Held(_) | AcquireReply::Queued { .. } | AcquireReply::TooLow(_) => {
@@ -281,11 +281,11 @@ mod tests {
     }
 
     /// Grant-and-release cycles on one key: enough of them for every sweep to come due.
-    async fn churn_one_key(backend: &MemoryBackend, cycles: usize) {
+    async fn churn_one_key(store: &MemoryStore, cycles: usize) {
         let key = key("busy");
         for _ in 0..cycles {
-            grant(backend, &key, Duration::from_millis(400)).await;
-            assert!(backend
+            grant(store, &key, Duration::from_millis(400)).await;
+            assert!(store
                 .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
@@ -294,11 +294,11 @@ mod tests {
 
     #[tokio::test]
     async fn the_store_follows_the_locks_in_use_not_every_key_ever_locked() {
-        let backend = backend();
+        let store = store();
         for i in 0..200_000 {
             let key = key(format!("k{i}"));
-            grant(&backend, &key, Duration::from_millis(400)).await;
-            assert!(backend
+            grant(&store, &key, Duration::from_millis(400)).await;
+            assert!(store
                 .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
@@ -306,8 +306,8 @@ mod tests {
         // Expiry is a matter of time here, not an event: let every counter (kept one 400 ms
         // lease after its grant) expire.
         std::thread::sleep(Duration::from_millis(500));
-        churn_one_key(&backend, 2 * 200_000).await;
-        let entries = backend.entries();
+        churn_one_key(&store, 2 * 200_000).await;
+        let entries = store.entries();
         assert!(
             entries <= 2,
             "{entries} entries left after 200,000 keys were locked, released and expired"
@@ -316,18 +316,18 @@ mod tests {
 
     #[tokio::test]
     async fn locks_whose_lease_ran_out_unreleased_are_forgotten() {
-        let backend = backend();
+        let store = store();
         for i in 0..50_000 {
             grant(
-                &backend,
+                &store,
                 &key(format!("abandoned-{i}")),
                 Duration::from_millis(10),
             )
             .await;
         }
         std::thread::sleep(Duration::from_millis(100));
-        churn_one_key(&backend, 2 * 100_000).await;
-        let entries = backend.entries();
+        churn_one_key(&store, 2 * 100_000).await;
+        let entries = store.entries();
         assert!(
             entries <= 2,
             "{entries} entries left of 50,000 abandoned locks"
@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_sweep_on_a_clock_hours_ahead_keeps_the_locks_of_callers_on_real_time() {
-        let backend = backend();
+        let store = store();
         let live = key("live");
         let runtime = |paused| {
             tokio::runtime::Builder::new_current_thread()
@@ -346,14 +346,14 @@ mod tests {
                 .expect("runtime")
         };
         // Taken on a running clock, for a minute.
-        runtime(false).block_on(grant(&backend, &live, Duration::from_secs(60)));
+        runtime(false).block_on(grant(&store, &live, Duration::from_secs(60)));
         // Another test's paused clock, two hours ahead, sweeps the store.
         runtime(true).block_on(async {
             tokio::time::advance(Duration::from_secs(2 * 3600)).await;
-            backend.with_state(|state| state.grants_to_sweep = 1);
-            grant(&backend, &key("ahead"), Duration::from_secs(60)).await;
+            store.with_state(|state| state.grants_to_sweep = 1);
+            grant(&store, &key("ahead"), Duration::from_secs(60)).await;
         });
-        let held = runtime(false).block_on(backend.acquire(&Try {
+        let held = runtime(false).block_on(store.acquire(&Try {
             kind: Kind::Write,
             key: &live,
             owner: "rival",
@@ -374,26 +374,26 @@ mod tests {
 
     #[tokio::test]
     async fn tokens_keep_increasing_after_a_counter_expired() {
-        let backend = backend();
+        let store = store();
         let key = key("k");
         let lease = Duration::from_millis(100); // kept from grant to release on a loaded machine
                                                 // Many grants in a row, then a wait past the counter's keep time.
         let mut last = 0;
         for _ in 0..10_000 {
-            let token = grant(&backend, &key, lease).await;
+            let token = grant(&store, &key, lease).await;
             assert!(token > last, "{token} after {last}");
             last = token;
-            assert!(backend
+            assert!(store
                 .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
         }
         std::thread::sleep(lease + Duration::from_millis(50));
         // Force a sweep so the counter is really forgotten, not just stale.
-        backend.with_state(|state| state.grants_to_sweep = 1);
-        let after = grant(&backend, &key, lease).await;
+        store.with_state(|state| state.grants_to_sweep = 1);
+        let after = grant(&store, &key, lease).await;
         assert!(
-            backend.with_state(|state| state.fences.len()) == 1,
+            store.with_state(|state| state.fences.len()) == 1,
             "the old counter was swept and a new one made"
         );
         assert!(after > last, "{after} after an expired counter's {last}");
@@ -401,22 +401,22 @@ mod tests {
 
     #[tokio::test]
     async fn tokens_strictly_increase_across_rapid_grants_of_one_key() {
-        let backend = backend();
+        let store = store();
         let key = key("rapid");
         let lease = Duration::from_millis(100); // kept from grant to release on a loaded machine
         let mut last = 0;
         for _ in 0..10_000 {
-            let token = grant(&backend, &key, lease).await;
+            let token = grant(&store, &key, lease).await;
             assert!(token > last, "token {token} after {last}");
             last = token;
-            assert!(backend
+            assert!(store
                 .release(Holding::Grant(Kind::Write), &key, "owner")
                 .await
                 .expect("release"));
         }
         // Grants under one hold of the mutex come several to a microsecond, so many share a
         // clock reading and only the counter keeps their tokens apart.
-        backend.with_state(|state| {
+        store.with_state(|state| {
             for _ in 0..100_000 {
                 let token = state.next_token(&key.fence(), lease, Instant::now());
                 assert!(
@@ -428,14 +428,14 @@ mod tests {
         });
         // Grants that outpace the clock leave a live counter ahead of it: the counter goes on.
         let ahead = clock_micros() + 60_000_000;
-        backend.with_state(|state| {
+        store.with_state(|state| {
             let fence = Fence {
                 last: ahead,
                 expires_at: counter_expiry(lease, Instant::now()),
             };
             state.fences.insert(key.fence().clone(), fence);
         });
-        let token = grant(&backend, &key, lease).await;
+        let token = grant(&store, &key, lease).await;
         assert_eq!(
             token,
             ahead + 1,
@@ -445,16 +445,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_after_the_counter_expired_sorts_between_the_write_tokens() {
-        let backend = backend();
+        let store = store();
         let key = key("read-after");
         let lease = Duration::from_millis(20);
-        let written = grant(&backend, &key, lease).await;
-        assert!(backend
+        let written = grant(&store, &key, lease).await;
+        assert!(store
             .release(Holding::Grant(Kind::Write), &key, "owner")
             .await
             .expect("release"));
         std::thread::sleep(lease + Duration::from_millis(30));
-        let read = match backend
+        let read = match store
             .acquire(&Try {
                 kind: Kind::Read,
                 key: &key,
@@ -478,11 +478,11 @@ mod tests {
             }
         };
         assert!(read > written, "read {read} after write {written}");
-        assert!(backend
+        assert!(store
             .release(Holding::Grant(Kind::Read), &key, "reader")
             .await
             .expect("release"));
-        let next = grant(&backend, &key, lease).await;
+        let next = grant(&store, &key, lease).await;
         assert!(next > read, "write {next} after read {read}");
     }
 }

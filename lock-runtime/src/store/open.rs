@@ -1,21 +1,21 @@
-//! How a client's store is opened from its [`Config`]: which store a `BackendConfig` names,
+//! How a client's store is opened from its [`Config`]: which store a `StoreConfig` names,
 //! the options every Redis node of it gets, and the store's name in spans and metrics. The
-//! client (`client/mod.rs`) calls [`Backend::open`] once; nothing connects until the first
+//! client (`client/mod.rs`) calls [`AnyStore::open`] once; nothing connects until the first
 //! request.
 
 use tokio::runtime::Handle;
 
-use super::cluster::ClusterBackend;
+use super::cluster::ClusterStore;
 use super::endpoint::{Endpoint, Sentinel};
-use super::memory::MemoryBackend;
-use super::redis::{NodeOptions, RedisBackend};
-use super::redlock::RedlockBackend;
-use super::Backend;
-use crate::config::{BackendConfig, Config};
+use super::memory::MemoryStore;
+use super::redis::{NodeOptions, NodeStore};
+use super::redlock::RedlockStore;
+use super::AnyStore;
+use crate::config::{Config, StoreConfig};
 use crate::error::LockError;
 use crate::kind::Tokens;
 
-impl Backend {
+impl AnyStore {
     /// The store `config` names, whose connections and background tasks run on `io`.
     pub(crate) fn open(config: &Config, io: Handle) -> Result<Self, LockError> {
         let options = NodeOptions {
@@ -26,14 +26,14 @@ impl Backend {
             wake_ups: true,
             tokens: Tokens::Clock,
         };
-        Ok(match &config.backend {
-            BackendConfig::Redis(client) => Backend::Redis(Box::new(RedisBackend::new(
+        Ok(match &config.store {
+            StoreConfig::Redis(client) => AnyStore::Redis(Box::new(NodeStore::new(
                 Endpoint::Fixed((**client).clone()),
                 options,
                 io,
             ))),
-            BackendConfig::Sentinel { sentinels, master } => {
-                Backend::Redis(Box::new(RedisBackend::new(
+            StoreConfig::Sentinel { sentinels, master } => {
+                AnyStore::Redis(Box::new(NodeStore::new(
                     Endpoint::Sentinel(Sentinel::new(
                         sentinels.clone(),
                         master.clone(),
@@ -44,27 +44,27 @@ impl Backend {
                     io,
                 )))
             }
-            BackendConfig::Cluster(nodes) => {
-                Backend::Cluster(Box::new(ClusterBackend::new(nodes, options, io)?))
+            StoreConfig::Cluster(nodes) => {
+                AnyStore::Cluster(Box::new(ClusterStore::new(nodes, options, io)?))
             }
-            BackendConfig::Redlock(masters) => Backend::Redlock(Box::new(RedlockBackend::new(
+            StoreConfig::Redlock(masters) => AnyStore::Redlock(Box::new(RedlockStore::new(
                 masters,
                 options,
                 config.node_timeout,
                 io,
             ))),
-            BackendConfig::InMemory(store) => Backend::Memory(MemoryBackend::new(store.clone())),
+            StoreConfig::InMemory(locks) => AnyStore::Memory(MemoryStore::new(locks.state())),
         })
     }
 
     /// The name of the store `config` names, as spans and metrics label it.
-    pub(crate) fn name(config: &BackendConfig) -> &'static str {
+    pub(crate) fn name(config: &StoreConfig) -> &'static str {
         match config {
-            BackendConfig::Redis(_) => "redis",
-            BackendConfig::Sentinel { .. } => "sentinel",
-            BackendConfig::Cluster(_) => "cluster",
-            BackendConfig::Redlock(_) => "redlock",
-            BackendConfig::InMemory(_) => "memory",
+            StoreConfig::Redis(_) => "redis",
+            StoreConfig::Sentinel { .. } => "sentinel",
+            StoreConfig::Cluster(_) => "cluster",
+            StoreConfig::Redlock(_) => "redlock",
+            StoreConfig::InMemory(_) => "memory",
         }
     }
 }

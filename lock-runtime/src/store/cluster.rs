@@ -44,12 +44,12 @@ use super::connection::{request_error, Failure};
 use super::primaries::{Primaries, Sent, Share};
 use super::redis::{NodeOptions, RedisStore};
 use super::transport::{replicated, Answered, ScanStep, Transport};
-use super::wake::{Announcer, ReleaseListener};
-use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, LockError};
 use crate::kind::{self, Tokens};
+use crate::protocol::{Announce, Call};
 use crate::script::ScriptCall;
+use crate::store::wake::{Announcer, ReleaseListener};
 
 /// A Redis Cluster, reached through one cluster connection.
 pub(crate) struct Cluster {
@@ -71,9 +71,9 @@ pub(crate) struct Cluster {
 type Connect = tokio::task::JoinHandle<redis::RedisResult<ClusterConnection>>;
 
 /// The store on a Redis Cluster.
-pub(crate) type ClusterBackend = RedisStore<Cluster>;
+pub(crate) type ClusterStore = RedisStore<Cluster>;
 
-impl ClusterBackend {
+impl ClusterStore {
     pub(crate) fn new(
         nodes: &[redis::Client],
         options: NodeOptions,
@@ -213,7 +213,7 @@ fn set_up(
 ) -> Result<ClusterConnection, BackendError> {
     match connected {
         Ok(Ok(connection)) => {
-            tracing::debug!(target: crate::LOG_TARGET, nodes = %nodes, "connected to Redis Cluster");
+            tracing::debug!(target: crate::telemetry::LOG_TARGET, nodes = %nodes, "connected to Redis Cluster");
             // Beside the first request, not before it: the check only ever logs.
             io.spawn(super::eviction::check_cluster(connection.clone()));
             // The map for batches, read before the first one is due.
@@ -244,7 +244,7 @@ impl Cluster {
             .map(|(&i, _)| i)
             .collect();
         if !alone.is_empty() {
-            tracing::trace!(target: crate::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
+            tracing::trace!(target: crate::telemetry::LOG_TARGET, nodes = %self.nodes, alone = alone.len(), "{operation}: {} calls sent alone", alone.len());
         }
         let replies = futures_util::future::join_all(
             alone

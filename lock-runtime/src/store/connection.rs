@@ -38,10 +38,10 @@ use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
 use super::transport::{replicated, ScanStep, Transport};
-use super::{Announce, Call};
 use crate::config::ReplicaGuard;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
+use crate::protocol::{Announce, Call};
 
 mod reach;
 use reach::{Connected, Reach, ServerSideClient, SetUpFailure, Transactions};
@@ -280,7 +280,7 @@ impl Node {
         state.last_failure = None;
         state.last_generation += 1;
         let generation = state.last_generation;
-        tracing::debug!(target: crate::LOG_TARGET, server = %self.reach.server, generation, "connected to Redis");
+        tracing::debug!(target: crate::telemetry::LOG_TARGET, server = %self.reach.server, generation, "connected to Redis");
         let in_use = InUse {
             generation,
             connection: connection.clone(),
@@ -333,7 +333,7 @@ impl Node {
     fn discard(&self, generation: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_ref().is_some_and(|c| c.generation == generation) {
-            tracing::debug!(target: crate::LOG_TARGET, server = %self.reach.server, generation, "discarding broken Redis connection");
+            tracing::debug!(target: crate::telemetry::LOG_TARGET, server = %self.reach.server, generation, "discarding broken Redis connection");
             if let Some(old) = current.take().and_then(|c| c.server_side) {
                 self.reach.replaced.push(old);
             }
@@ -557,7 +557,7 @@ impl Node {
                 // the caller's runtime that ran its driver.
                 let retry = !in_use.fresh || in_use.driver_gone();
                 if retry && !retried && failure.kind != BackendErrorKind::Timeout {
-                    tracing::debug!(target: crate::LOG_TARGET, server = %self.reach.server, "retrying {operation} on a new connection: {err}");
+                    tracing::debug!(target: crate::telemetry::LOG_TARGET, server = %self.reach.server, "retrying {operation} on a new connection: {err}");
                     retried = true;
                     continue;
                 }

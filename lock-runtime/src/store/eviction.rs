@@ -106,7 +106,7 @@ fn judge(server: &str, settings: &HashMap<String, String>) {
     let maxmemory = settings.get("maxmemory").map_or("?", String::as_str);
     if can_evict_lock_keys(policy) {
         tracing::warn!(
-            target: crate::LOG_TARGET,
+            target: crate::telemetry::LOG_TARGET,
             server,
             policy = %policy,
             maxmemory,
@@ -116,14 +116,14 @@ fn judge(server: &str, settings: &HashMap<String, String>) {
              servers that keep locks (writes then fail loudly when memory is full)"
         );
     } else {
-        tracing::debug!(target: crate::LOG_TARGET, server, policy = %policy, "maxmemory-policy keeps lock keys");
+        tracing::debug!(target: crate::telemetry::LOG_TARGET, server, policy = %policy, "maxmemory-policy keeps lock keys");
     }
 }
 
 fn refused(server: &str, err: &dyn std::fmt::Display) {
     // Managed Redis often disables or renames CONFIG: nothing to learn, nothing wrong.
     tracing::debug!(
-        target: crate::LOG_TARGET,
+        target: crate::telemetry::LOG_TARGET,
         server,
         error = %err,
         "could not read maxmemory-policy (CONFIG GET refused or renamed); eviction not checked"

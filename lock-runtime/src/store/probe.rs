@@ -11,20 +11,20 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::redis::RedisBackend;
-use crate::LockError;
+use super::redis::NodeStore;
+use crate::error::LockError;
 
 /// Asks `master` for a `PING` until it answers (an ACL's refusal included), pausing `pause`
 /// after each failure (no connection, a timeout). `told` is set once the refusal was warned
 /// of, so each master's is told once.
-pub(crate) async fn until_it_answers(master: &RedisBackend, pause: Duration, told: &AtomicBool) {
+pub(crate) async fn until_it_answers(master: &NodeStore, pause: Duration, told: &AtomicBool) {
     loop {
         match master.ping().await {
             Ok(()) => return,
             Err(LockError::Backend(err)) if err.refused_command() == Some("ping") => {
                 if !told.swap(true, Ordering::AcqRel) {
                     tracing::warn!(
-                        target: crate::LOG_TARGET,
+                        target: crate::telemetry::LOG_TARGET,
                         error = %err,
                         "a Redlock master's ACL refuses `PING`, which distlock sends to a master \
                          that missed its node timeout to learn that it has caught up (the \

@@ -248,7 +248,7 @@ impl Primaries {
         let mut batching = self.batching();
         let pause = match &*batching {
             Batching::On => {
-                tracing::warn!(target: crate::LOG_TARGET, seed = %self.seed.addr(), cause = %cause,
+                tracing::warn!(target: crate::telemetry::LOG_TARGET, seed = %self.seed.addr(), cause = %cause,
                     "Redis Cluster renewals are no longer sent one pipeline per primary: {cause}. \
                      Each slot's renewal goes alone through the cluster connection (one request \
                      per slot instead of one per primary) until a per-primary connection works; \
@@ -263,7 +263,7 @@ impl Primaries {
             Batching::Off { retry_at, .. } if now < *retry_at => return,
             Batching::Off { pause, .. } => {
                 let pause = (*pause * 2).min(MOST_PAUSE);
-                tracing::debug!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals still not sent per primary ({cause}); tried again after {pause:?}");
+                tracing::debug!(target: crate::telemetry::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals still not sent per primary ({cause}); tried again after {pause:?}");
                 pause
             }
         };
@@ -290,7 +290,7 @@ impl Primaries {
             {
                 return;
             }
-            tracing::info!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals are sent one pipeline per primary again (they were not: {cause})");
+            tracing::info!(target: crate::telemetry::LOG_TARGET, seed = %self.seed.addr(), "Redis Cluster renewals are sent one pipeline per primary again (they were not: {cause})");
             *batching = Batching::On;
         }
     }
@@ -304,7 +304,7 @@ impl Primaries {
         {
             return;
         }
-        tracing::trace!(target: crate::LOG_TARGET, seed = %self.seed.addr(), "reading the Redis Cluster's slot map");
+        tracing::trace!(target: crate::telemetry::LOG_TARGET, seed = %self.seed.addr(), "reading the Redis Cluster's slot map");
         self.stale.store(false, Ordering::Relaxed);
         let (primaries, mut connection) = (self.clone(), connection.clone());
         self.io.spawn(async move {
@@ -317,7 +317,7 @@ impl Primaries {
             match slots {
                 Ok(slots) => primaries.install(&slots),
                 Err(err) => {
-                    tracing::debug!(target: crate::LOG_TARGET, "could not read the Cluster's slots: {err}");
+                    tracing::debug!(target: crate::telemetry::LOG_TARGET, "could not read the Cluster's slots: {err}");
                     primaries.out_of_date();
                 }
             }
@@ -521,7 +521,7 @@ impl Primaries {
                 .arg(kind::millis(guard.timeout));
         }
         pipeline.ignore_errors();
-        tracing::trace!(target: crate::LOG_TARGET, server = %primary.address, seed = %self.seed.addr(), calls = indices.len(), "{operation}: one request for {} calls", indices.len());
+        tracing::trace!(target: crate::telemetry::LOG_TARGET, server = %primary.address, seed = %self.seed.addr(), calls = indices.len(), "{operation}: one request for {} calls", indices.len());
         let expected = pipeline.len();
         let request = {
             let primary = primary.clone();
