@@ -25,6 +25,7 @@ mod fencing_keys;
 mod health;
 mod inspect;
 mod jobs;
+mod layers;
 mod multi_key;
 mod paused_time;
 mod promise_ledger;
