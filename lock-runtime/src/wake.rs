@@ -9,8 +9,8 @@
 //!
 //! The seam to the stores is [`Feed`]: a store that announces releases delivers each message
 //! as a channel and a payload ([`Waiters::wake`]) and answers subscription requests (the Redis
-//! stores by pub/sub, `store/pubsub.rs`; a store that needs no subscription, such as an
-//! in-process one, only delivers). This module sits between the kinds and the stores and
+//! stores by pub/sub, `store/pubsub.rs`; a store that needs no subscription only delivers;
+//! today's in-process store has no feed, and its waiters back off). This module sits between the kinds and the stores and
 //! imports nothing from `store/`. The whole argument is in `docs/how-it-works.md`, "Wake-ups
 //! on release".
 
@@ -305,5 +305,84 @@ impl Drop for WaitRegistration {
         channels.remove(&self.name);
         drop(channels);
         self.inner.feed.unwanted(std::mem::take(&mut self.name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store that needs no subscription (as an in-process one would): it only delivers.
+    struct Delivered;
+
+    impl Feed for Delivered {
+        fn subscribe(&self, _channel: &str) -> Option<JoinHandle<()>> {
+            None
+        }
+        fn retry_after_pause<'a>(&'a self, _channel: &'a str) -> BoxFuture<'a, Option<Instant>> {
+            Box::pin(async { None })
+        }
+        fn listening(&self, _channel: &str) -> bool {
+            true
+        }
+        fn unwanted(&self, _channel: String) {}
+    }
+
+    fn listener() -> (Waiters, ReleaseListener) {
+        let waiters = Waiters::default();
+        (waiters.clone(), ReleaseListener::new(waiters, Delivered))
+    }
+
+    const SOON: Duration = Duration::from_millis(50);
+
+    #[tokio::test]
+    async fn a_delivered_release_wakes_one_writer_and_leaves_the_readers_waiting() {
+        let (waiters, listener) = listener();
+        let mut first = listener.interest("c", Kind::Write, None);
+        let mut second = listener.interest("c", Kind::Write, None);
+        let mut reader = listener.interest("c", Kind::Read, None);
+        waiters.wake("c", b"");
+        assert!(listener.wait(&mut first, SOON).await);
+        assert!(!listener.wait(&mut second, SOON).await);
+        assert!(!listener.wait(&mut reader, SOON).await);
+    }
+
+    #[tokio::test]
+    async fn a_delivered_release_wakes_every_reader_when_no_writer_waits() {
+        let (waiters, listener) = listener();
+        let mut readers = [
+            listener.interest("c", Kind::Read, None),
+            listener.interest("c", Kind::Read, None),
+        ];
+        waiters.wake("c", b"");
+        for reader in &mut readers {
+            assert!(listener.wait(reader, SOON).await);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_queue_head_is_woken_by_name_and_a_leader_record_wakes_only_observers() {
+        let (waiters, listener) = listener();
+        let mut head = listener.interest("c", Kind::Write, Some("head"));
+        let mut behind = listener.interest("c", Kind::Write, Some("behind"));
+        let mut writer = listener.interest("c", Kind::Write, None);
+        let mut observer = listener.observe("c");
+        waiters.wake("c", b"f:head");
+        assert!(listener.wait(&mut head, SOON).await);
+        assert!(!listener.wait(&mut behind, SOON).await);
+        assert!(listener.wait(&mut observer, SOON).await);
+        waiters.wake("c", b"e:7");
+        assert!(listener.wait(&mut observer, SOON).await);
+        assert!(!listener.wait(&mut writer, SOON).await);
+        assert!(!listener.wait(&mut head, SOON).await);
+    }
+
+    #[tokio::test]
+    async fn the_last_waiter_gone_the_channel_is_no_longer_wanted() {
+        let (waiters, listener) = listener();
+        let registration = listener.interest("c", Kind::Semaphore(2), None);
+        assert!(waiters.wants("c"));
+        drop(registration);
+        assert!(!waiters.wants("c"));
     }
 }
