@@ -34,6 +34,7 @@ mod store;
 mod telemetry;
 mod tls;
 mod url;
+mod wake;
 mod watchdog;
 
 pub use attribute::{current, fencing_token, LockInfo};

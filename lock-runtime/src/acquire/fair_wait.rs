@@ -12,7 +12,7 @@ use crate::kind::fair::{self, Seat};
 use crate::kind::Holding;
 use crate::protocol::LockKey;
 use crate::release::Releaser;
-use crate::store::wake::ReleaseListener;
+use crate::wake::ReleaseListener;
 
 /// A fair request's place in its key's queue until the request ends: its waiter id (which
 /// every owner token of the request starts with), its [`Seat`], and whether its last try found

@@ -37,9 +37,9 @@ use crate::lease::Lease;
 use crate::protocol::FencingToken;
 use crate::protocol::{AcquireReply, LockKey};
 use crate::request::{LockRequest, Target};
-use crate::store::wake::WaitRegistration;
 use crate::store::{is_ambiguous, Store};
 use crate::telemetry::Acquire;
+use crate::wake::WaitRegistration;
 
 use backoff::writer_waiting_mark;
 pub(crate) use backoff::Backoff;

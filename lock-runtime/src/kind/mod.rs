@@ -14,7 +14,10 @@ pub(crate) mod multi;
 pub(crate) mod read;
 pub(crate) mod semaphore;
 pub(crate) mod twins;
+mod wake_rule;
 pub(crate) mod write;
+
+pub(crate) use wake_rule::{Announcement, FairWake, WakeRule};
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -72,16 +75,6 @@ pub(crate) enum TokenRule {
     /// The latest token handed out (or the clock), between the write tokens around it (a read
     /// grant, a semaphore permit): nothing is written for it.
     Latest,
-}
-
-/// Whom a release announcement wakes, for a waiter of a kind (`store/wake.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WakeRule {
-    /// One waiter of each client per announced release (a writer, a permit waiter); a wake-up
-    /// with nobody waiting is kept for the next.
-    OnePerRelease,
-    /// Every reader of each client.
-    AllReaders,
 }
 
 /// Where a store's fencing tokens come from (the request may want none: [`Try::fencing`]).
@@ -234,17 +227,6 @@ impl Kind {
         match self {
             Kind::Write => TokenRule::Fresh,
             Kind::Read | Kind::Semaphore(_) => TokenRule::Latest,
-        }
-    }
-
-    /// How a waiter for a grant of this kind is woken by a release announcement
-    /// ([`WakeRule`]); a fair waiter is woken by name instead (`store/wake.rs`).
-    pub(crate) fn wake_rule(self) -> WakeRule {
-        match self {
-            // A semaphore waiter is woken as a writer is: one per announced release (one freed
-            // permit) per client.
-            Kind::Write | Kind::Semaphore(_) => WakeRule::OnePerRelease,
-            Kind::Read => WakeRule::AllReaders,
         }
     }
 

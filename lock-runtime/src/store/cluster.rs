@@ -49,7 +49,7 @@ use crate::error::{BackendError, LockError};
 use crate::kind::{self, Tokens};
 use crate::protocol::{Announce, Call};
 use crate::script::ScriptCall;
-use crate::store::wake::{Announcer, ReleaseListener};
+use crate::store::pubsub::{Announcer, PubSub};
 
 /// A Redis Cluster, reached through one cluster connection.
 pub(crate) struct Cluster {
@@ -98,7 +98,7 @@ impl ClusterStore {
         let seed = infos.first().cloned().ok_or_else(|| {
             LockError::Config("a Redis Cluster needs at least one node URL".to_owned())
         })?;
-        let waker = ReleaseListener::new(
+        let waker = PubSub::listener(
             vec![Announcer::Cluster(infos)],
             io.clone(),
             options.connect_timeout,

@@ -19,10 +19,10 @@ pub(crate) mod memory;
 mod open;
 pub(crate) mod primaries;
 mod probe;
+pub(crate) mod pubsub;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod transport;
-pub(crate) mod wake;
 
 use std::future::Future;
 
@@ -32,6 +32,7 @@ use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{RawHolder, RawView};
 use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
+use crate::wake;
 
 /// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
 /// owner token.

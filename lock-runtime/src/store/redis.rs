@@ -36,7 +36,8 @@ use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{self as operator, RawHolder, RawView};
 use crate::protocol::Announce;
 use crate::protocol::{AcquireReply, Call, LockKey, RawRecord, Renewed};
-use crate::store::wake::{Announcer, ReleaseListener};
+use crate::store::pubsub::{Announcer, PubSub};
+use crate::wake::ReleaseListener;
 
 /// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]
@@ -80,7 +81,7 @@ impl NodeStore {
     pub(crate) fn new(endpoint: Endpoint, options: NodeOptions, io: Handle) -> Self {
         let endpoint = Arc::new(endpoint);
         let waker = options.wake_ups.then(|| {
-            ReleaseListener::new(
+            PubSub::listener(
                 vec![Announcer::Node(endpoint.clone())],
                 io.clone(),
                 options.connect_timeout,

@@ -91,7 +91,8 @@ use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::protocol::FencingToken;
 use crate::protocol::TooLow;
 use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
-use crate::store::wake::{Announcer, ReleaseListener};
+use crate::store::pubsub::{Announcer, PubSub};
+use crate::wake::ReleaseListener;
 
 static RAISE_FENCE: LazyLock<LuaScript> =
     LazyLock::new(|| kind::script(include_str!("../../scripts/redlock/raise_fence.lua")));
@@ -274,7 +275,7 @@ impl RedlockStore {
             connect_timeout: options.connect_timeout,
             first_use: AtomicBool::new(true),
             lead: AtomicU64::new(micros(first_lead(node_timeout))),
-            waker: ReleaseListener::new(
+            waker: PubSub::listener(
                 masters
                     .iter()
                     .map(|master| Announcer::Node(Arc::new(Endpoint::Fixed(master.clone()))))

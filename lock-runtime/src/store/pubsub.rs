@@ -1,125 +1,45 @@
-//! Wake-up on release for the Redis stores. A write release, the last reader's release
-//! while a writer waits, and every semaphore permit's release publish on the lock's `…:released` channel (same hash tag as the lock
-//! key); waiters of this client subscribe to it over one pub/sub connection per announcing
-//! server (on Redlock, one per master: see below), made on the client's I/O runtime, and a reader task wakes, per release, **one** waiting writer of this
-//! client, or **all** its waiting readers when no writer of this client waits (a waiting writer
-//! has set the writer-waiting mark, which keeps readers out; readers share the lock, writers
-//! would only collide). A semaphore waiter counts as a writer here: a release frees one permit,
-//! so each client wakes one of its waiters for it. A fair lock's release names the head of its
-//! queue (`f:` and its waiter id): only that waiter wakes, in whichever client it waits; any
-//! other release also wakes one of the client's fair waiters. So a handoff costs about one round
-//! trip and many writers do not all retry at once. An election's observers (`election/`)
-//! register as observers: every message on the channel wakes each of them, and a new leader's
-//! announcement (`e:` and its epoch) wakes only them. Anything lost here (a message, the
-//! connection) only costs the waiter one backoff step: the acquire loop's backoff stays the
-//! fallback. So when pub/sub fails (no connection, SUBSCRIBE refused or answered by a closed
-//! connection), this client pauses it, for longer after each failure in a row ([`Pause`]),
-//! instead of reconnecting on every wait; a waiter tries subscribing again when the pause ends,
-//! within its wait.
-//!
-//! Two kinds of [`Announcer`] carry the subscriptions. On one server: plain pub/sub
-//! (`SUBSCRIBE`) on a connection of its own. Redlock listens on each of its masters, a
-//! connection and subscriptions of its own for each (one [`Announcer::Node`] per master): every
-//! master announces a release, and the lock is free to a quorum only once the last master of a
-//! majority has released it, so a waiter woken by the first announcement and refused because
-//! another master had not released yet is woken again by that master's. A client then hears a
-//! release once per master; the extra wake-ups cost at most one try each. On a Redis Cluster a release runs `SPUBLISH` on
-//! the lock's shard, so waiters subscribe with `SSUBSCRIBE` over a RESP3 cluster connection
-//! that routes each command by its channel's slot: **one command per channel**, never one
-//! naming several (across slots that fails with `CROSSSLOT`). The `redis` crate resubscribes
-//! on its own after a reconnect or a slot change with one command per node, which fails across
-//! slots, so it is not relied on: when a node's connection drops, every channel is forgotten as
-//! subscribed, and when the server unsubscribes a channel (its slot moved), that channel is;
-//! the next wait on it subscribes it again, alone. A cluster error is no reason to drop the
-//! cluster connection (it reconnects to nodes by itself), only to pause.
-//!
-//! Behind Sentinel, the subscription follows a failover: once any connection of the store has
-//! been told of a new primary ([`Endpoint::moves`]), the next wait drops a subscription made
-//! before that (it may sit on a demoted or cut-off server that no release reaches) and
-//! subscribes on the primary the sentinels name now.
+//! The Redis stores' release announcements, fed to this client's waiters (`wake.rs`'s
+//! [`Feed`]). A release publishes on the lock's `…:released` channel (same hash tag as the
+//! lock key); while a waiter of this client waits on a channel, [`PubSub`] keeps it subscribed
+//! over one pub/sub connection per announcing server ([`Announcer`]), made on the client's I/O
+//! runtime, and a reader task hands each message to [`Waiters::wake`]. On one server (or
+//! Sentinel's primary): `SUBSCRIBE`; after a failover ([`Endpoint::moves`]) the next wait
+//! subscribes again on the primary the sentinels name now. Redlock: one connection per master,
+//! each announcing every release. Cluster: `SSUBSCRIBE` on the lock's shard, one command per
+//! channel (never several across slots), resubscribed by the next wait after a node's
+//! connection drops or a slot moves. When pub/sub fails this client pauses it ([`Pause`]) and
+//! its waiters back off meanwhile. The argument for each of these is in
+//! `docs/how-it-works.md`, "Wake-ups on release". Neighbours: `redis.rs`, `cluster.rs` and
+//! `redlock.rs` make their listener here ([`PubSub::listener`]); `endpoint.rs` connects.
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionInfo, PushKind, RedisResult, Value};
 use tokio::runtime::Handle;
-use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
 use super::endpoint::Endpoint;
-use crate::kind::{Kind, WakeRule};
-
-/// One channel's waiters in this client.
-struct Channel {
-    /// Each fair waiter of this client, by waiter id: woken by a message naming it (its
-    /// queue's head); one of them also by a release of the unfair kinds.
-    fair: HashMap<String, Arc<Notify>>,
-    /// Wakes one waiting writer; a wake-up with no writer waiting is kept for the next.
-    writers: Arc<Notify>,
-    /// Wakes every waiting reader: each sees the version change once, also when it was busy
-    /// with a try when the release came.
-    readers: watch::Sender<()>,
-    /// Wakes every observer of an election ([`ReleaseListener::observe`]): each sees every
-    /// message once, whatever it says.
-    observers: watch::Sender<()>,
-    waiting_writers: usize,
-    waiting_readers: usize,
-    observing: usize,
-}
-
-impl Channel {
-    /// Wakes the waiters a message with `payload` is meant for: a fair queue's head names
-    /// itself (`f:` and its id), and only that waiter wakes, if it is this client's; any other
-    /// release wakes one waiting writer of this client, or all its waiting readers when no
-    /// writer waits, and one of its fair waiters (which, finding the lock free but not at the
-    /// head, wakes the head by name).
-    fn wake(&self, payload: &[u8]) {
-        self.observers.send_replace(());
-        // A new leader's record (election/proclaim.lua): for observers alone.
-        if payload.starts_with(crate::protocol::PROCLAIMED_PREFIX) {
-            return;
-        }
-        if let Some(waiter) = payload.strip_prefix(crate::kind::fair::WAKE_PREFIX) {
-            let waiter = std::str::from_utf8(waiter).unwrap_or_default();
-            if let Some(notify) = self.fair.get(waiter) {
-                notify.notify_one();
-            }
-            return;
-        }
-        if let Some(notify) = self.fair.values().next() {
-            notify.notify_one();
-        }
-        if self.waiting_writers > 0 {
-            self.writers.notify_one();
-        } else {
-            self.readers.send_replace(());
-        }
-    }
-}
+use crate::wake::{Feed, ReleaseListener, Waiters};
 
 /// How long a channel stays subscribed after its last waiter of this client left.
 const UNSUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
+/// What the connections' reader tasks share with the subscribing side.
 struct State {
-    channels: Mutex<HashMap<String, Channel>>,
+    /// The waiters the messages wake, and whose wants decide what stays subscribed.
+    waiters: Waiters,
     /// For each announcer (by its index in [`Inner::announcers`]), the pub/sub connection's sink
     /// and the channels subscribed on it; one lock per announcer serialises its SUBSCRIBE and
     /// UNSUBSCRIBE so they cannot overtake each other.
     subscriptions: Vec<tokio::sync::Mutex<Subscriptions>>,
-}
-
-impl State {
-    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, Channel>> {
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 #[derive(Default)]
@@ -257,9 +177,8 @@ impl Pause {
     }
 }
 
-/// The client's waiters on released locks: it listens for release announcements and wakes the
-/// waiters they concern. (Not `Waker`: that is `std::task`'s.)
-pub(crate) struct ReleaseListener {
+/// This client's Redis pub/sub: the [`Feed`] of the Redis stores' waiters.
+pub(crate) struct PubSub {
     inner: Arc<Inner>,
 }
 
@@ -272,190 +191,37 @@ struct Inner {
     state: Arc<State>,
 }
 
-/// A waiter's registration on a channel; the channel is unsubscribed [`UNSUBSCRIBE_AFTER`] after
-/// the last one goes, unless another came meanwhile.
-/// (Not `Interest`: that is `tokio::io`'s.)
-pub(crate) struct WaitRegistration {
-    inner: Arc<Inner>,
-    name: String,
-    side: Side,
-}
-
-/// How a waiter of one side of the lock is woken.
-enum Side {
-    Writer(Arc<Notify>),
-    /// A fair waiter, with its id: woken by name.
-    Fair(String, Arc<Notify>),
-    Reader(watch::Receiver<()>),
-    /// An election's observer: woken by every message on the channel.
-    Observer(watch::Receiver<()>),
-}
-
-impl ReleaseListener {
-    pub(crate) fn new(
+impl PubSub {
+    /// A listener for waiters woken by releases that `announcers` announce, subscribing on
+    /// the I/O runtime `io` within these timeouts.
+    pub(crate) fn listener(
         announcers: Vec<Announcer>,
         io: Handle,
         connect_timeout: Duration,
         response_timeout: Duration,
-    ) -> Self {
+    ) -> ReleaseListener {
+        let waiters = Waiters::default();
         let subscriptions = announcers
             .iter()
             .map(|_| tokio::sync::Mutex::new(Subscriptions::default()))
             .collect();
-        Self {
+        let pubsub = PubSub {
             inner: Arc::new(Inner {
                 announcers,
                 io,
                 connect_timeout,
                 response_timeout,
                 state: Arc::new(State {
-                    channels: Mutex::new(HashMap::new()),
+                    waiters: waiters.clone(),
                     subscriptions,
                 }),
             }),
-        }
-    }
-
-    /// Registers a waiter for a grant of `kind` on `channel`, woken as the kind's
-    /// [`WakeRule`] says; a fair waiter (`waiter`: its id) is woken by the wake-ups naming it
-    /// instead.
-    pub(crate) fn interest(
-        &self,
-        channel: &str,
-        kind: Kind,
-        waiter: Option<&str>,
-    ) -> WaitRegistration {
-        self.register(channel, |entry| match (waiter, kind.wake_rule()) {
-            (Some(waiter), _) => {
-                let notify = Arc::new(Notify::new());
-                entry.fair.insert(waiter.to_owned(), notify.clone());
-                Side::Fair(waiter.to_owned(), notify)
-            }
-            (None, WakeRule::OnePerRelease) => {
-                entry.waiting_writers += 1;
-                Side::Writer(entry.writers.clone())
-            }
-            (None, WakeRule::AllReaders) => {
-                entry.waiting_readers += 1;
-                Side::Reader(entry.readers.subscribe())
-            }
-        })
-    }
-
-    /// Registers an election's observer on `channel`: woken by every release and every new
-    /// leader's record announced there, never taking a wake-up from a waiter.
-    pub(crate) fn observe(&self, channel: &str) -> WaitRegistration {
-        self.register(channel, |entry| {
-            entry.observing += 1;
-            Side::Observer(entry.observers.subscribe())
-        })
-    }
-
-    fn register(&self, channel: &str, side: impl FnOnce(&mut Channel) -> Side) -> WaitRegistration {
-        let inner = &self.inner;
-        let mut channels = inner.state.channels();
-        let entry = channels
-            .entry(channel.to_owned())
-            .or_insert_with(|| Channel {
-                fair: HashMap::new(),
-                writers: Arc::new(Notify::new()),
-                readers: watch::Sender::new(()),
-                observers: watch::Sender::new(()),
-                waiting_writers: 0,
-                waiting_readers: 0,
-                observing: 0,
-            });
-        let side = side(entry);
-        WaitRegistration {
-            inner: inner.clone(),
-            name: channel.to_owned(),
-            side,
-        }
-    }
-
-    /// Waits until a release of `interest`'s lock is announced, or `delay` has passed, never
-    /// longer; `true` when a release announcement ended it. Subscribing runs as a task of its own on the I/O runtime, so a wait that ends
-    /// first cannot cut it short and leave a subscription nobody tracks.
-    pub(crate) async fn wait(&self, interest: &mut WaitRegistration, delay: Duration) -> bool {
-        let until = Instant::now() + delay;
-        let woken = async {
-            match &mut interest.side {
-                Side::Writer(notify) | Side::Fair(_, notify) => notify.notified().await,
-                Side::Reader(release) | Side::Observer(release) => {
-                    if release.changed().await.is_err() {
-                        // Unreachable while the interest lives (the channel keeps the sender).
-                        std::future::pending::<()>().await;
-                    }
-                }
-            }
         };
-        tokio::pin!(woken);
-        // Register for a wake-up before subscribing: a release announced meanwhile counts.
-        let first = std::future::poll_fn(|cx| Poll::Ready(woken.as_mut().poll(cx))).await;
-        if first.is_ready() {
-            return true;
-        }
-        let listening = async {
-            // A subscription that failed is tried again once its pause ends, within this
-            // wait: a long backoff step would otherwise go without wake-ups (after a failover,
-            // say) although pub/sub is back.
-            loop {
-                if let Some(subscribing) = self.subscribe(&interest.name) {
-                    let _ = tokio::time::timeout_at(until, subscribing).await;
-                }
-                // Bounded too: a subscribe under way on a frozen server holds its state until
-                // it times out, which must not keep this wait past its end.
-                let retry = tokio::time::timeout_at(until, self.retry_after_pause(&interest.name));
-                match retry.await.ok().flatten() {
-                    Some(at) if at < until => tokio::time::sleep_until(at).await,
-                    _ => break,
-                }
-            }
-            tokio::time::sleep_until(until).await;
-        };
-        tokio::select! {
-            () = &mut woken => true,
-            () = listening => false,
-        }
+        ReleaseListener::new(waiters, pubsub)
     }
+}
 
-    /// Subscribes `registration`'s channel now, unless it is already, waiting for it at most
-    /// `within`: an election's observer (`election/observe.rs`) listens before its first read,
-    /// so that no change announced after that read goes unheard.
-    pub(crate) async fn listen(&self, registration: &WaitRegistration, within: Duration) {
-        if let Some(subscribing) = self.subscribe(&registration.name) {
-            let _ = tokio::time::timeout(within, subscribing).await;
-        }
-    }
-
-    /// When `channel` is not subscribed on an announcer because its pub/sub is paused after a
-    /// failure: the earliest end of such a pause, when subscribing may be tried again. `None`
-    /// when it is subscribed on every announcer.
-    async fn retry_after_pause(&self, channel: &str) -> Option<Instant> {
-        let mut earliest: Option<Instant> = None;
-        for subscriptions in &self.inner.state.subscriptions {
-            let subscriptions = subscriptions.lock().await;
-            if subscriptions.subscribed.contains(channel) || !subscriptions.pause.active() {
-                continue;
-            }
-            if let Some(until) = subscriptions.pause.until {
-                earliest = Some(earliest.map_or(until, |earliest| earliest.min(until)));
-            }
-        }
-        earliest
-    }
-
-    /// Whether releases on `channel` reach this client now (its subscription is up on some
-    /// announcer), as far as can be seen without waiting: `false` while subscriptions are
-    /// being made.
-    pub(crate) fn listening(&self, channel: &str) -> bool {
-        self.inner.state.subscriptions.iter().any(|subscriptions| {
-            subscriptions
-                .try_lock()
-                .is_ok_and(|subscriptions| subscriptions.subscribed.contains(channel))
-        })
-    }
-
+impl Feed for PubSub {
     /// Starts subscribing to `channel` on every announcer where it is not known to be
     /// subscribed already (nor paused): one task for them all, which ends when each has
     /// answered or failed.
@@ -472,6 +238,62 @@ impl ReleaseListener {
             let subscribing = wanted.iter().map(|&at| inner.subscribe(at, &channel));
             futures_util::future::join_all(subscribing).await;
         }))
+    }
+
+    /// When `channel` is not subscribed on an announcer because its pub/sub is paused after a
+    /// failure: the earliest end of such a pause. `None` when it is subscribed on every
+    /// announcer.
+    fn retry_after_pause<'a>(&'a self, channel: &'a str) -> BoxFuture<'a, Option<Instant>> {
+        Box::pin(async move {
+            let mut earliest: Option<Instant> = None;
+            for subscriptions in &self.inner.state.subscriptions {
+                let subscriptions = subscriptions.lock().await;
+                if subscriptions.subscribed.contains(channel) || !subscriptions.pause.active() {
+                    continue;
+                }
+                if let Some(until) = subscriptions.pause.until {
+                    earliest = Some(earliest.map_or(until, |earliest| earliest.min(until)));
+                }
+            }
+            earliest
+        })
+    }
+
+    /// Whether `channel`'s subscription is up on some announcer, as far as can be seen
+    /// without waiting: `false` while subscriptions are being made.
+    fn listening(&self, channel: &str) -> bool {
+        self.inner.state.subscriptions.iter().any(|subscriptions| {
+            subscriptions
+                .try_lock()
+                .is_ok_and(|subscriptions| subscriptions.subscribed.contains(channel))
+        })
+    }
+
+    /// Unsubscribes `channel` [`UNSUBSCRIBE_AFTER`] from now, unless a waiter came meanwhile.
+    fn unwanted(&self, channel: String) {
+        let inner = self.inner.clone();
+        self.inner.io.spawn(async move {
+            // Kept a moment: a lock contended in bursts would otherwise pay a SUBSCRIBE and an
+            // UNSUBSCRIBE between two waits, and its next waiter a subscription's round trip.
+            tokio::time::sleep(UNSUBSCRIBE_AFTER).await;
+            let (state, timeout) = (&inner.state, inner.response_timeout);
+            let unsubscribing = state.subscriptions.iter().map(|subscriptions| async {
+                let mut subscriptions = subscriptions.lock().await;
+                // A new waiter may have come meanwhile: it keeps the subscription.
+                if state.waiters.wants(&channel) || !subscriptions.subscribed.remove(&channel) {
+                    return;
+                }
+                if let Some(sink) = subscriptions.sink.as_mut() {
+                    let unsubscribed =
+                        tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
+                    // A cluster channel left subscribed only brings a message nobody waits for.
+                    if !matches!(unsubscribed, Ok(Ok(()))) && sink.breaks_on_error() {
+                        subscriptions.reset();
+                    }
+                }
+            });
+            futures_util::future::join_all(unsubscribing).await;
+        });
     }
 }
 
@@ -494,7 +316,7 @@ impl Inner {
             tracing::debug!(target: crate::telemetry::LOG_TARGET, "the primary has moved: wake-ups subscribe on the new one");
             subscriptions.forget();
         }
-        let wanted = self.state.channels().contains_key(channel);
+        let wanted = self.state.waiters.wants(channel);
         if !wanted || subscriptions.pause.active() || subscriptions.subscribed.contains(channel) {
             return;
         }
@@ -572,15 +394,12 @@ impl Inner {
     }
 }
 
-/// Wakes the waiters on `channel` that a message with `payload` is meant for, if this
-/// client has any.
+/// Hands a message on `channel` to the waiters ([`Waiters::wake`]).
 fn wake(state: &State, channel: &[u8], payload: &[u8]) {
     let Ok(channel) = std::str::from_utf8(channel) else {
         return;
     };
-    if let Some(channel) = state.channels().get(channel) {
-        channel.wake(payload);
-    }
+    state.waiters.wake(channel, payload);
 }
 
 /// Reads a plain pub/sub connection (of announcer `at`) until it ends.
@@ -654,51 +473,6 @@ async fn connection_gone(state: &State, at: usize, generation: u64) {
     if subscriptions.generation == generation {
         subscriptions.reader = None; // this task, ending anyway
         subscriptions.reset();
-    }
-}
-
-impl Drop for WaitRegistration {
-    fn drop(&mut self) {
-        let mut channels = self.inner.state.channels();
-        let Some(entry) = channels.get_mut(&self.name) else {
-            return;
-        };
-        match &self.side {
-            Side::Writer(_) => entry.waiting_writers -= 1,
-            Side::Reader(_) => entry.waiting_readers -= 1,
-            Side::Observer(_) => entry.observing -= 1,
-            Side::Fair(waiter, _) => {
-                entry.fair.remove(waiter);
-            }
-        }
-        if entry.waiting_writers + entry.waiting_readers + entry.observing + entry.fair.len() > 0 {
-            return;
-        }
-        channels.remove(&self.name);
-        drop(channels);
-        let inner = self.inner.clone();
-        let name = std::mem::take(&mut self.name);
-        self.inner.io.spawn(async move {
-            // Kept a moment: a lock contended in bursts would otherwise pay a SUBSCRIBE and an
-            // UNSUBSCRIBE between two waits, and its next waiter a subscription's round trip.
-            tokio::time::sleep(UNSUBSCRIBE_AFTER).await;
-            let (state, timeout) = (&inner.state, inner.response_timeout);
-            let unsubscribing = state.subscriptions.iter().map(|subscriptions| async {
-                let mut subscriptions = subscriptions.lock().await;
-                // A new waiter may have come meanwhile: it keeps the subscription.
-                if state.channels().contains_key(&name) || !subscriptions.subscribed.remove(&name) {
-                    return;
-                }
-                if let Some(sink) = subscriptions.sink.as_mut() {
-                    let unsubscribed = tokio::time::timeout(timeout, sink.unsubscribe(&name)).await;
-                    // A cluster channel left subscribed only brings a message nobody waits for.
-                    if !matches!(unsubscribed, Ok(Ok(()))) && sink.breaks_on_error() {
-                        subscriptions.reset();
-                    }
-                }
-            });
-            futures_util::future::join_all(unsubscribing).await;
-        });
     }
 }
 
