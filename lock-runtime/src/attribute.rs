@@ -31,12 +31,12 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::config::lease_out_of_bounds;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::protocol::{FencingToken, LockMode};
+use crate::request::{settings_refusal, LockRequest, Refusing};
 
 tokio::task_local! {
     /// Locks held by the current task through the attribute, outermost first; a re-entrant
@@ -209,7 +209,7 @@ impl LockTarget {
     }
 
     /// The request for this target through `client`, before the attribute's settings.
-    fn request(&self, client: &Client) -> crate::request::LockRequest {
+    fn request(&self, client: &Client) -> LockRequest {
         match self {
             LockTarget::Key {
                 key,
@@ -252,7 +252,7 @@ pub struct LockSpec {
 impl LockSpec {
     /// `request` with the attribute's settings: the watchdog, fencing, lease, wait and
     /// max_hold it was given (the client's defaults for those it was not).
-    fn settings_of(&self, mut request: crate::request::LockRequest) -> crate::request::LockRequest {
+    fn settings_of(&self, mut request: LockRequest) -> LockRequest {
         request = request.watchdog(self.watchdog);
         if let Some(fencing) = self.fencing {
             request = request.fencing(fencing);
@@ -294,25 +294,23 @@ impl LockSpec {
                 "`permits = {written}` is 0: a semaphore of zero permits could never be taken"
             ));
         }
-        if let (Some(written), Some(lease)) = (self.lease_expr, self.lease) {
-            if let Some(why) = lease_out_of_bounds(lease) {
-                return invalid(format!("`lease = {written}` is {why}"));
-            }
+        // A lease and max_hold written as literals were checked by the compiler; the request
+        // checks a default lease itself.
+        let Some(lease) = self.lease else {
+            return Ok(());
+        };
+        if self.lease_expr.is_none() && self.max_hold_expr.is_none() {
+            return Ok(());
         }
-        if let (Some(max_hold), Some(lease)) = (self.max_hold, self.lease) {
-            if max_hold < lease && (self.max_hold_expr.is_some() || self.lease_expr.is_some()) {
-                let max_hold_written = self
-                    .max_hold_expr
-                    .map_or(String::new(), |w| format!(" = {w}"));
-                let lease_written = self.lease_expr.map_or(String::new(), |w| format!(" = {w}"));
-                return invalid(format!(
-                    "`max_hold{max_hold_written}` ({max_hold:?}) is shorter than `lease{lease_written}` \
-                     ({lease:?}): the lock would be given up before its first renewal; make \
-                     max_hold at least the lease"
-                ));
-            }
+        let refusing = Refusing::Attribute {
+            lock: key,
+            lease: self.lease_expr,
+            max_hold: self.max_hold_expr,
+        };
+        match settings_refusal(lease, self.max_hold, &refusing) {
+            Some(err) => Err(err),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -582,7 +580,7 @@ fn ended_error(leases: &[Arc<Lease>], label: String) -> LockError {
     }
 }
 
-impl crate::request::LockRequest {
+impl LockRequest {
     /// Takes the lock, runs `body` under it and gives it back: the attribute's behaviour as a
     /// method (node-redlock's `using`), for code without `#[distributed_lock]`. The body runs
     /// with the lock as the task's current one ([`current`], [`fencing_token`]), and is

@@ -10,7 +10,6 @@ use crate::client::Client;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::inspect::LockState;
-use crate::kind::Kind;
 use crate::request::LockRequest;
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
@@ -114,11 +113,7 @@ pub(crate) fn global() -> Option<Client> {
 /// # Ok(()) }
 /// ```
 pub fn lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(
-        GLOBAL.get().map(|client| client.engine.clone()),
-        key.into(),
-        Kind::Write,
-    )
+    LockRequest::write(GLOBAL.get().map(|client| client.engine.clone()), key.into())
 }
 
 /// Starts a request for the write side of the read/write lock `key` through the global
@@ -150,11 +145,7 @@ pub fn write_lock(key: impl Into<String>) -> LockRequest {
 /// # Ok(()) }
 /// ```
 pub fn read_lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(
-        GLOBAL.get().map(|client| client.engine.clone()),
-        key.into(),
-        Kind::Read,
-    )
+    LockRequest::read(GLOBAL.get().map(|client| client.engine.clone()), key.into())
 }
 
 /// Starts a request for one of `permits` permits of the semaphore `key` through the global
@@ -182,10 +173,10 @@ pub fn read_lock(key: impl Into<String>) -> LockRequest {
 /// # Ok(()) }
 /// ```
 pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
-    LockRequest::new(
+    LockRequest::semaphore(
         GLOBAL.get().map(|client| client.engine.clone()),
         key.into(),
-        Kind::Semaphore(permits),
+        permits,
     )
 }
 

@@ -36,7 +36,7 @@ use crate::kind::{Holding, Kind, Try};
 use crate::lease::Lease;
 use crate::protocol::FencingToken;
 use crate::protocol::{AcquireReply, LockKey};
-use crate::request::{LockRequest, Target};
+use crate::request::{Exclusive, LockRequest, Refusing, Target};
 use crate::store::wake::WaitRegistration;
 use crate::store::{is_ambiguous, Store};
 use crate::telemetry::Acquire;
@@ -81,7 +81,7 @@ impl LockRequest {
     /// # Ok(()) }
     /// ```
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
-        self.wait = Some(Duration::ZERO);
+        self.settings.wait = Some(Duration::ZERO);
         self.busy_expected = true;
         match acquire(self).await {
             Ok(guard) => Ok(Some(guard)),
@@ -100,8 +100,8 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
     let store = engine.store_name;
     let busy_expected = request.busy_expected;
     let mut observed = match &request.target {
-        Target::Key { name, kind } => Acquire::start(name, (*kind).into(), store),
-        Target::Keys(names) => Acquire::start(&names.join(","), Kind::Write.into(), store),
+        Target::All(names) => Acquire::start(&names.join(","), Kind::Write.into(), store),
+        target => Acquire::start(&target.label(","), target.kind().into(), store),
     };
     let outcome = if observed.span.is_disabled() {
         // No subscriber takes the span: no wrapper around the acquire loop (hot path).
@@ -132,8 +132,8 @@ async fn run(
     let mut plan = Plan::of(request, inner)?;
     observed.try_once = plan.deadline == plan.started;
     // A fair request's place in the key's queue, until the request ends.
-    let mut fair = match (&plan.keys, plan.fair) {
-        (Keys::One(key), true) => Some(FairWait::new(
+    let mut fair = match (&plan.keys, plan.exclusive) {
+        (Keys::One(key), Exclusive::Fair) => Some(FairWait::new(
             &inner.releaser,
             key,
             inner.config.fair_heartbeat,
@@ -340,12 +340,13 @@ struct Plan {
     keys: Keys,
     /// The kind of each try; a fair request's tries carry a seat in the key's queue too.
     kind: Kind,
-    fair: bool,
+    /// Whether the exclusive lock is queued for or kept past its release (`Plain` for the
+    /// other kinds).
+    exclusive: Exclusive,
     lease: Duration,
     fencing: bool,
     watchdog: bool,
     max_hold: Option<Duration>,
-    hold_at_least: Option<Duration>,
     /// The wait runs on the caller's clock; leases on the store's (see `clock`).
     started: Instant,
     deadline: Instant,
@@ -373,27 +374,36 @@ impl Plan {
     /// Checks `request` against the client's settings and fixes its keys and deadline.
     fn of(request: LockRequest, inner: &Engine) -> Result<Self, LockError> {
         let config = &inner.config;
-        let (keys, kind) = match request.target {
-            Target::Key { name, kind } => {
+        let kind = request.target.kind();
+        let (keys, exclusive) = match request.target {
+            Target::Write { name, exclusive } => (
+                Keys::One(LockKey::new(&config.key_prefix, name)?),
+                exclusive,
+            ),
+            Target::Read { name } => (
+                Keys::One(LockKey::new(&config.key_prefix, name)?),
+                Exclusive::Plain,
+            ),
+            Target::Semaphore { name, permits } => {
                 let key = LockKey::new(&config.key_prefix, name)?;
-                if kind == Kind::Semaphore(0) {
+                if permits == 0 {
                     return Err(crate::kind::semaphore::no_permits(&key));
                 }
-                (Keys::One(key), kind)
+                (Keys::One(key), Exclusive::Plain)
             }
-            Target::Keys(names) => {
+            Target::All(names) => {
                 let keys = crate::kind::multi::ordered_keys(&config.key_prefix, names)?;
                 let label = keys
                     .iter()
                     .map(|key| key.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ");
-                (Keys::Many { keys, label }, Kind::Write)
+                (Keys::Many { keys, label }, Exclusive::Plain)
             }
         };
-        let lease =
-            LockRequest::checked_lease(request.lease, request.max_hold, config, keys.label())?;
-        let wait = request.wait.unwrap_or(config.default_wait);
+        let settings = request.settings;
+        let lease = settings.checked_lease(config, &Refusing::Request(keys.label()))?;
+        let wait = settings.wait.unwrap_or(config.default_wait);
         let strict_wait = request.strict_wait;
         let started = Instant::now();
         let deadline = started
@@ -410,12 +420,11 @@ impl Plan {
         Ok(Self {
             keys,
             kind,
-            fair: request.fair,
+            exclusive,
             lease,
-            fencing: request.fencing.unwrap_or(config.fencing),
-            watchdog: request.watchdog,
-            max_hold: request.max_hold,
-            hold_at_least: request.hold_at_least,
+            fencing: settings.fencing.unwrap_or(config.fencing),
+            watchdog: settings.watchdog,
+            max_hold: settings.max_hold,
             started,
             deadline,
             last_try,
@@ -533,7 +542,7 @@ impl Plan {
             let lease = Arc::new(
                 Lease::new(
                     // A grant taken through a seat is given back by leaving the queue.
-                    if self.fair {
+                    if self.exclusive == Exclusive::Fair {
                         Holding::Seat
                     } else {
                         Holding::Grant(self.kind)
@@ -553,10 +562,10 @@ impl Plan {
                     inner.clock,
                     hold,
                 )
-                .held_until(
-                    self.hold_at_least
-                        .and_then(|min_hold| sent.checked_add(min_hold)),
-                ),
+                .held_until(match self.exclusive {
+                    Exclusive::HeldAtLeast(min_hold) => sent.checked_add(min_hold),
+                    Exclusive::Plain | Exclusive::Fair => None,
+                }),
             );
             inner.watchdog.watch(lease.clone());
             match first {
