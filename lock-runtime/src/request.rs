@@ -476,3 +476,71 @@ impl LockRequest {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(request: LockRequest) -> String {
+        match request.refusal() {
+            Some(LockError::Config(message)) => message,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fair_lock_cannot_be_kept_whichever_setter_comes_first() {
+        let window = Duration::from_secs(1);
+        let write = || LockRequest::write(None, "k".into());
+        for request in [
+            write().fair().hold_at_least(window),
+            write().hold_at_least(window).fair(),
+        ] {
+            assert!(refusal(request)
+                .contains("a read, semaphore, multi-key or fair request cannot be kept"));
+        }
+        assert!(write().fair().refusal().is_none());
+        assert!(write().hold_at_least(window).refusal().is_none());
+    }
+
+    #[test]
+    fn only_the_exclusive_lock_takes_fair_and_hold_at_least() {
+        let read = LockRequest::read(None, "k".into()).fair();
+        assert!(refusal(read).contains("fair as a read lock"));
+        let permit =
+            LockRequest::semaphore(None, "k".into(), 2).hold_at_least(Duration::from_secs(1));
+        assert!(refusal(permit).contains("drop `hold_at_least`"));
+        // `hold_at_least` is refused before `fair`, as a request asking both is told.
+        let both = LockRequest::read(None, "k".into())
+            .fair()
+            .hold_at_least(Duration::from_secs(1));
+        assert!(refusal(both).contains("drop `hold_at_least`"));
+        let none = LockRequest::all(None, Vec::<String>::new());
+        assert!(refusal(none).contains("no key"));
+    }
+
+    #[test]
+    fn a_max_hold_shorter_than_the_lease_is_named_as_the_caller_wrote_it() {
+        let (lease, max_hold) = (Duration::from_secs(1), Some(Duration::from_millis(500)));
+        let message = |refusing: Refusing<'_>| match settings_refusal(lease, max_hold, &refusing) {
+            Some(LockError::Config(message)) => message,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(
+            message(Refusing::Request("k")),
+            "the max_hold of lock `k` (500ms) is shorter than its lease (1s): it would be given \
+             up before its first renewal; make max_hold at least the lease"
+        );
+        assert_eq!(
+            message(Refusing::Attribute {
+                lock: "k",
+                lease: None,
+                max_hold: Some("half()"),
+            }),
+            "`#[distributed_lock]` on lock `k`: `max_hold = half()` (500ms) is shorter than \
+             `lease` (1s): the lock would be given up before its first renewal; make max_hold \
+             at least the lease"
+        );
+        assert!(settings_refusal(lease, Some(lease), &Refusing::Request("k")).is_none());
+    }
+}
