@@ -135,7 +135,7 @@ pub fn write_lock(key: impl Into<String>) -> LockRequest {
 /// out, so readers cannot starve writers.
 ///
 /// Every reader has its own lease, renewed by the watchdog; its guard's fencing token is not a
-/// new one but sorts between the write tokens around it (see [`LockGuard::fencing_token`]).
+/// new one but sorts between the write tokens around it (see [`LockGuard::fencing_token`](crate::guard::LockGuard::fencing_token)).
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), distlock::LockError> {
@@ -182,7 +182,7 @@ pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
 
 /// Starts a request for the locks of every key of `keys` at once, through the global client:
 /// all or nothing, under one guard, with one wait deadline and a fencing token per key
-/// ([`LockGuard::fencing_token_of`]). A transfer between two accounts, an order over several
+/// ([`LockGuard::fencing_token_of`](crate::guard::LockGuard::fencing_token_of)). A transfer between two accounts, an order over several
 /// SKUs.
 ///
 /// The keys are taken in a fixed order (sorted, duplicates taken once) and never one by one

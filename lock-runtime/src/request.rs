@@ -315,7 +315,7 @@ impl LockRequest {
     }
 
     /// The longest the lock is held, renewals included: past it the watchdog stops renewing
-    /// and the guard reports the lease lost ([`LockGuard::lost`] completes; an annotated fn
+    /// and the guard reports the lease lost ([`LockGuard::lost`](crate::guard::LockGuard::lost) completes; an annotated fn
     /// with `on_lost = "abort"` returns [`LockError::HeldTooLong`]). A cap on hung work, like
     /// a maximum number of renewals. At least the lease; none by default.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
@@ -367,7 +367,7 @@ impl LockRequest {
     ///
     /// `false` is the efficiency mode, for a lock that only keeps work from being done twice:
     /// the first try of a write grant is a bare `SET NX PX` (no script), no fencing counter is
-    /// written, and [`LockGuard::fencing_token`] is `None` — there is no token to hand to a
+    /// written, and [`LockGuard::fencing_token`](crate::guard::LockGuard::fencing_token) is `None` — there is no token to hand to a
     /// store, so a holder paused past its lease can still write after the next holder.
     ///
     /// ```no_run
@@ -399,7 +399,7 @@ impl LockRequest {
     ///   whose request times out, fails or is cancelled (its future dropped) leaves the queue at
     ///   once, in the background. A waiter dropped while alive (its process stalled past its
     ///   heartbeat) comes back at the place it had: each refusal tells it its place.
-    /// - Unfair requests for the same key ([`lock`], [`write_lock`]) do not queue: they take the
+    /// - Unfair requests for the same key ([`lock`](crate::lock), [`write_lock`](crate::write_lock)) do not queue: they take the
     ///   lock whenever they find it free, and exclude fair holders as any writer does.
     ///
     /// ```no_run

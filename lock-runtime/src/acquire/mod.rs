@@ -1,6 +1,6 @@
 //! The acquire loop, one for every request: one key of any kind, or several keys at once.
 //! Its steps, in order: [`Plan::of`] checks the request and fixes its keys, lease and wait
-//! deadline; each round sends one try ([`Plan::send`]) and [`Plan::answer`] reads the reply
+//! deadline; each round sends one try ([`Plan::send`]) and its [`Answer`] reads the reply
 //! the same way for one key and many; a grant becomes one lease per key under one guard
 //! ([`Plan::grant`]); a refusal pauses — until the holder's release wakes the request, the
 //! backoff step passes, or the deadline comes ([`Plan::pause`]) — and the request tries again.
@@ -52,7 +52,7 @@ impl LockRequest {
     /// Takes the lock, waiting as configured.
     ///
     /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait (or no grant
-    /// counted: see [`Config::replicas`]), [`LockError::Backend`] when the store failed,
+    /// counted: see [`Config::replicas`](crate::config::Config::replicas)), [`LockError::Backend`] when the store failed,
     /// [`LockError::QuorumUnavailable`] when fewer than a majority of Redlock masters answered,
     /// [`LockError::InvalidKey`] for an empty or oversized key, [`LockError::Config`] for a
     /// zero lease or a Redlock master that is a replica, and [`LockError::NotInitialized`]
