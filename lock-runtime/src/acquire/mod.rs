@@ -1,6 +1,6 @@
 //! The acquire loop, one for every request: one key of any kind, or several keys at once.
 //! Its steps, in order: [`Plan::of`] checks the request and fixes its keys, lease and wait
-//! deadline; each round sends one try ([`Plan::send`]) and its [`Answer`] reads the reply
+//! deadline; each round sends one try ([`Plan::send`]) and its [`Outcome`] reads the reply
 //! the same way for one key and many; a grant becomes one lease per key under one guard
 //! ([`Plan::grant`]); a refusal pauses — until the holder's release wakes the request, the
 //! backoff step passes, or the deadline comes ([`Plan::pause`]) — and the request tries again.
@@ -13,10 +13,12 @@
 //! Neighbours: the request (`request.rs`) says what is asked; the store (`store/`) runs
 //! each try; the kind (`kind/`) says what a grant means; a try in flight is a
 //! [`PendingGrant`] (`pending.rs`), a fair request's seat a [`FairWait`] (`fair_wait.rs`),
+//! what a try came to an [`Outcome`] (`outcome.rs`),
 //! the pauses are `backoff.rs`'s; the watchdog renews what is granted.
 
 mod backoff;
 mod fair_wait;
+mod outcome;
 mod pending;
 mod wait;
 
@@ -31,11 +33,10 @@ use crate::clock::drift;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::multi::MultiTry;
 use crate::kind::{Holding, Kind, Try};
 use crate::lease::Lease;
-use crate::protocol::FencingToken;
-use crate::protocol::{AcquireReply, LockKey};
+use crate::protocol::LockKey;
 use crate::request::{Exclusive, LockRequest, Refusing, Target};
 use crate::store::wake::WaitRegistration;
 use crate::store::{is_ambiguous, Store};
@@ -44,6 +45,7 @@ use crate::telemetry::Acquire;
 use backoff::writer_waiting_mark;
 pub(crate) use backoff::Backoff;
 use fair_wait::FairWait;
+use outcome::{GrantTokens, Outcome, Refusal};
 pub(crate) use pending::new_owner;
 use pending::PendingGrant;
 use wait::{last_try_allowance, within};
@@ -175,7 +177,7 @@ async fn run(
             .send(inner, &pending.owner, refused_before, fair.as_ref(), budget)
             .await;
         let refusal = match reply {
-            Ok(Answer::Granted(_))
+            Ok(Outcome::Granted(_))
                 if inner.clock.now() >= sent + plan.lease - drift(plan.lease) =>
             {
                 // The reply came too late to leave any of the lease: dropping the unsettled
@@ -183,14 +185,14 @@ async fn run(
                 drop(pending);
                 Refusal::default()
             }
-            Ok(Answer::Granted(tokens)) => {
+            Ok(Outcome::Granted(tokens)) => {
                 let owner = pending.settle();
                 if let Some(fair) = fair.take() {
                     fair.granted();
                 }
                 return plan.grant(inner, observed, owner, tokens, sent).await;
             }
-            Ok(Answer::Refused(refusal)) => {
+            Ok(Outcome::Refused(refusal)) => {
                 pending.settle();
                 held_seen = true;
                 observed.refused();
@@ -256,82 +258,6 @@ impl Keys {
             Keys::Many { keys, .. } => (None, keys),
         };
         one.into_iter().chain(many)
-    }
-}
-
-/// What a try's reply says, for one key or many.
-enum Answer {
-    /// Granted, with the fencing token of each key in the order taken.
-    Granted(Tokens),
-    Refused(Refusal),
-}
-
-/// The fencing tokens of a grant: one key's, or one per key of a multi-key grant.
-enum Tokens {
-    One(Option<FencingToken>),
-    Many(Vec<Option<FencingToken>>),
-}
-
-impl Tokens {
-    fn of(&self, at: usize) -> Option<FencingToken> {
-        match self {
-            Tokens::One(token) => *token,
-            Tokens::Many(tokens) => tokens.get(at).copied().flatten(),
-        }
-    }
-}
-
-/// What a refused try learnt.
-#[derive(Default)]
-struct Refusal {
-    /// The longest the holder keeps the lock (`None`: unknown).
-    remaining: Option<Duration>,
-    /// The position of the key found held, whose release the request waits for.
-    at: usize,
-    /// A fair try's place in the queue and whether others are ahead of it.
-    queued: Option<(u64, bool)>,
-}
-
-impl From<AcquireReply> for Answer {
-    fn from(reply: AcquireReply) -> Self {
-        match reply {
-            AcquireReply::Acquired(token) => Answer::Granted(Tokens::One(token)),
-            AcquireReply::Held(remaining) => Answer::Refused(Refusal {
-                remaining,
-                ..Refusal::default()
-            }),
-            // Only from one Redlock master, whose store tallies it: try again at once.
-            AcquireReply::TooLow(_) => Answer::Refused(Refusal {
-                remaining: Some(Duration::ZERO),
-                ..Refusal::default()
-            }),
-            AcquireReply::Queued {
-                place,
-                behind,
-                remaining,
-            } => Answer::Refused(Refusal {
-                remaining,
-                at: 0,
-                queued: Some((place, behind)),
-            }),
-        }
-    }
-}
-
-impl From<MultiReply> for Answer {
-    fn from(reply: MultiReply) -> Self {
-        match reply {
-            MultiReply::Acquired(tokens) => Answer::Granted(Tokens::Many(tokens)),
-            MultiReply::Held(remaining, at) => Answer::Refused(Refusal {
-                remaining,
-                at,
-                queued: None,
-            }),
-            MultiReply::TooLow(_) => Answer::Refused(Refusal {
-                remaining: Some(Duration::ZERO),
-                ..Refusal::default()
-            }),
-        }
     }
 }
 
@@ -447,7 +373,7 @@ impl Plan {
         refused_before: bool,
         fair: Option<&FairWait<'_>>,
         budget: Option<Duration>,
-    ) -> Result<Answer, LockError> {
+    ) -> Result<Outcome, LockError> {
         let wait_left = self.deadline - Instant::now().min(self.deadline);
         // Nothing on the last try: a writer that will not try again holds no reader up.
         let tries_left = self.last_try - Instant::now().min(self.last_try);
@@ -476,7 +402,7 @@ impl Plan {
                     let reply = inner.clock.send(&inner.io, inner.store.acquire(&attempt));
                     return reply
                         .await
-                        .map(Answer::from)
+                        .map(Outcome::from)
                         .map_err(|err| self.cut_by_wait(err, inner, budget, cut));
                 }
                 // Boxed: the try's future stays as small as where the store cuts it.
@@ -486,7 +412,7 @@ impl Plan {
                     inner,
                     inner.store.acquire(&attempt),
                 ));
-                inner.clock.send(&inner.io, reply).await.map(Answer::from)
+                inner.clock.send(&inner.io, reply).await.map(Outcome::from)
             }
             Keys::Many { keys, .. } => {
                 let attempt = MultiTry {
@@ -510,7 +436,7 @@ impl Plan {
                     .clock
                     .send(&inner.io, reply)
                     .await
-                    .map(Answer::from)
+                    .map(Outcome::from)
                     .map_err(|err| self.cut_by_wait(err, inner, budget, cut))
             }
         }
@@ -524,7 +450,7 @@ impl Plan {
         inner: &Engine,
         observed: &Acquire,
         owner: String,
-        tokens: Tokens,
+        tokens: GrantTokens,
         sent: std::time::Instant,
     ) -> Result<LockGuard, LockError> {
         // The grant's span names the request: its one key, or every key of a multi-key grant
