@@ -5,7 +5,8 @@
 //! body when a lease is lost (unless told to continue), and releases the lock before
 //! returning. Its neighbours: the macro (`lock-macros`) builds the target and the spec; the
 //! request (`request.rs`) and the acquire loop (`acquire/`) take the grant, the guard
-//! (`guard.rs`) gives it back; the lease (`lease.rs`) says when one is over.
+//! (`guard.rs`) gives it back; the lease (`lease.rs`) says when one is over. In `attribute/`:
+//! what the macro hands over and its checks (`spec.rs`) and what a task holds (`held.rs`).
 //!
 //! A call that finds the same lock held by its own task joins that grant when the grant covers
 //! it: read in read, write in write, read in write (a downgrade: the write grant covers it).
@@ -21,300 +22,32 @@
 //! ends with `LeaseLost` when the grant it joined ends — lost, or released by the outer call
 //! while a joined future escaped it — so no joined body runs without the lock.
 
+mod held;
+mod spec;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::config::lease_out_of_bounds;
-use crate::engine::Engine;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lease::Lease;
-use crate::protocol::{FencingToken, LockMode};
+use crate::protocol::LockMode;
+use crate::request::LockRequest;
 
-tokio::task_local! {
-    /// Locks held by the current task through the attribute, outermost first; a re-entrant
-    /// call pushes the grant it joined again, so `current()` names its own key.
-    static HELD: Vec<Held>;
-}
+pub use held::{current, fencing_token, LockInfo};
+use held::{held_by_this_task, held_of, run_scoped, Held};
+pub use spec::{LockSpec, LockTarget, OnLost};
 
-/// A grant on the task's stack: what `current()` shows, the lease to watch, and the turn
-/// that calls joining it at this level take one at a time.
-#[derive(Clone)]
-struct Held {
-    info: LockInfo,
-    /// The client the grant was taken through: a call joins it only through the same one.
-    engine: Arc<Engine>,
-    lease: Arc<Lease>,
-    turn: Arc<Mutex<()>>,
-}
-
-impl Held {
-    fn new(info: LockInfo, engine: Arc<Engine>, lease: Arc<Lease>) -> Self {
-        Self {
-            info,
-            engine,
-            lease,
-            turn: Arc::new(Mutex::new(())),
-        }
-    }
-}
-
-/// The lock the current task holds through `#[distributed_lock]`: its key and fencing token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    key: String,
-    mode: LockMode,
-    fencing_token: Option<FencingToken>,
-}
-
-impl LockInfo {
-    /// The key as requested (without the configured prefix).
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The fencing token of the grant; pass it to the resource the lock protects. For a read
-    /// grant, one that sorts between the write tokens around it. `None` with `fencing = false`.
-    pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.fencing_token
-    }
-
-    /// Which side of the key's read/write lock is held: [`LockMode::Write`] for an exclusive or
-    /// write grant (also when a `mode = "read"` call joined it), [`LockMode::Read`] for a read.
-    pub fn mode(&self) -> LockMode {
-        self.mode
-    }
-}
-
-/// Inside the body of a `#[distributed_lock]` fn: the innermost lock the task holds. `None`
-/// outside any annotated fn, and in tasks spawned from one (a spawned task is another owner).
-///
-/// ```no_run
-/// # #[derive(Debug)] struct AppError;
-/// # impl From<distlock::LockError> for AppError { fn from(_: distlock::LockError) -> Self { AppError } }
-/// #[distlock::distributed_lock(key = "invoice:{id}")]
-/// async fn settle(id: u64) -> Result<(), AppError> {
-///     let lock = distlock::current().expect("inside an annotated fn");
-///     println!("writing with fencing token {:?}", lock.fencing_token());
-///     Ok(())
-/// }
-/// ```
-pub fn current() -> Option<LockInfo> {
-    HELD.try_with(|held| held.last().map(|h| h.info.clone()))
-        .ok()
-        .flatten()
-}
-
-/// The fencing token of the innermost lock the current task holds through
-/// `#[distributed_lock]`, for the store it protects:
-/// `fenced::set(&mut conn, key, value, distlock::fencing_token()?)` in one line.
-///
-/// Errors ([`LockError::NoFencingToken`], saying which): called outside an annotated fn (or
-/// in a task it spawned: the lock belongs to the task that took it), or the lock was taken
-/// without a token (`fencing = false`, [`Config::fencing`](crate::Config::fencing)).
-///
-/// ```no_run
-/// # #[derive(Debug)] struct AppError;
-/// # impl From<distlock::LockError> for AppError { fn from(_: distlock::LockError) -> Self { AppError } }
-/// # impl From<redis::RedisError> for AppError { fn from(_: redis::RedisError) -> Self { AppError } }
-/// #[distlock::distributed_lock(key = "stock:{sku}")]
-/// async fn sell(conn: &mut redis::aio::MultiplexedConnection, sku: &str, left: i64) -> Result<(), AppError> {
-///     let token = distlock::fencing_token()?;
-///     distlock::fenced::set(conn, &format!("stock:{sku}"), left, token).await?;
-///     Ok(())
-/// }
-/// ```
-pub fn fencing_token() -> Result<FencingToken, LockError> {
-    let Some(lock) = current() else {
-        return Err(LockError::NoFencingToken(
-            "no lock is held here: call it inside a fn annotated with #[distributed_lock] (not \
-             in a task it spawned), or take the token from the guard (`LockGuard::fencing_token`)",
-        ));
-    };
-    lock.fencing_token().ok_or(LockError::NoFencingToken(
-        "the lock was taken without a fencing token (`fencing = false`, or \
-         `Config::fencing(false)`): turn fencing on for a lock whose writes must be fenced",
-    ))
-}
-
-/// The grant of `key` through `client` the current task already holds through the attribute,
-/// if any.
-fn held_by_this_task(engine: &Arc<Engine>, key: &str) -> Option<Held> {
-    HELD.try_with(|held| {
-        held.iter()
-            .rev()
-            .find(|h| h.info.key == key && Arc::ptr_eq(&h.engine, engine))
-            .cloned()
-    })
-    .ok()
-    .flatten()
-}
-
-/// What to do with the body when the lease is lost.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnLost {
-    /// Cancel the body at its next await and return `LockError::LeaseLost`.
-    Abort,
-    /// Let the body finish; the loss is logged.
-    Continue,
-}
-
-/// What an annotated fn locks: the macro's checked target (`Target` in
-/// `lock-macros/src/validate.rs`, the same three cases), with its keys built from the fn's
-/// arguments.
-#[doc(hidden)]
-#[derive(Debug, Clone)]
-pub enum LockTarget {
-    /// `key = "…"` (with `mode`): the write (exclusive) or read side of one key's lock.
-    Key {
-        key: String,
-        mode: crate::protocol::LockMode,
-    },
-    /// `key = "…", permits = N`: one of `permits` permits of the semaphore `key`; `written` is
-    /// `permits = <expr>` as written, for errors (`None` for a literal, checked at compile
-    /// time).
-    Permits {
-        key: String,
-        permits: u32,
-        written: Option<&'static str>,
-    },
-    /// `keys = [..]`: the write locks of every key at once, in the order written.
-    Keys(Vec<String>),
-}
-
-impl LockTarget {
-    /// How errors and logs name the target: its key, or its keys joined by `, `.
-    fn label(&self) -> String {
-        match self {
-            LockTarget::Key { key, .. } | LockTarget::Permits { key, .. } => key.clone(),
-            LockTarget::Keys(keys) => keys.join(", "),
-        }
-    }
-
-    /// The mode a grant of this target holds each key in.
-    fn mode(&self) -> LockMode {
-        match self {
-            LockTarget::Key { mode, .. } => *mode,
-            LockTarget::Permits { .. } => LockMode::Semaphore,
-            LockTarget::Keys(_) => LockMode::Write,
-        }
-    }
-
-    /// The request for this target through `client`, before the attribute's settings.
-    fn request(&self, client: &Client) -> crate::request::LockRequest {
-        match self {
-            LockTarget::Key {
-                key,
-                mode: LockMode::Read,
-            } => client.read_lock(key.clone()),
-            LockTarget::Key { key, .. } => client.write_lock(key.clone()),
-            // `permits = 0` written as an expression was refused by `LockSpec::check`; a
-            // literal 0 does not compile.
-            LockTarget::Permits { key, permits, .. } => client.semaphore(key.clone(), *permits),
-            LockTarget::Keys(keys) => client.lock_all(keys.iter().cloned()),
-        }
-    }
-}
-
-/// The attribute's settings, as the macro parsed them.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct LockSpec {
-    pub lease: Option<Duration>,
-    pub wait: Option<Duration>,
-    pub max_hold: Option<Duration>,
-    pub watchdog: bool,
-    pub on_lost: OnLost,
-    /// `Some(false)`: no fencing token (`fencing = false`); `None`: the client's default.
-    pub fencing: Option<bool>,
-    /// `lease = <expr>` as written, for errors; `None` for a literal (checked at compile time).
-    pub lease_expr: Option<&'static str>,
-    /// `max_hold = <expr>` as written, for errors; `None` for a literal.
-    pub max_hold_expr: Option<&'static str>,
-    /// `fair = true`: granted in request order among the key's fair waiters.
-    pub fair: bool,
-    /// `hold_at_least`: a release before the grant plus this keeps the lock to then.
-    pub hold_at_least: Option<Duration>,
-    /// Set by `on_busy = "skip"` (not by the expansion): a lock held elsewhere is reported as
-    /// busy, not as a timeout.
-    #[doc(hidden)]
-    pub busy_expected: bool,
-}
-
-impl LockSpec {
-    /// `request` with the attribute's settings: the watchdog, fencing, lease, wait and
-    /// max_hold it was given (the client's defaults for those it was not).
-    fn settings_of(&self, mut request: crate::request::LockRequest) -> crate::request::LockRequest {
-        request = request.watchdog(self.watchdog);
-        if let Some(fencing) = self.fencing {
-            request = request.fencing(fencing);
-        }
-        if let Some(lease) = self.lease {
-            request = request.lease(lease);
-        }
-        if let Some(wait) = self.wait {
-            request = request.wait(wait);
-        }
-        if let Some(max_hold) = self.max_hold {
-            request = request.max_hold(max_hold);
-        }
-        if self.fair {
-            request = request.fair();
-        }
-        if let Some(min_hold) = self.hold_at_least {
-            request = request.hold_at_least(min_hold);
-        }
-        request.busy_expected = self.busy_expected;
-        request
-    }
-
-    /// What the compiler could not check: a lease, max_hold or permit count given as an
-    /// expression. The error names the argument as written; a request would only name the lock.
-    fn check(&self, target: &LockTarget, key: &str) -> Result<(), LockError> {
-        let invalid = |what: String| {
-            Err(LockError::Config(format!(
-                "`#[distributed_lock]` on lock `{key}`: {what}"
-            )))
-        };
-        if let LockTarget::Permits {
-            permits: 0,
-            written: Some(written),
-            ..
-        } = target
-        {
-            return invalid(format!(
-                "`permits = {written}` is 0: a semaphore of zero permits could never be taken"
-            ));
-        }
-        if let (Some(written), Some(lease)) = (self.lease_expr, self.lease) {
-            if let Some(why) = lease_out_of_bounds(lease) {
-                return invalid(format!("`lease = {written}` is {why}"));
-            }
-        }
-        if let (Some(max_hold), Some(lease)) = (self.max_hold, self.lease) {
-            if max_hold < lease && (self.max_hold_expr.is_some() || self.lease_expr.is_some()) {
-                let max_hold_written = self
-                    .max_hold_expr
-                    .map_or(String::new(), |w| format!(" = {w}"));
-                let lease_written = self.lease_expr.map_or(String::new(), |w| format!(" = {w}"));
-                return invalid(format!(
-                    "`max_hold{max_hold_written}` ({max_hold:?}) is shorter than `lease{lease_written}` \
-                     ({lease:?}): the lock would be given up before its first renewal; make \
-                     max_hold at least the lease"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
+// The return types an annotated fn may have, as the expansion checks them, stay in this file:
+// the compiler's messages for a return type that fails them name it (the macro's UI tests,
+// `lock-macros/tests/ui/fail/*.stderr`).
 
 /// The error types an annotated fn's `Result<T, E>` may carry: those with
 /// `From<LockError>`. Checked on `E` itself, so the compiler reports this message, once, and
@@ -521,7 +254,7 @@ async fn take(
         LockTarget::Key { key, .. } | LockTarget::Permits { key, .. } => {
             match held_by_this_task(&client.engine, key) {
                 // A read cannot become a write: refused at once, never a deadlock.
-                Some(outer) if outer.info.mode == LockMode::Read && mode == LockMode::Write => {
+                Some(outer) if outer.info.mode() == LockMode::Read && mode == LockMode::Write => {
                     return Err(NotTaken::Failed(LockError::UpgradeRefused {
                         key: key.clone(),
                     }));
@@ -529,14 +262,14 @@ async fn take(
                 // A permit is not a lock, nor a lock a permit: neither can join the other, and
                 // waiting for the other would wait on this task itself.
                 Some(outer)
-                    if (outer.info.mode == LockMode::Semaphore)
+                    if (outer.info.mode() == LockMode::Semaphore)
                         != (mode == LockMode::Semaphore) =>
                 {
                     return Err(NotTaken::Failed(LockError::Config(format!(
                         "`#[distributed_lock]` on `{key}`: this task already holds `{key}` as a \
                          {}, and a nested call takes it as a {}; a key is a semaphore or a \
                          lock, not both: use distinct keys",
-                        kind_name(outer.info.mode),
+                        kind_name(outer.info.mode()),
                         kind_name(mode)
                     ))));
                 }
@@ -582,7 +315,7 @@ fn ended_error(leases: &[Arc<Lease>], label: String) -> LockError {
     }
 }
 
-impl crate::request::LockRequest {
+impl LockRequest {
     /// Takes the lock, runs `body` under it and gives it back: the attribute's behaviour as a
     /// method (node-redlock's `using`), for code without `#[distributed_lock]`. The body runs
     /// with the lock as the task's current one ([`current`], [`fencing_token`]), and is
@@ -619,60 +352,11 @@ impl crate::request::LockRequest {
     }
 }
 
-/// What the task holds while the body of `guard`'s grant runs: each of its leases, with the
-/// key, mode and token [`current`] gives.
-fn held_of(guard: &LockGuard, engine: &Arc<Engine>) -> Vec<Held> {
-    guard
-        .leases()
-        .map(|lease| {
-            let info = LockInfo {
-                key: lease.key.name.clone(),
-                mode: lease.kind().into(),
-                fencing_token: lease.token,
-            };
-            Held::new(info, engine.clone(), lease.clone())
-        })
-        .collect()
-}
-
 /// How a nested call's error names what a task holds.
 fn kind_name(mode: LockMode) -> &'static str {
     match mode {
         LockMode::Semaphore => "semaphore permit",
         LockMode::Write | LockMode::Read => "lock",
-    }
-}
-
-/// Runs `body` with `held` (one grant, or every key's grant of a multi-key grant) pushed on
-/// the task's stack; `None` if it was cancelled (with `OnLost::Abort`) because a lease was
-/// lost or the grant it joined ended.
-async fn run_scoped<F: Future>(held: Vec<Held>, on_lost: OnLost, body: F) -> Option<F::Output> {
-    let leases: Vec<Arc<Lease>> = held.iter().map(|h| h.lease.clone()).collect();
-    let mut stack = HELD.try_with(Clone::clone).unwrap_or_default();
-    stack.extend(held);
-    HELD.scope(stack, async {
-        match on_lost {
-            OnLost::Abort => {
-                tokio::select! {
-                    biased;
-                    () = any_over(&leases) => None,
-                    result = body => Some(result),
-                }
-            }
-            OnLost::Continue => Some(body.await),
-        }
-    })
-    .await
-}
-
-/// Completes when any of `leases` is over (one lease needs no boxing).
-async fn any_over(leases: &[Arc<Lease>]) {
-    match leases {
-        [lease] => lease.over().await,
-        leases => {
-            futures_util::future::select_all(leases.iter().map(|lease| Box::pin(lease.over())))
-                .await;
-        }
     }
 }
 

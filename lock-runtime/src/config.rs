@@ -1,11 +1,17 @@
 //! Configuration: where the locks live (a single server, a Cluster, a Sentinel-managed
 //! primary, Redlock masters or this process) and the defaults every request starts from. A
 //! [`Config`] is turned into a [`Client`](crate::Client) (or the global client by
-//! [`init`](crate::init)); nothing here connects. URLs are read by `url.rs`.
+//! [`init`](crate::init)); nothing here connects. This file has the type, its constructors
+//! from URLs and its setters; `config/` the environment's variables (`env.rs`), where the
+//! locks live (`store.rs`), the failover guard (`replicas.rs`) and the checks
+//! (`validate.rs`). URLs are read by `url.rs`.
 
-use std::any::Any;
+mod env;
+mod replicas;
+mod store;
+mod validate;
+
 use std::fmt;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::LockError;
@@ -61,82 +67,14 @@ pub const MAX_TOKEN_LEAD: Duration = Duration::from_secs(1);
 /// longer than that to answer would refuse them as too low even with clocks that agree.
 pub const MAX_NODE_TIMEOUT: Duration = MAX_TOKEN_LEAD;
 
-/// Environment variable with the single server's URL ([`Config::from_env`]).
-pub const ENV_REDIS_URL: &str = "REDIS_URL";
-/// Environment variable with a Redis Cluster's node URLs, comma-separated.
-pub const ENV_CLUSTER_URLS: &str = "DISTLOCK_CLUSTER_URLS";
-/// Environment variable with the Sentinel URLs, comma-separated (with [`ENV_SENTINEL_MASTER`]).
-pub const ENV_SENTINEL_URLS: &str = "DISTLOCK_SENTINEL_URLS";
-/// Environment variable with the name Sentinel knows the primary by.
-pub const ENV_SENTINEL_MASTER: &str = "DISTLOCK_SENTINEL_MASTER";
-/// Environment variable with the Redlock masters' URLs, comma-separated.
-pub const ENV_REDLOCK_URLS: &str = "DISTLOCK_REDLOCK_URLS";
-/// Environment variable with the application name of holder records ([`Config::from_env`],
-/// [`Config::app_name`]).
-pub const ENV_APP_NAME: &str = "DISTLOCK_APP_NAME";
-
-/// The servers' addresses, comma-separated, without credentials.
-fn server_list(clients: &[redis::Client]) -> String {
-    clients
-        .iter()
-        .map(crate::url::server_address)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-impl StoreConfig {
-    /// The deployment and the servers it is reached through, without credentials: what a
-    /// client says at start which Redis it uses (`127.0.0.1:6379`; `sentinel mymaster via
-    /// s1:26379, s2:26379`; …).
-    pub(crate) fn describe(&self) -> String {
-        use crate::url::server_address;
-        let list = server_list;
-        match self {
-            StoreConfig::Redis(client) => server_address(client),
-            StoreConfig::Cluster(nodes) => format!("cluster via {}", list(nodes)),
-            StoreConfig::Sentinel { sentinels, master } => {
-                format!("sentinel `{master}` via {}", list(sentinels))
-            }
-            StoreConfig::Redlock(masters) => format!("redlock over {}", list(masters)),
-            StoreConfig::InMemory(_) => "in-process".to_owned(),
-        }
-    }
-}
-
-/// Where the locks are kept.
-#[derive(Clone)]
-pub(crate) enum StoreConfig {
-    /// One Redis server, its URL parsed when the config is made.
-    Redis(Box<redis::Client>),
-    /// A Redis Cluster, reached first through these nodes.
-    Cluster(Vec<redis::Client>),
-    /// The primary that these sentinels know by `master`.
-    Sentinel {
-        sentinels: Vec<redis::Client>,
-        master: String,
-    },
-    /// Redlock over these independent masters (an odd number, at least 3).
-    Redlock(Vec<redis::Client>),
-    /// In this process; clients made from clones of one config share the store.
-    InMemory(InProcessLocks),
-}
-
-/// The locks of one [`Config::in_memory`], shared by every client made from its clones. Made
-/// empty here; the in-process store (`store/memory.rs`) alone knows what they hold, so the
-/// settings do not depend on it: it fills this with its state on first use.
-#[derive(Clone, Default)]
-pub(crate) struct InProcessLocks(Arc<OnceLock<Arc<dyn Any + Send + Sync>>>);
-
-impl InProcessLocks {
-    /// The state these locks hold, made on first use; the same `Arc` for every caller that
-    /// asks for the same `T` (there is one: the in-process store's).
-    pub(crate) fn state<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
-        let state = self.0.get_or_init(|| Arc::new(T::default()));
-        // Only the in-process store fills it, always with its own state type; a different
-        // `T` would get a store of its own rather than a panic.
-        state.clone().downcast::<T>().unwrap_or_default()
-    }
-}
+pub use env::{
+    ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER,
+    ENV_SENTINEL_URLS,
+};
+pub(crate) use replicas::ReplicaGuard;
+use store::server_list;
+pub(crate) use store::{InProcessLocks, StoreConfig};
+pub(crate) use validate::lease_out_of_bounds;
 
 /// Settings of a [`Client`](crate::Client): the store and the defaults of every request.
 ///
@@ -181,50 +119,6 @@ pub struct Config {
     pub(crate) fencing: bool,
     pub(crate) app_name: Option<String>,
     pub(crate) fair_heartbeat: Duration,
-}
-
-/// The failover guard ([`Config::replicas`]): a grant or renewal counts only once this many
-/// replicas have it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaGuard {
-    /// Replicas that must acknowledge.
-    pub(crate) replicas: u32,
-    /// How long to wait for them (`WAIT`'s timeout).
-    pub(crate) timeout: Duration,
-    /// When the try it guards is cut off (`None`: a renewal, or a try that is not):
-    /// [`ReplicaGuard::by`].
-    until: Option<std::time::Instant>,
-}
-
-/// What a try under the failover guard leaves, at most, for what follows its `WAIT` before the
-/// try is cut off ([`ReplicaGuard::wait_timeout`]): the reply, and the give-back of a grant
-/// too few replicas acknowledged (one more round trip), on a loaded machine.
-const WAIT_REPLY_ALLOWANCE: Duration = Duration::from_millis(100);
-
-impl ReplicaGuard {
-    /// This guard for a try that the acquire loop cuts off at `cut` (at what is left of the
-    /// request's wait): its `WAIT` gives up in time for the reply to come back before that
-    /// ([`wait_timeout`](Self::wait_timeout)), so a grant too few replicas acknowledged by then
-    /// is given back and reported as held, as at the guard's own timeout.
-    pub(crate) fn by(self, cut: Option<std::time::Instant>) -> Self {
-        Self { until: cut, ..self }
-    }
-
-    /// `WAIT`'s timeout for a `WAIT` sent now: the guard's timeout, or, for a try cut off
-    /// sooner ([`by`](Self::by)), what is left until then less what follows it (half of what
-    /// is left, or [`WAIT_REPLY_ALLOWANCE`] if less). At least a
-    /// millisecond: `WAIT` with 0 would block for good.
-    pub(crate) fn wait_timeout(&self) -> Duration {
-        let timeout = match self.until {
-            Some(until) => {
-                let left = until.saturating_duration_since(std::time::Instant::now());
-                self.timeout
-                    .min(left.saturating_sub(WAIT_REPLY_ALLOWANCE.min(left / 2)))
-            }
-            None => self.timeout,
-        };
-        timeout.max(Duration::from_millis(1))
-    }
 }
 
 impl Config {
@@ -388,140 +282,6 @@ impl Config {
         Ok(Self::with_store(StoreConfig::Redlock(masters)))
     }
 
-    /// The deployment named by the environment, with every other setting at its default:
-    ///
-    /// | variable | deployment |
-    /// |---|---|
-    /// | `DISTLOCK_CLUSTER_URLS` | [`Config::cluster`], comma-separated node URLs |
-    /// | `DISTLOCK_SENTINEL_URLS` and `DISTLOCK_SENTINEL_MASTER` | [`Config::sentinel`] |
-    /// | `DISTLOCK_REDLOCK_URLS` | [`Config::redlock`], comma-separated master URLs |
-    /// | `REDIS_URL` | [`Config::from_url`], one server |
-    ///
-    /// `DISTLOCK_APP_NAME` sets [`Config::app_name`]. Setting more than one deployment is an
-    /// error that names them, and so is setting none: a service deployed without its variable
-    /// must not lock against whatever answers on its own localhost. A program that means a
-    /// local server when nothing is set says so with [`Config::from_env_or`].
-    ///
-    /// ```no_run
-    /// distlock::init(distlock::Config::from_env()?)?;
-    /// # Ok::<(), distlock::LockError>(())
-    /// ```
-    pub fn from_env() -> Result<Self, LockError> {
-        Self::read_env()?.ok_or_else(|| {
-            LockError::Config(format!(
-                "none of {ENV_REDIS_URL}, {ENV_CLUSTER_URLS}, {ENV_SENTINEL_URLS} (with \
-                 {ENV_SENTINEL_MASTER}) or {ENV_REDLOCK_URLS} is set, so the environment names \
-                 no Redis deployment: set {ENV_REDIS_URL} to a URL like \
-                 `redis://host:6379` (or one of the others), or use `Config::from_env_or(url)` \
-                 to fall back to a given server on purpose"
-            ))
-        })
-    }
-
-    /// The deployment named by the environment, as [`Config::from_env`] reads it, or else the
-    /// single server at `default_url` (read as [`Config::from_url`] reads it): for examples,
-    /// tests and tools that mean a local server when nothing is set. `DISTLOCK_APP_NAME` is
-    /// read either way. Errors as `from_env` does when the variables are at odds, and as
-    /// `from_url` does when `default_url` is needed and cannot work.
-    ///
-    /// ```
-    /// // With none of the variables set this is the local server; with REDIS_URL (or a
-    /// // Cluster, Sentinel or Redlock variable) set, that deployment.
-    /// let config = distlock::Config::from_env_or(distlock::DEFAULT_REDIS_URL)?;
-    /// # Ok::<(), distlock::LockError>(())
-    /// ```
-    pub fn from_env_or(default_url: &str) -> Result<Self, LockError> {
-        match Self::read_env()? {
-            Some(config) => Ok(config),
-            None => {
-                let config = Self::from_url(default_url)?;
-                Ok(match Self::env_var(ENV_APP_NAME)? {
-                    Some(app) => config.app_name(app),
-                    None => config,
-                })
-            }
-        }
-    }
-
-    /// An environment variable that is set to something other than blanks.
-    fn env_var(name: &str) -> Result<Option<String>, LockError> {
-        match std::env::var(name) {
-            Ok(value) if value.trim().is_empty() => Ok(None),
-            Ok(value) => Ok(Some(value)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(LockError::Config(format!(
-                "{name} is not valid UTF-8; set it to URLs like `redis://127.0.0.1:6379`"
-            ))),
-        }
-    }
-
-    /// The deployment the environment names, `None` when it names none.
-    fn read_env() -> Result<Option<Self>, LockError> {
-        let var = Self::env_var;
-        let cluster = var(ENV_CLUSTER_URLS)?;
-        let sentinel = var(ENV_SENTINEL_URLS)?;
-        let master = var(ENV_SENTINEL_MASTER)?;
-        let redlock = var(ENV_REDLOCK_URLS)?;
-        let single = var(ENV_REDIS_URL)?;
-        let set: Vec<&str> = [
-            (ENV_CLUSTER_URLS, cluster.is_some()),
-            (ENV_SENTINEL_URLS, sentinel.is_some()),
-            (ENV_REDLOCK_URLS, redlock.is_some()),
-            (ENV_REDIS_URL, single.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(name, set)| set.then_some(name))
-        .collect();
-        if set.len() > 1 {
-            return Err(LockError::Config(format!(
-                "{} are all set, but they name different deployments; set only one",
-                set.join(", ")
-            )));
-        }
-        let app_name = var(ENV_APP_NAME)?;
-        let Some(config) = Self::from_env_deployment(cluster, sentinel, master, redlock, single)?
-        else {
-            return Ok(None);
-        };
-        Ok(Some(match app_name {
-            Some(app) => config.app_name(app),
-            None => config,
-        }))
-    }
-
-    /// The deployment part of [`Config::from_env`], from the variables it read; `None` when
-    /// they name none.
-    fn from_env_deployment(
-        cluster: Option<String>,
-        sentinel: Option<String>,
-        master: Option<String>,
-        redlock: Option<String>,
-        single: Option<String>,
-    ) -> Result<Option<Self>, LockError> {
-        if let Some(urls) = cluster {
-            return Self::cluster(url::split_env_list(&urls)).map(Some);
-        }
-        if let Some(urls) = sentinel {
-            let master = master.ok_or_else(|| {
-                LockError::Config(format!(
-                    "{ENV_SENTINEL_URLS} is set but {ENV_SENTINEL_MASTER} is not; set it to the \
-                     master name the sentinels monitor"
-                ))
-            })?;
-            return Self::sentinel(url::split_env_list(&urls), &master).map(Some);
-        }
-        if master.is_some() {
-            return Err(LockError::Config(format!(
-                "{ENV_SENTINEL_MASTER} is set but {ENV_SENTINEL_URLS} is not; set it to the \
-                 sentinels' URLs, comma-separated"
-            )));
-        }
-        if let Some(urls) = redlock {
-            return Self::redlock(url::split_env_list(&urls)).map(Some);
-        }
-        single.map(|url| Self::from_url(&url)).transpose()
-    }
-
     /// Locks kept in this process, with the same semantics as Redis (leases expire, fencing
     /// tokens increase). For unit tests of code that takes locks, and demos without Redis.
     /// Clients made from clones of the returned config share one store; two calls make two
@@ -670,106 +430,9 @@ impl Config {
     /// Cluster, only its own primary's), never a release, a refused try or a health check.
     /// Off by default; not available with Redlock (whose masters have no replicas).
     pub fn replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replicas = Some(ReplicaGuard {
-            replicas,
-            timeout,
-            until: None,
-        });
+        self.replicas = Some(ReplicaGuard::new(replicas, timeout));
         self
     }
-
-    /// Rejects settings no client can work with, naming the setting and what is accepted.
-    pub(crate) fn validate(&self) -> Result<(), LockError> {
-        let positive = [
-            ("default_lease", self.default_lease),
-            ("response_timeout", self.response_timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("backoff min", self.backoff_min),
-            ("backoff max", self.backoff_max),
-            ("node_timeout", self.node_timeout),
-        ];
-        for (name, value) in positive {
-            if value.is_zero() {
-                return Err(LockError::Config(format!(
-                    "`{name}` must be greater than zero"
-                )));
-            }
-        }
-        if self.node_timeout > MAX_NODE_TIMEOUT {
-            return Err(LockError::Config(format!(
-                "`node_timeout` is {:?}; it must be at most {MAX_NODE_TIMEOUT:?} \
-                 (`MAX_NODE_TIMEOUT`): a Redlock client proposes fencing tokens at most \
-                 {MAX_TOKEN_LEAD:?} ahead of its clock (`MAX_TOKEN_LEAD`), so a master slower \
-                 than that would refuse every token. Lower it (the default is \
-                 {DEFAULT_NODE_TIMEOUT:?}); a master that needs longer counts as down",
-                self.node_timeout
-            )));
-        }
-        if let Some(why) = lease_out_of_bounds(self.default_lease) {
-            return Err(LockError::Config(format!("`default_lease` is {why}")));
-        }
-        if self.key_prefix.contains(['{', '}']) {
-            return Err(LockError::Config(format!(
-                "the key prefix `{}` holds a `{{` or `}}`; remove it: the lock's hash tag, which \
-                 keeps a lock's keys in one Cluster slot, comes after the prefix",
-                self.key_prefix
-            )));
-        }
-        if let Some(guard) = self.replicas {
-            if guard.timeout >= self.response_timeout {
-                return Err(LockError::Config(format!(
-                    "the failover guard's timeout ({:?}) must be shorter than the response \
-                     timeout ({:?}), which bounds the `WAIT` that runs it",
-                    guard.timeout, self.response_timeout
-                )));
-            }
-            if guard.replicas == 0 || guard.timeout.is_zero() {
-                return Err(LockError::Config(
-                    "`replicas(n, timeout)` needs at least one replica and a timeout above zero"
-                        .to_owned(),
-                ));
-            }
-            if matches!(
-                self.store,
-                StoreConfig::Redlock(_) | StoreConfig::InMemory(_)
-            ) {
-                return Err(LockError::Config(
-                    "`replicas(n, timeout)` (the failover guard) works with a single primary, \
-                     Sentinel or Cluster; Redlock masters and the in-process store have no \
-                     replicas"
-                        .to_owned(),
-                ));
-            }
-        }
-        if !FAIR_HEARTBEAT_BOUNDS.contains(&self.fair_heartbeat) {
-            return Err(LockError::Config(format!(
-                "`fair_heartbeat` is {:?}; it must be between {:?} and {:?}",
-                self.fair_heartbeat,
-                FAIR_HEARTBEAT_BOUNDS.start(),
-                FAIR_HEARTBEAT_BOUNDS.end()
-            )));
-        }
-        if self.backoff_min > self.backoff_max {
-            return Err(LockError::Config(format!(
-                "backoff min ({:?}) must not exceed backoff max ({:?})",
-                self.backoff_min, self.backoff_max
-            )));
-        }
-        if self.retry_attempts > 0 && self.retry_interval.is_zero() {
-            return Err(LockError::Config(format!(
-                "`retry` interval must be greater than zero for {} attempts (retry(0, _) turns \
-                 retrying off)",
-                self.retry_attempts
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Why `lease` cannot be a lease, if it cannot: "{lease}; it must be between … and …".
-pub(crate) fn lease_out_of_bounds(lease: Duration) -> Option<String> {
-    (!(MIN_LEASE..=MAX_LEASE).contains(&lease))
-        .then(|| format!("{lease:?}; it must be between {MIN_LEASE:?} and {MAX_LEASE:?}"))
 }
 
 impl fmt::Debug for Config {

@@ -1,5 +1,5 @@
 //! The engine of a client: the state every request, grant and operator call of one
-//! [`Client`](crate::client::Client) runs on — its settings, its store, its watchdog and
+//! `Client` (`client/`) runs on — its settings, its store, its watchdog and
 //! releaser, its holder record, its clock and its I/O runtime. It sits below the requests
 //! layer, so the acquire loop (`acquire/`) and the elections read it without reaching up into
 //! `client/`, which wraps it in the public handle and adds the builder methods.
@@ -28,7 +28,7 @@ pub(crate) struct Engine {
     pub(crate) holder: HolderTag,
     /// The store's name in spans and metrics ([`crate::telemetry`]).
     pub(crate) store_name: &'static str,
-    /// Set by [`Client::shutdown`](crate::client::Client::shutdown): no new grants.
+    /// Set by `Client::shutdown` (`client/`): no new grants.
     pub(crate) shut_down: AtomicBool,
     /// The clock of the store's leases.
     pub(crate) clock: Clock,

@@ -10,7 +10,6 @@ use crate::client::Client;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::inspect::LockState;
-use crate::kind::Kind;
 use crate::request::LockRequest;
 
 static GLOBAL: OnceLock<Client> = OnceLock::new();
@@ -114,11 +113,7 @@ pub(crate) fn global() -> Option<Client> {
 /// # Ok(()) }
 /// ```
 pub fn lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(
-        GLOBAL.get().map(|client| client.engine.clone()),
-        key.into(),
-        Kind::Write,
-    )
+    LockRequest::write(GLOBAL.get().map(|client| client.engine.clone()), key.into())
 }
 
 /// Starts a request for the write side of the read/write lock `key` through the global
@@ -140,7 +135,7 @@ pub fn write_lock(key: impl Into<String>) -> LockRequest {
 /// out, so readers cannot starve writers.
 ///
 /// Every reader has its own lease, renewed by the watchdog; its guard's fencing token is not a
-/// new one but sorts between the write tokens around it (see [`LockGuard::fencing_token`]).
+/// new one but sorts between the write tokens around it (see [`LockGuard::fencing_token`](crate::guard::LockGuard::fencing_token)).
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), distlock::LockError> {
@@ -150,11 +145,7 @@ pub fn write_lock(key: impl Into<String>) -> LockRequest {
 /// # Ok(()) }
 /// ```
 pub fn read_lock(key: impl Into<String>) -> LockRequest {
-    LockRequest::new(
-        GLOBAL.get().map(|client| client.engine.clone()),
-        key.into(),
-        Kind::Read,
-    )
+    LockRequest::read(GLOBAL.get().map(|client| client.engine.clone()), key.into())
 }
 
 /// Starts a request for one of `permits` permits of the semaphore `key` through the global
@@ -182,16 +173,16 @@ pub fn read_lock(key: impl Into<String>) -> LockRequest {
 /// # Ok(()) }
 /// ```
 pub fn semaphore(key: impl Into<String>, permits: u32) -> LockRequest {
-    LockRequest::new(
+    LockRequest::semaphore(
         GLOBAL.get().map(|client| client.engine.clone()),
         key.into(),
-        Kind::Semaphore(permits),
+        permits,
     )
 }
 
 /// Starts a request for the locks of every key of `keys` at once, through the global client:
 /// all or nothing, under one guard, with one wait deadline and a fencing token per key
-/// ([`LockGuard::fencing_token_of`]). A transfer between two accounts, an order over several
+/// ([`LockGuard::fencing_token_of`](crate::guard::LockGuard::fencing_token_of)). A transfer between two accounts, an order over several
 /// SKUs.
 ///
 /// The keys are taken in a fixed order (sorted, duplicates taken once) and never one by one

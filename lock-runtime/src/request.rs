@@ -1,9 +1,12 @@
-//! [`LockRequest`]: what a request asks for — its [`Target`] (one key of a kind, or several
-//! keys at once) and its settings — built with consuming setters. The builder is also where a
-//! request that can never be granted is refused, once, before any try: a fair read, semaphore
-//! or multi-key request, a lease out of bounds. [`Client`](crate::client::Client)'s request methods are in
-//! `client/requests.rs`, the global client's in `global.rs`; the acquire loop (`acquire/`) takes a request
-//! ([`LockRequest::acquire`]).
+//! [`LockRequest`]: what a request asks for — its [`Target`] (the exclusive lock of one key,
+//! fair or kept past its release; a read lock; a semaphore permit; or several keys at once)
+//! and its [`Settings`] — built with consuming setters. The target is typed so that what no
+//! store could grant cannot be written (a fair read, a kept semaphore); what a setter asked
+//! that its target cannot hold is noted and refused here, once, before any try
+//! ([`LockRequest::refusal`]), and so are the settings out of bounds ([`settings_refusal`],
+//! also the attribute's and the elections' check). `Client`'s request methods are in
+//! `client/requests.rs`, the global client's in `global.rs`; the acquire loop
+//! (`acquire/`) takes a request ([`LockRequest::acquire`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,23 +16,193 @@ use crate::engine::Engine;
 use crate::error::LockError;
 use crate::kind::Kind;
 
-/// What a request takes.
+/// What a request takes: only the exclusive lock of one key can queue or be kept past its
+/// release, and not both at once.
 #[derive(Debug)]
 pub(crate) enum Target {
-    /// One key (as given, without the configured prefix) and the kind of grant asked for.
-    Key { name: String, kind: Kind },
-    /// The write locks of every key, at once ([`lock_all`](crate::lock_all)); as given.
-    Keys(Vec<String>),
+    /// The exclusive (write) lock of one key (as given, without the configured prefix).
+    Write { name: String, exclusive: Exclusive },
+    /// The read lock of one key.
+    Read { name: String },
+    /// One of `permits` permits of the semaphore `name`.
+    Semaphore { name: String, permits: u32 },
+    /// The write locks of every key, at once (`lock_all`); as given.
+    All(Vec<String>),
+}
+
+/// How an exclusive lock is waited for and given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exclusive {
+    /// Taken by whoever tries first after a release; released at once.
+    Plain,
+    /// Queued in request order among the key's fair waiters ([`LockRequest::fair`]).
+    Fair,
+    /// Given back earlier, kept until the grant plus this ([`LockRequest::hold_at_least`]).
+    HeldAtLeast(Duration),
 }
 
 impl Target {
     /// The keys as given, for errors: one name, or every name joined with `sep`.
     pub(crate) fn label(&self, sep: &str) -> String {
         match self {
-            Target::Key { name, .. } => name.clone(),
-            Target::Keys(names) => names.join(sep),
+            Target::Write { name, .. } | Target::Read { name } | Target::Semaphore { name, .. } => {
+                name.clone()
+            }
+            Target::All(names) => names.join(sep),
         }
     }
+
+    /// The kind of grant each key is taken as.
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Target::Write { .. } | Target::All(_) => Kind::Write,
+            Target::Read { .. } => Kind::Read,
+            Target::Semaphore { permits, .. } => Kind::Semaphore(*permits),
+        }
+    }
+}
+
+/// What the setters asked that the request's [`Target`] cannot hold, refused by
+/// [`LockRequest::refusal`] when the request is sent (a setter cannot fail).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Misfit {
+    /// [`LockRequest::fair`] on a target that does not queue.
+    pub(crate) fair: bool,
+    /// [`LockRequest::hold_at_least`] on a target that cannot be kept.
+    pub(crate) hold_at_least: bool,
+}
+
+/// The settings a request passes to its grant; an election (`election/`) holds those of its
+/// campaign's requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    /// `None`: the client's [`Config::default_lease`].
+    pub(crate) lease: Option<Duration>,
+    /// `None`: the client's [`Config::default_wait`].
+    pub(crate) wait: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) watchdog: bool,
+    /// `None`: the client's [`Config::fencing`].
+    pub(crate) fencing: Option<bool>,
+}
+
+impl Settings {
+    /// The lease, or the client's default, refused out of bounds or longer than `max_hold`
+    /// ([`settings_refusal`], naming what `refusing` says).
+    pub(crate) fn checked_lease(
+        &self,
+        config: &Config,
+        refusing: &Refusing<'_>,
+    ) -> Result<Duration, LockError> {
+        let lease = self.lease.unwrap_or(config.default_lease);
+        match settings_refusal(lease, self.max_hold, refusing) {
+            Some(err) => Err(err),
+            None => Ok(lease),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            lease: None,
+            wait: None,
+            max_hold: None,
+            watchdog: true,
+            fencing: None,
+        }
+    }
+}
+
+/// Who a refusal of a lease or `max_hold` names: a request its lock, an election itself, the
+/// attribute the arguments as written (which the compiler could not check).
+pub(crate) enum Refusing<'a> {
+    /// A request for the lock (or keys) `name`.
+    Request(&'a str),
+    /// The campaign of the election `name`.
+    Election(&'a str),
+    /// `#[distributed_lock]` on the lock `lock`, with `lease = <expr>` and `max_hold = <expr>`
+    /// as written (`None` for a literal).
+    Attribute {
+        lock: &'a str,
+        lease: Option<&'a str>,
+        max_hold: Option<&'a str>,
+    },
+}
+
+impl Refusing<'_> {
+    /// The error saying `why`, after who refuses.
+    fn error(&self, why: String) -> LockError {
+        LockError::Config(match self {
+            Refusing::Request(_) => why,
+            Refusing::Election(name) => format!("election `{name}`: {why}"),
+            Refusing::Attribute { lock, .. } => {
+                format!("`#[distributed_lock]` on lock `{lock}`: {why}")
+            }
+        })
+    }
+
+    /// The lease, as the subject of a sentence.
+    fn lease(&self) -> String {
+        match self {
+            Refusing::Request(name) => format!("the lease of lock `{name}`"),
+            Refusing::Election(_) => "its lease".to_owned(),
+            Refusing::Attribute { lease, .. } => written("lease", *lease),
+        }
+    }
+
+    /// The lease, as the object of a sentence about `max_hold`.
+    fn lease_after_max_hold(&self) -> String {
+        match self {
+            Refusing::Request(_) | Refusing::Election(_) => "its lease".to_owned(),
+            Refusing::Attribute { lease, .. } => written("lease", *lease),
+        }
+    }
+
+    fn max_hold(&self) -> String {
+        match self {
+            Refusing::Request(name) => format!("the max_hold of lock `{name}`"),
+            Refusing::Election(_) => "its max_hold".to_owned(),
+            Refusing::Attribute { max_hold, .. } => written("max_hold", *max_hold),
+        }
+    }
+
+    /// What would be given up.
+    fn holder(&self) -> &'static str {
+        match self {
+            Refusing::Request(_) | Refusing::Election(_) => "it",
+            Refusing::Attribute { .. } => "the lock",
+        }
+    }
+}
+
+/// An attribute's argument as written: `` `lease = <expr>` ``, or `` `lease` `` for a literal.
+fn written(argument: &str, expr: Option<&str>) -> String {
+    match expr {
+        Some(expr) => format!("`{argument} = {expr}`"),
+        None => format!("`{argument}`"),
+    }
+}
+
+/// Refuses a lease out of bounds, and a `max_hold` shorter than the lease (it would be given
+/// up before its first renewal); `refusing` names them. The one check of both, for requests,
+/// elections and the attribute.
+pub(crate) fn settings_refusal(
+    lease: Duration,
+    max_hold: Option<Duration>,
+    refusing: &Refusing<'_>,
+) -> Option<LockError> {
+    if let Some(why) = lease_out_of_bounds(lease) {
+        return Some(refusing.error(format!("{} is {why}", refusing.lease())));
+    }
+    let max_hold = max_hold.filter(|&max_hold| max_hold < lease)?;
+    Some(refusing.error(format!(
+        "{} ({max_hold:?}) is shorter than {} ({lease:?}): {} would be given up before its \
+         first renewal; make max_hold at least the lease",
+        refusing.max_hold(),
+        refusing.lease_after_max_hold(),
+        refusing.holder()
+    )))
 }
 
 /// A request for one lock, built with consuming setters and sent by
@@ -63,18 +236,12 @@ impl Target {
 pub struct LockRequest {
     pub(crate) engine: Option<Arc<Engine>>,
     pub(crate) target: Target,
-    pub(crate) lease: Option<Duration>,
-    pub(crate) wait: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) watchdog: bool,
-    pub(crate) fencing: Option<bool>,
-    /// Queued in request order among fair waiters ([`LockRequest::fair`]).
-    pub(crate) fair: bool,
+    /// What the setters asked that `target` cannot hold.
+    pub(crate) misfit: Misfit,
+    pub(crate) settings: Settings,
     /// A lock held elsewhere is an expected outcome, not a timeout ([`LockRequest::try_acquire`],
     /// `on_busy = "skip"`): the request's span, log and metrics say "busy".
     pub(crate) busy_expected: bool,
-    /// Given back earlier, the lock is kept until the grant plus this ([`LockRequest::hold_at_least`]).
-    pub(crate) hold_at_least: Option<Duration>,
     /// The wait is what is left of a longer one (a campaign's round): no try of the request
     /// runs past it, not even the first (which otherwise gets a tenth of the response timeout
     /// at least).
@@ -82,12 +249,28 @@ pub struct LockRequest {
 }
 
 impl LockRequest {
-    /// A request for the grant of `kind` on the key `name`.
-    pub(crate) fn new(engine: Option<Arc<Engine>>, name: String, kind: Kind) -> Self {
-        Self::of(engine, Target::Key { name, kind })
+    /// A request for the exclusive lock of the key `name`.
+    pub(crate) fn write(engine: Option<Arc<Engine>>, name: String) -> Self {
+        Self::of(
+            engine,
+            Target::Write {
+                name,
+                exclusive: Exclusive::Plain,
+            },
+        )
     }
 
-    /// A request for the write locks of every key of `keys` at once ([`lock_all`](crate::lock_all)).
+    /// A request for the read lock of the key `name`.
+    pub(crate) fn read(engine: Option<Arc<Engine>>, name: String) -> Self {
+        Self::of(engine, Target::Read { name })
+    }
+
+    /// A request for one of `permits` permits of the semaphore `name`.
+    pub(crate) fn semaphore(engine: Option<Arc<Engine>>, name: String, permits: u32) -> Self {
+        Self::of(engine, Target::Semaphore { name, permits })
+    }
+
+    /// A request for the write locks of every key of `keys` at once (`lock_all`).
     pub(crate) fn all<I, K>(engine: Option<Arc<Engine>>, keys: I) -> Self
     where
         I: IntoIterator<Item = K>,
@@ -95,7 +278,7 @@ impl LockRequest {
     {
         Self::of(
             engine,
-            Target::Keys(keys.into_iter().map(Into::into).collect()),
+            Target::All(keys.into_iter().map(Into::into).collect()),
         )
     }
 
@@ -103,22 +286,23 @@ impl LockRequest {
         Self {
             engine,
             target,
-            lease: None,
-            wait: None,
-            max_hold: None,
-            watchdog: true,
-            fencing: None,
-            fair: false,
+            misfit: Misfit::default(),
+            settings: Settings::default(),
             busy_expected: false,
-            hold_at_least: None,
             strict_wait: false,
         }
+    }
+
+    /// This request with `settings` in place of its own (an election's, for its campaign).
+    pub(crate) fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// Lease (time to live) of the grant; the watchdog renews it while the guard lives.
     /// Defaults to the client's [`Config::default_lease`].
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.settings.lease = Some(lease);
         self
     }
 
@@ -126,16 +310,16 @@ impl LockRequest {
     /// within it, also when the store does not answer (see [Behavior](LockRequest#behavior)).
     /// Defaults to the client's [`Config::default_wait`].
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.settings.wait = Some(wait);
         self
     }
 
     /// The longest the lock is held, renewals included: past it the watchdog stops renewing
-    /// and the guard reports the lease lost ([`LockGuard::lost`] completes; an annotated fn
+    /// and the guard reports the lease lost ([`LockGuard::lost`](crate::guard::LockGuard::lost) completes; an annotated fn
     /// with `on_lost = "abort"` returns [`LockError::HeldTooLong`]). A cap on hung work, like
     /// a maximum number of renewals. At least the lease; none by default.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
+        self.settings.max_hold = Some(max_hold);
         self
     }
 
@@ -162,14 +346,19 @@ impl LockRequest {
     /// # Ok(()) }
     /// ```
     pub fn hold_at_least(mut self, min_hold: Duration) -> Self {
-        self.hold_at_least = Some(min_hold);
+        match &mut self.target {
+            Target::Write { exclusive, .. } if *exclusive != Exclusive::Fair => {
+                *exclusive = Exclusive::HeldAtLeast(min_hold);
+            }
+            _ => self.misfit.hold_at_least = true,
+        }
         self
     }
 
     /// Whether the watchdog renews the lease while the guard lives; with `false` the lease is a
     /// hard time limit and the guard reports it lost when it runs out. Defaults to `true`.
     pub fn watchdog(mut self, renew: bool) -> Self {
-        self.watchdog = renew;
+        self.settings.watchdog = renew;
         self
     }
 
@@ -178,7 +367,7 @@ impl LockRequest {
     ///
     /// `false` is the efficiency mode, for a lock that only keeps work from being done twice:
     /// the first try of a write grant is a bare `SET NX PX` (no script), no fencing counter is
-    /// written, and [`LockGuard::fencing_token`] is `None` — there is no token to hand to a
+    /// written, and [`LockGuard::fencing_token`](crate::guard::LockGuard::fencing_token) is `None` — there is no token to hand to a
     /// store, so a holder paused past its lease can still write after the next holder.
     ///
     /// ```no_run
@@ -188,7 +377,7 @@ impl LockRequest {
     /// # Ok(()) }
     /// ```
     pub fn fencing(mut self, fencing: bool) -> Self {
-        self.fencing = Some(fencing);
+        self.settings.fencing = Some(fencing);
         self
     }
 
@@ -210,7 +399,7 @@ impl LockRequest {
     ///   whose request times out, fails or is cancelled (its future dropped) leaves the queue at
     ///   once, in the background. A waiter dropped while alive (its process stalled past its
     ///   heartbeat) comes back at the place it had: each refusal tells it its place.
-    /// - Unfair requests for the same key ([`lock`], [`write_lock`]) do not queue: they take the
+    /// - Unfair requests for the same key ([`lock`](crate::lock), [`write_lock`](crate::write_lock)) do not queue: they take the
     ///   lock whenever they find it free, and exclude fair holders as any writer does.
     ///
     /// ```no_run
@@ -220,95 +409,138 @@ impl LockRequest {
     /// # Ok(()) }
     /// ```
     pub fn fair(mut self) -> Self {
-        self.fair = true;
+        match &mut self.target {
+            Target::Write { exclusive, .. } => {
+                // A fair lock cannot be kept: the window asked before is refused.
+                if let Exclusive::HeldAtLeast(_) = exclusive {
+                    self.misfit.hold_at_least = true;
+                }
+                *exclusive = Exclusive::Fair;
+            }
+            _ => self.misfit.fair = true,
+        }
         self
     }
 
-    /// Refuses, before any try, a request that no store could grant: a fair request whose
-    /// kind has no queue, and a multi-key request naming no key.
+    /// Refuses, before any try, a request that no store could grant: a multi-key request
+    /// naming no key, and what the setters asked that the target cannot hold — a fair request
+    /// whose kind has no queue, `hold_at_least` on a request that cannot be kept, or longer
+    /// than `max_hold`. The one place these are refused.
     pub(crate) fn refusal(&self) -> Option<LockError> {
-        if let Target::Keys(names) = &self.target {
+        if let Target::All(names) = &self.target {
             if names.is_empty() {
                 return Some(LockError::Config(
                     "`lock_all` was given no key: name at least one".to_owned(),
                 ));
             }
         }
-        if let Some(err) = self.hold_at_least_refusal() {
-            return Some(err);
+        let name = || self.target.label(", ");
+        if self.misfit.hold_at_least {
+            return Some(LockError::Config(format!(
+                "lock `{}`: `hold_at_least` keeps the exclusive lock of one key past its \
+                 release; a read, semaphore, multi-key or fair request cannot be kept: drop \
+                 `hold_at_least`",
+                name()
+            )));
         }
-        if !self.fair {
+        if let (
+            Target::Write {
+                exclusive: Exclusive::HeldAtLeast(min_hold),
+                ..
+            },
+            Some(max_hold),
+        ) = (&self.target, self.settings.max_hold)
+        {
+            if *min_hold > max_hold {
+                return Some(LockError::Config(format!(
+                    "lock `{}`: `hold_at_least` ({min_hold:?}) is longer than `max_hold` \
+                     ({max_hold:?}): the lock could not be held that long; shorten \
+                     `hold_at_least` or lengthen `max_hold`",
+                    name()
+                )));
+            }
+        }
+        if !self.misfit.fair {
             return None;
         }
         let what = match &self.target {
-            Target::Keys(_) => "multi-key lock (taken in a fixed key order, not queued)",
-            Target::Key {
-                kind: Kind::Read, ..
-            } => "read lock (readers share the lock and need no queue)",
-            Target::Key {
-                kind: Kind::Semaphore(_),
-                ..
-            } => "semaphore",
-            Target::Key {
-                kind: Kind::Write, ..
-            } => return None,
+            Target::All(_) => "multi-key lock (taken in a fixed key order, not queued)",
+            Target::Read { .. } => "read lock (readers share the lock and need no queue)",
+            Target::Semaphore { .. } => "semaphore",
+            Target::Write { .. } => return None,
         };
         Some(LockError::Config(format!(
             "lock `{}` was requested fair as a {what}; only the exclusive lock (`lock`, \
              `write_lock`) queues its waiters: drop `.fair()`",
-            self.target.label(", ")
+            name()
         )))
     }
+}
 
-    /// `hold_at_least` on a request that cannot keep it: another kind than the one-key exclusive
-    /// lock, a fair request, or a window longer than `max_hold`.
-    fn hold_at_least_refusal(&self) -> Option<LockError> {
-        let min_hold = self.hold_at_least?;
-        let name = self.target.label(", ");
-        let exclusive = matches!(
-            self.target,
-            Target::Key {
-                kind: Kind::Write,
-                ..
-            }
-        );
-        if !exclusive || self.fair {
-            return Some(LockError::Config(format!(
-                "lock `{name}`: `hold_at_least` keeps the exclusive lock of one key past its \
-                 release; a read, semaphore, multi-key or fair request cannot be kept: drop \
-                 `hold_at_least`"
-            )));
-        }
-        match self.max_hold {
-            Some(max_hold) if min_hold > max_hold => Some(LockError::Config(format!(
-                "lock `{name}`: `hold_at_least` ({min_hold:?}) is longer than `max_hold` \
-                 ({max_hold:?}): the lock could not be held that long; shorten `hold_at_least` \
-                 or lengthen `max_hold`"
-            ))),
-            _ => None,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(request: LockRequest) -> String {
+        match request.refusal() {
+            Some(LockError::Config(message)) => message,
+            other => panic!("expected a config error, got {other:?}"),
         }
     }
 
-    /// A request's `lease`, or the client's default, checked against its bounds and against
-    /// `max_hold`; `name` names the lock in the error.
-    pub(crate) fn checked_lease(
-        lease: Option<Duration>,
-        max_hold: Option<Duration>,
-        config: &Config,
-        name: &str,
-    ) -> Result<Duration, LockError> {
-        let lease = lease.unwrap_or(config.default_lease);
-        if let Some(why) = lease_out_of_bounds(lease) {
-            return Err(LockError::Config(format!(
-                "the lease of lock `{name}` is {why}"
-            )));
+    #[test]
+    fn a_fair_lock_cannot_be_kept_whichever_setter_comes_first() {
+        let window = Duration::from_secs(1);
+        let write = || LockRequest::write(None, "k".into());
+        for request in [
+            write().fair().hold_at_least(window),
+            write().hold_at_least(window).fair(),
+        ] {
+            assert!(refusal(request)
+                .contains("a read, semaphore, multi-key or fair request cannot be kept"));
         }
-        if let Some(max_hold) = max_hold.filter(|&max_hold| max_hold < lease) {
-            return Err(LockError::Config(format!(
-                "the max_hold of lock `{name}` ({max_hold:?}) is shorter than its lease ({lease:?}): \
-                 it would be given up before its first renewal; make max_hold at least the lease"
-            )));
-        }
-        Ok(lease)
+        assert!(write().fair().refusal().is_none());
+        assert!(write().hold_at_least(window).refusal().is_none());
+    }
+
+    #[test]
+    fn only_the_exclusive_lock_takes_fair_and_hold_at_least() {
+        let read = LockRequest::read(None, "k".into()).fair();
+        assert!(refusal(read).contains("fair as a read lock"));
+        let permit =
+            LockRequest::semaphore(None, "k".into(), 2).hold_at_least(Duration::from_secs(1));
+        assert!(refusal(permit).contains("drop `hold_at_least`"));
+        // `hold_at_least` is refused before `fair`, as a request asking both is told.
+        let both = LockRequest::read(None, "k".into())
+            .fair()
+            .hold_at_least(Duration::from_secs(1));
+        assert!(refusal(both).contains("drop `hold_at_least`"));
+        let none = LockRequest::all(None, Vec::<String>::new());
+        assert!(refusal(none).contains("no key"));
+    }
+
+    #[test]
+    fn a_max_hold_shorter_than_the_lease_is_named_as_the_caller_wrote_it() {
+        let (lease, max_hold) = (Duration::from_secs(1), Some(Duration::from_millis(500)));
+        let message = |refusing: Refusing<'_>| match settings_refusal(lease, max_hold, &refusing) {
+            Some(LockError::Config(message)) => message,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(
+            message(Refusing::Request("k")),
+            "the max_hold of lock `k` (500ms) is shorter than its lease (1s): it would be given \
+             up before its first renewal; make max_hold at least the lease"
+        );
+        assert_eq!(
+            message(Refusing::Attribute {
+                lock: "k",
+                lease: None,
+                max_hold: Some("half()"),
+            }),
+            "`#[distributed_lock]` on lock `k`: `max_hold = half()` (500ms) is shorter than \
+             `lease` (1s): the lock would be given up before its first renewal; make max_hold \
+             at least the lease"
+        );
+        assert!(settings_refusal(lease, Some(lease), &Refusing::Request("k")).is_none());
     }
 }

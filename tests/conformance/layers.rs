@@ -198,7 +198,9 @@ fn violations(layers: &Layers, file: &str, source: &str) -> Vec<Violation> {
     let Some((own, own_layer)) = layers.of(file) else {
         return vec![violation(
             "",
-            format!("{file} is in no row of the layer table in {ARCHITECTURE}: add it to its layer"),
+            format!(
+                "{file} is in no row of the layer table in {ARCHITECTURE}: add it to its layer"
+            ),
         )];
     };
     let mut found = Vec::new();
@@ -254,7 +256,11 @@ fn layers() {
     let layers = Layers::read(&read(&root.join(ARCHITECTURE))).unwrap_or_else(|e| panic!("{e}"));
     let src = root.join(SRC);
     let files = rust_files(&src);
-    assert!(files.len() > 40, "found only {} files under {SRC}", files.len());
+    assert!(
+        files.len() > 40,
+        "found only {} files under {SRC}",
+        files.len()
+    );
     let found: Vec<String> = files
         .iter()
         .flat_map(|file| {
@@ -286,18 +292,22 @@ fn layers_catches_an_upward_import() {
         vec![Violation {
             file: "store/redis/renew.rs".to_owned(),
             import: "crate::acquire::wait::Plan".to_owned(),
-            why: "a module of layer \"stores\" imports one of layer \"requests\", which is above it"
-                .to_owned(),
+            why:
+                "a module of layer \"stores\" imports one of layer \"requests\", which is above it"
+                    .to_owned(),
         }],
         "only the upward branch of the tree is reported"
     );
-    let inline = "fn f() { crate::request::build(); }\n#[cfg(test)]\nmod tests { use crate::acquire::X; }";
+    let inline =
+        "fn f() { crate::request::build(); }\n#[cfg(test)]\nmod tests { use crate::acquire::X; }";
     assert_eq!(violations(&layers, "store/mod.rs", inline).len(), 1);
     let root = "use crate::LockError;\nuse crate::{Config, error::E};\n";
     let through_root = violations(&layers, "request.rs", root);
     assert_eq!(through_root.len(), 2, "{through_root:?}");
     assert!(through_root.iter().all(|v| v.why.contains("crate root")));
-    assert!(violations(&layers, "kind/mod.rs", "")[0].why.contains("no row"));
+    assert!(violations(&layers, "kind/mod.rs", "")[0]
+        .why
+        .contains("no row"));
     let down = "use crate::store::wake::W;\nlet s = \"redis://h\"; crate::request::x(); // crate::Config\n";
     assert_eq!(violations(&layers, "acquire/mod.rs", down), vec![]);
 }

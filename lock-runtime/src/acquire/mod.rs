@@ -1,6 +1,6 @@
 //! The acquire loop, one for every request: one key of any kind, or several keys at once.
 //! Its steps, in order: [`Plan::of`] checks the request and fixes its keys, lease and wait
-//! deadline; each round sends one try ([`Plan::send`]) and [`Plan::answer`] reads the reply
+//! deadline; each round sends one try ([`Plan::send`]) and its [`Outcome`] reads the reply
 //! the same way for one key and many; a grant becomes one lease per key under one guard
 //! ([`Plan::grant`]); a refusal pauses — until the holder's release wakes the request, the
 //! backoff step passes, or the deadline comes ([`Plan::pause`]) — and the request tries again.
@@ -13,10 +13,12 @@
 //! Neighbours: the request (`request.rs`) says what is asked; the store (`store/`) runs
 //! each try; the kind (`kind/`) says what a grant means; a try in flight is a
 //! [`PendingGrant`] (`pending.rs`), a fair request's seat a [`FairWait`] (`fair_wait.rs`),
+//! what a try came to an [`Outcome`] (`outcome.rs`),
 //! the pauses are `backoff.rs`'s; the watchdog renews what is granted.
 
 mod backoff;
 mod fair_wait;
+mod outcome;
 mod pending;
 mod wait;
 
@@ -31,12 +33,11 @@ use crate::clock::drift;
 use crate::engine::Engine;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::multi::MultiTry;
 use crate::kind::{Holding, Kind, Try};
 use crate::lease::Lease;
-use crate::protocol::FencingToken;
-use crate::protocol::{AcquireReply, LockKey};
-use crate::request::{LockRequest, Target};
+use crate::protocol::LockKey;
+use crate::request::{Exclusive, LockRequest, Refusing, Target};
 use crate::store::{is_ambiguous, Store};
 use crate::telemetry::Acquire;
 use crate::wake::WaitRegistration;
@@ -44,6 +45,7 @@ use crate::wake::WaitRegistration;
 use backoff::writer_waiting_mark;
 pub(crate) use backoff::Backoff;
 use fair_wait::FairWait;
+use outcome::{GrantTokens, Outcome, Refusal};
 pub(crate) use pending::new_owner;
 use pending::PendingGrant;
 use wait::{last_try_allowance, within};
@@ -52,7 +54,7 @@ impl LockRequest {
     /// Takes the lock, waiting as configured.
     ///
     /// Errors: [`LockError::Timeout`] when the lock stayed held for the whole wait (or no grant
-    /// counted: see [`Config::replicas`]), [`LockError::Backend`] when the store failed,
+    /// counted: see [`Config::replicas`](crate::config::Config::replicas)), [`LockError::Backend`] when the store failed,
     /// [`LockError::QuorumUnavailable`] when fewer than a majority of Redlock masters answered,
     /// [`LockError::InvalidKey`] for an empty or oversized key, [`LockError::Config`] for a
     /// zero lease or a Redlock master that is a replica, and [`LockError::NotInitialized`]
@@ -81,7 +83,7 @@ impl LockRequest {
     /// # Ok(()) }
     /// ```
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
-        self.wait = Some(Duration::ZERO);
+        self.settings.wait = Some(Duration::ZERO);
         self.busy_expected = true;
         match acquire(self).await {
             Ok(guard) => Ok(Some(guard)),
@@ -100,8 +102,8 @@ async fn acquire(request: LockRequest) -> Result<LockGuard, LockError> {
     let store = engine.store_name;
     let busy_expected = request.busy_expected;
     let mut observed = match &request.target {
-        Target::Key { name, kind } => Acquire::start(name, (*kind).into(), store),
-        Target::Keys(names) => Acquire::start(&names.join(","), Kind::Write.into(), store),
+        Target::All(names) => Acquire::start(&names.join(","), Kind::Write.into(), store),
+        target => Acquire::start(&target.label(","), target.kind().into(), store),
     };
     let outcome = if observed.span.is_disabled() {
         // No subscriber takes the span: no wrapper around the acquire loop (hot path).
@@ -132,8 +134,8 @@ async fn run(
     let mut plan = Plan::of(request, inner)?;
     observed.try_once = plan.deadline == plan.started;
     // A fair request's place in the key's queue, until the request ends.
-    let mut fair = match (&plan.keys, plan.fair) {
-        (Keys::One(key), true) => Some(FairWait::new(
+    let mut fair = match (&plan.keys, plan.exclusive) {
+        (Keys::One(key), Exclusive::Fair) => Some(FairWait::new(
             &inner.releaser,
             key,
             inner.config.fair_heartbeat,
@@ -175,7 +177,7 @@ async fn run(
             .send(inner, &pending.owner, refused_before, fair.as_ref(), budget)
             .await;
         let refusal = match reply {
-            Ok(Answer::Granted(_))
+            Ok(Outcome::Granted(_))
                 if inner.clock.now() >= sent + plan.lease - drift(plan.lease) =>
             {
                 // The reply came too late to leave any of the lease: dropping the unsettled
@@ -183,14 +185,14 @@ async fn run(
                 drop(pending);
                 Refusal::default()
             }
-            Ok(Answer::Granted(tokens)) => {
+            Ok(Outcome::Granted(tokens)) => {
                 let owner = pending.settle();
                 if let Some(fair) = fair.take() {
                     fair.granted();
                 }
                 return plan.grant(inner, observed, owner, tokens, sent).await;
             }
-            Ok(Answer::Refused(refusal)) => {
+            Ok(Outcome::Refused(refusal)) => {
                 pending.settle();
                 held_seen = true;
                 observed.refused();
@@ -259,93 +261,18 @@ impl Keys {
     }
 }
 
-/// What a try's reply says, for one key or many.
-enum Answer {
-    /// Granted, with the fencing token of each key in the order taken.
-    Granted(Tokens),
-    Refused(Refusal),
-}
-
-/// The fencing tokens of a grant: one key's, or one per key of a multi-key grant.
-enum Tokens {
-    One(Option<FencingToken>),
-    Many(Vec<Option<FencingToken>>),
-}
-
-impl Tokens {
-    fn of(&self, at: usize) -> Option<FencingToken> {
-        match self {
-            Tokens::One(token) => *token,
-            Tokens::Many(tokens) => tokens.get(at).copied().flatten(),
-        }
-    }
-}
-
-/// What a refused try learnt.
-#[derive(Default)]
-struct Refusal {
-    /// The longest the holder keeps the lock (`None`: unknown).
-    remaining: Option<Duration>,
-    /// The position of the key found held, whose release the request waits for.
-    at: usize,
-    /// A fair try's place in the queue and whether others are ahead of it.
-    queued: Option<(u64, bool)>,
-}
-
-impl From<AcquireReply> for Answer {
-    fn from(reply: AcquireReply) -> Self {
-        match reply {
-            AcquireReply::Acquired(token) => Answer::Granted(Tokens::One(token)),
-            AcquireReply::Held(remaining) => Answer::Refused(Refusal {
-                remaining,
-                ..Refusal::default()
-            }),
-            // Only from one Redlock master, whose store tallies it: try again at once.
-            AcquireReply::TooLow(_) => Answer::Refused(Refusal {
-                remaining: Some(Duration::ZERO),
-                ..Refusal::default()
-            }),
-            AcquireReply::Queued {
-                place,
-                behind,
-                remaining,
-            } => Answer::Refused(Refusal {
-                remaining,
-                at: 0,
-                queued: Some((place, behind)),
-            }),
-        }
-    }
-}
-
-impl From<MultiReply> for Answer {
-    fn from(reply: MultiReply) -> Self {
-        match reply {
-            MultiReply::Acquired(tokens) => Answer::Granted(Tokens::Many(tokens)),
-            MultiReply::Held(remaining, at) => Answer::Refused(Refusal {
-                remaining,
-                at,
-                queued: None,
-            }),
-            MultiReply::TooLow(_) => Answer::Refused(Refusal {
-                remaining: Some(Duration::ZERO),
-                ..Refusal::default()
-            }),
-        }
-    }
-}
-
 /// A request checked and fixed: what every try of it sends, and until when it tries.
 struct Plan {
     keys: Keys,
     /// The kind of each try; a fair request's tries carry a seat in the key's queue too.
     kind: Kind,
-    fair: bool,
+    /// Whether the exclusive lock is queued for or kept past its release (`Plain` for the
+    /// other kinds).
+    exclusive: Exclusive,
     lease: Duration,
     fencing: bool,
     watchdog: bool,
     max_hold: Option<Duration>,
-    hold_at_least: Option<Duration>,
     /// The wait runs on the caller's clock; leases on the store's (see `clock`).
     started: Instant,
     deadline: Instant,
@@ -373,27 +300,36 @@ impl Plan {
     /// Checks `request` against the client's settings and fixes its keys and deadline.
     fn of(request: LockRequest, inner: &Engine) -> Result<Self, LockError> {
         let config = &inner.config;
-        let (keys, kind) = match request.target {
-            Target::Key { name, kind } => {
+        let kind = request.target.kind();
+        let (keys, exclusive) = match request.target {
+            Target::Write { name, exclusive } => (
+                Keys::One(LockKey::new(&config.key_prefix, name)?),
+                exclusive,
+            ),
+            Target::Read { name } => (
+                Keys::One(LockKey::new(&config.key_prefix, name)?),
+                Exclusive::Plain,
+            ),
+            Target::Semaphore { name, permits } => {
                 let key = LockKey::new(&config.key_prefix, name)?;
-                if kind == Kind::Semaphore(0) {
+                if permits == 0 {
                     return Err(crate::kind::semaphore::no_permits(&key));
                 }
-                (Keys::One(key), kind)
+                (Keys::One(key), Exclusive::Plain)
             }
-            Target::Keys(names) => {
+            Target::All(names) => {
                 let keys = crate::kind::multi::ordered_keys(&config.key_prefix, names)?;
                 let label = keys
                     .iter()
                     .map(|key| key.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ");
-                (Keys::Many { keys, label }, Kind::Write)
+                (Keys::Many { keys, label }, Exclusive::Plain)
             }
         };
-        let lease =
-            LockRequest::checked_lease(request.lease, request.max_hold, config, keys.label())?;
-        let wait = request.wait.unwrap_or(config.default_wait);
+        let settings = request.settings;
+        let lease = settings.checked_lease(config, &Refusing::Request(keys.label()))?;
+        let wait = settings.wait.unwrap_or(config.default_wait);
         let strict_wait = request.strict_wait;
         let started = Instant::now();
         let deadline = started
@@ -410,12 +346,11 @@ impl Plan {
         Ok(Self {
             keys,
             kind,
-            fair: request.fair,
+            exclusive,
             lease,
-            fencing: request.fencing.unwrap_or(config.fencing),
-            watchdog: request.watchdog,
-            max_hold: request.max_hold,
-            hold_at_least: request.hold_at_least,
+            fencing: settings.fencing.unwrap_or(config.fencing),
+            watchdog: settings.watchdog,
+            max_hold: settings.max_hold,
             started,
             deadline,
             last_try,
@@ -438,7 +373,7 @@ impl Plan {
         refused_before: bool,
         fair: Option<&FairWait<'_>>,
         budget: Option<Duration>,
-    ) -> Result<Answer, LockError> {
+    ) -> Result<Outcome, LockError> {
         let wait_left = self.deadline - Instant::now().min(self.deadline);
         // Nothing on the last try: a writer that will not try again holds no reader up.
         let tries_left = self.last_try - Instant::now().min(self.last_try);
@@ -467,7 +402,7 @@ impl Plan {
                     let reply = inner.clock.send(&inner.io, inner.store.acquire(&attempt));
                     return reply
                         .await
-                        .map(Answer::from)
+                        .map(Outcome::from)
                         .map_err(|err| self.cut_by_wait(err, inner, budget, cut));
                 }
                 // Boxed: the try's future stays as small as where the store cuts it.
@@ -477,7 +412,7 @@ impl Plan {
                     inner,
                     inner.store.acquire(&attempt),
                 ));
-                inner.clock.send(&inner.io, reply).await.map(Answer::from)
+                inner.clock.send(&inner.io, reply).await.map(Outcome::from)
             }
             Keys::Many { keys, .. } => {
                 let attempt = MultiTry {
@@ -501,7 +436,7 @@ impl Plan {
                     .clock
                     .send(&inner.io, reply)
                     .await
-                    .map(Answer::from)
+                    .map(Outcome::from)
                     .map_err(|err| self.cut_by_wait(err, inner, budget, cut))
             }
         }
@@ -515,7 +450,7 @@ impl Plan {
         inner: &Engine,
         observed: &Acquire,
         owner: String,
-        tokens: Tokens,
+        tokens: GrantTokens,
         sent: std::time::Instant,
     ) -> Result<LockGuard, LockError> {
         // The grant's span names the request: its one key, or every key of a multi-key grant
@@ -533,7 +468,7 @@ impl Plan {
             let lease = Arc::new(
                 Lease::new(
                     // A grant taken through a seat is given back by leaving the queue.
-                    if self.fair {
+                    if self.exclusive == Exclusive::Fair {
                         Holding::Seat
                     } else {
                         Holding::Grant(self.kind)
@@ -553,10 +488,10 @@ impl Plan {
                     inner.clock,
                     hold,
                 )
-                .held_until(
-                    self.hold_at_least
-                        .and_then(|min_hold| sent.checked_add(min_hold)),
-                ),
+                .held_until(match self.exclusive {
+                    Exclusive::HeldAtLeast(min_hold) => sent.checked_add(min_hold),
+                    Exclusive::Plain | Exclusive::Fair => None,
+                }),
             );
             inner.watchdog.watch(lease.clone());
             match first {

@@ -80,7 +80,7 @@ impl Client {
     /// refuses new requests. Call it when the process is about to exit, after it has stopped
     /// taking work, so the next holders need not wait for leases to run out.
     ///
-    /// Each held grant is first reported to its holder as ended ([`LockGuard::lost`] completes,
+    /// Each held grant is first reported to its holder as ended ([`LockGuard::lost`](crate::guard::LockGuard::lost) completes,
     /// an annotated fn with `on_lost = "abort"` returns [`LockError::ShutDown`] at its next
     /// await), then released. Requests made afterwards fail with [`LockError::ShutDown`]; guards
     /// dropped afterwards cost one request that finds nothing to delete.

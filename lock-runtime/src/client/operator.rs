@@ -75,7 +75,7 @@ impl Client {
     ///
     /// **Warning**: this breaks mutual exclusion for the evicted holders. Each notices only at
     /// its next renewal (a third of its lease at most): its guard then reports the lease lost
-    /// ([`LockGuard::lost`]) and an annotated fn with `on_lost = "abort"` is cancelled; until
+    /// ([`LockGuard::lost`](crate::guard::LockGuard::lost)) and an annotated fn with `on_lost = "abort"` is cancelled; until
     /// then it runs beside the next holder. Only a fenced store is safe: hand it the returned
     /// token, and it rejects the evicted holders' late writes. Use it for a lock left held by
     /// a hung process, not as part of normal operation.

@@ -4,7 +4,6 @@
 
 use super::Client;
 use crate::election::Election;
-use crate::kind::Kind;
 use crate::request::LockRequest;
 
 /// Requests started through a client; the global client's are the free functions
@@ -13,7 +12,7 @@ impl Client {
     /// Starts a request for the lock `key` through this client (exclusive: the write side of
     /// the key's read/write lock).
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(Some(self.engine.clone()), key.into(), Kind::Write)
+        LockRequest::write(Some(self.engine.clone()), key.into())
     }
 
     /// The leader election `name` through this client: see [`Election`](crate::election::Election).
@@ -39,7 +38,7 @@ impl Client {
 
     /// Starts a request for the read side of the read/write lock `key`. See [`read_lock`](crate::read_lock).
     pub fn read_lock(&self, key: impl Into<String>) -> LockRequest {
-        LockRequest::new(Some(self.engine.clone()), key.into(), Kind::Read)
+        LockRequest::read(Some(self.engine.clone()), key.into())
     }
 
     /// Starts a request for one of `permits` permits of the semaphore `key`. See
@@ -60,10 +59,6 @@ impl Client {
     /// # drop((a, c)); Ok(()) }
     /// ```
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
-        LockRequest::new(
-            Some(self.engine.clone()),
-            key.into(),
-            Kind::Semaphore(permits),
-        )
+        LockRequest::semaphore(Some(self.engine.clone()), key.into(), permits)
     }
 }

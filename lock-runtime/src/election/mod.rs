@@ -24,6 +24,7 @@ use crate::guard::LockGuard;
 use crate::inspect::LeaderInfo;
 use crate::protocol::FencingToken;
 use crate::protocol::{LockKey, RawRecord};
+use crate::request::{Refusing, Settings};
 
 /// How long one acquire of an unbounded campaign waits before it starts over (the campaign
 /// itself goes on): a bound on a single request's wait, not on the campaign.
@@ -61,8 +62,9 @@ const MAX_FAILURE_PAUSE: Duration = Duration::from_secs(2);
 pub struct Election {
     client: Option<Client>,
     name: Arc<str>,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
+    /// The settings of the campaign's requests: the lease it passes on, and the campaign's
+    /// whole wait (each request waits for a round of it).
+    settings: Settings,
     value: Option<Arc<[u8]>>,
 }
 
@@ -73,8 +75,7 @@ impl Election {
         Self {
             client,
             name: name.into(),
-            lease: None,
-            wait: None,
+            settings: Settings::default(),
             value: None,
         }
     }
@@ -89,7 +90,7 @@ impl Election {
     /// while the leader lives. Defaults to the client's
     /// [`Config::default_lease`](crate::Config::default_lease).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.settings.lease = Some(lease);
         self
     }
 
@@ -99,7 +100,7 @@ impl Election {
     /// it takes, also through Redis being unreachable for a while (it tries again, logging at
     /// WARN).
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.settings.wait = Some(wait);
         self
     }
 
@@ -139,7 +140,10 @@ impl Election {
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
         let client = &self.client()?;
         let started = tokio::time::Instant::now();
-        let deadline = self.wait.and_then(|wait| started.checked_add(wait));
+        let deadline = self
+            .settings
+            .wait
+            .and_then(|wait| started.checked_add(wait));
         let mut pause = FIRST_FAILURE_PAUSE;
         let mut first_round = true;
         loop {
@@ -156,10 +160,11 @@ impl Election {
                 });
             }
             first_round = false;
-            let mut request = client.lock(self.name.to_string()).fencing(true).wait(round);
-            if let Some(lease) = self.lease {
-                request = request.lease(lease);
-            }
+            let mut request = client
+                .lock(self.name.to_string())
+                .with_settings(self.settings)
+                .fencing(true)
+                .wait(round);
             // A round that ends with the lock still held elsewhere is a standby's normal state,
             // not a timeout: its span, log and metrics say "busy".
             request.busy_expected = true;
@@ -257,14 +262,8 @@ impl Election {
     /// The period at which [`observe`](Self::observe) reads besides its wake-ups: a third of
     /// the election's lease, checked as a campaign checks it.
     fn lease_of(&self, client: &Client) -> Result<Duration, LockError> {
-        let lease = self.lease.unwrap_or(client.engine.config.default_lease);
-        match crate::config::lease_out_of_bounds(lease) {
-            Some(why) => Err(LockError::Config(format!(
-                "election `{}`: its lease is {why}",
-                self.name
-            ))),
-            None => Ok(lease),
-        }
+        self.settings
+            .checked_lease(&client.engine.config, &Refusing::Election(&self.name))
     }
 
     /// The changes of leader, as a [`Stream`](futures_util::Stream) of [`LeaderInfo`]: the
@@ -311,8 +310,8 @@ impl std::fmt::Debug for Election {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Election")
             .field("name", &self.name)
-            .field("lease", &self.lease)
-            .field("wait", &self.wait)
+            .field("lease", &self.settings.lease)
+            .field("wait", &self.settings.wait)
             .field("value", &self.value.as_ref().map(|value| value.len()))
             .finish_non_exhaustive()
     }

@@ -1,0 +1,69 @@
+//! Where the locks live, as a [`Config`](super::Config) holds it: the deployment and its
+//! servers ([`StoreConfig`]), and the in-process store's shared locks ([`InProcessLocks`]).
+//! Neighbours: `config.rs` makes them from URLs; the stores (`store/open.rs`) open them.
+
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
+
+/// The servers' addresses, comma-separated, without credentials.
+pub(super) fn server_list(clients: &[redis::Client]) -> String {
+    clients
+        .iter()
+        .map(crate::url::server_address)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl StoreConfig {
+    /// The deployment and the servers it is reached through, without credentials: what a
+    /// client says at start which Redis it uses (`127.0.0.1:6379`; `sentinel mymaster via
+    /// s1:26379, s2:26379`; …).
+    pub(crate) fn describe(&self) -> String {
+        use crate::url::server_address;
+        let list = server_list;
+        match self {
+            StoreConfig::Redis(client) => server_address(client),
+            StoreConfig::Cluster(nodes) => format!("cluster via {}", list(nodes)),
+            StoreConfig::Sentinel { sentinels, master } => {
+                format!("sentinel `{master}` via {}", list(sentinels))
+            }
+            StoreConfig::Redlock(masters) => format!("redlock over {}", list(masters)),
+            StoreConfig::InMemory(_) => "in-process".to_owned(),
+        }
+    }
+}
+
+/// Where the locks are kept.
+#[derive(Clone)]
+pub(crate) enum StoreConfig {
+    /// One Redis server, its URL parsed when the config is made.
+    Redis(Box<redis::Client>),
+    /// A Redis Cluster, reached first through these nodes.
+    Cluster(Vec<redis::Client>),
+    /// The primary that these sentinels know by `master`.
+    Sentinel {
+        sentinels: Vec<redis::Client>,
+        master: String,
+    },
+    /// Redlock over these independent masters (an odd number, at least 3).
+    Redlock(Vec<redis::Client>),
+    /// In this process; clients made from clones of one config share the store.
+    InMemory(InProcessLocks),
+}
+
+/// The locks of one [`Config::in_memory`](super::Config::in_memory), shared by every client made from its clones. Made
+/// empty here; the in-process store (`store/memory.rs`) alone knows what they hold, so the
+/// settings do not depend on it: it fills this with its state on first use.
+#[derive(Clone, Default)]
+pub(crate) struct InProcessLocks(Arc<OnceLock<Arc<dyn Any + Send + Sync>>>);
+
+impl InProcessLocks {
+    /// The state these locks hold, made on first use; the same `Arc` for every caller that
+    /// asks for the same `T` (there is one: the in-process store's).
+    pub(crate) fn state<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let state = self.0.get_or_init(|| Arc::new(T::default()));
+        // Only the in-process store fills it, always with its own state type; a different
+        // `T` would get a store of its own rather than a panic.
+        state.clone().downcast::<T>().unwrap_or_default()
+    }
+}
