@@ -52,7 +52,8 @@ impl redis::FromRedisValue for ScriptReply {
 /// without fencing (`attempt.fencing` false) carries no token, whatever the script said.
 /// A semaphore's `{-1, permits}`: the key is a semaphore of another count, in use. A fair
 /// refusal, `{0, ms or -3, place}` ([`AcquireReply::Queued`]): -3 when waiters are ahead. A
-/// refused proposal ([`Tokens::Counter`](super::Tokens::Counter)), `{2, hint, clock}` ([`AcquireReply::TooLow`]).
+/// refused proposal ([`Tokens::Counter`](super::Tokens::Counter)), `{2, hint, clock}`
+/// ([`AcquireReply::TooLow`]).
 pub(crate) fn read_acquire_reply(
     attempt: &Try<'_>,
     reply: ScriptReply,
@@ -103,8 +104,8 @@ pub(crate) fn read_acquire_reply(
     Ok(AcquireReply::Held(remaining))
 }
 
-/// Reads the reply of [`extend_many_call`](super::extend_many_call) for `asked` renewals: one 1 (renewed) or 0 (no
-/// longer ours) per renewal.
+/// Reads the reply of [`extend_many_call`](super::extend_many_call) for `asked` renewals: one 1
+/// (renewed) or 0 (no longer ours) per renewal.
 pub(crate) fn read_extend_many_reply(
     asked: usize,
     extended: Vec<i64>,

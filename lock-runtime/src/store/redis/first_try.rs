@@ -14,9 +14,10 @@ use crate::protocol::Call;
 /// script call costs several. It neither looks at nor sets the writer-waiting mark, and a
 /// refusal does not say how long the holder keeps the lock: so a refused first try is
 /// followed at once by the script, which sets the mark (keeping new readers out, and asking
-/// the last reader's release to wake this writer) and says how long to wait. `GET` makes the same try sent again
-/// (after a lost reply) a grant, as the script does, but without restarting the lease: the
-/// caller's deadline runs from before the first send, so it ends before the key's.
+/// the last reader's release to wake this writer) and says how long to wait. `GET` makes the
+/// same try sent again (after a lost reply) a grant, as the script does, but without
+/// restarting the lease: the caller's deadline runs from before the first send, so it ends
+/// before the key's.
 pub(crate) struct FirstTry {
     request: FirstRequest,
 }
