@@ -154,7 +154,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// One request of a lock operation as a store sends it: a script call, or (a first try that
-/// needs no script, [`FirstTry`](crate::kind::FirstTry)) a command or a pipeline built for it,
+/// needs no script, `FirstTry`, `store/redis/first_try.rs`) a command or a pipeline built for it,
 /// whose error replies are kept as values (a refusal can be an answer, not a failure): a
 /// command's reply is its value, a pipeline's an array of them.
 #[derive(Clone, Copy)]

@@ -1,31 +1,29 @@
 //! One Redis server as the Redis store (`redis.rs`) reaches it: a [`Node`] keeps one
 //! multiplexed connection, made on the client's I/O runtime (or the caller's multi-thread
-//! runtime) and remade after it breaks, and implements the store's [`Transport`] for it. The
-//! server is a fixed one, or the primary Sentinel names (`endpoint.rs`): a new connection then
-//! asks the sentinels and checks that what it reached is a primary (`ROLE`) before using it,
-//! so the store follows a failover. Redlock (`redlock.rs`) runs one per master, with the same
-//! role check. With the failover guard ([`ReplicaGuard`]) `WAIT` follows a grant or renewal on
-//! the same connection, that of a sibling node lent for the write (`guarded.rs`), so the wait
-//! holds up nothing else. Neighbours: `cluster.rs` is the other transport and reads failures
-//! with [`Failure`] too; `eviction.rs` is fired after the first connect to each server.
+//! runtime) and remade after it breaks, and implements the store's
+//! [`Transport`](super::transport::Transport) for it (`requests.rs`). The server is a fixed
+//! one, or the primary Sentinel names (`endpoint.rs`): a new connection then asks the sentinels
+//! and checks that what it reached is a primary (`ROLE`) before using it, so the store follows
+//! a failover. Redlock (`redlock.rs`) runs one per
+//! master, with the same role check. With the failover guard (`ReplicaGuard`) `WAIT` follows a
+//! grant or renewal on the same connection, that of a sibling node lent for the write
+//! (`guarded.rs`), so the wait holds up nothing else.
 //!
-//! Scripts are called by SHA (`EVALSHA`); after a `NOSCRIPT` reply (after `SCRIPT FLUSH` or a
-//! restart) the call is sent once more with the script's source (`script.rs`).
-//!
-//! A connection that failed is replaced, and the next request to the server — on the
-//! replacement or on a sibling's connection — first has the server close the old one
-//! (`CLIENT KILL`): a request still under way on the old
-//! connection (held up in the network, say) can then no longer run after the requests that
-//! follow, such as the compare-and-delete that gives back a grant whose reply never came.
-//!
-//! A new connection is made and set up (the checks below) by a task of its own ([`Reach`]):
-//! a caller that stops waiting for it — a lock request whose wait ran out — leaves it to
-//! finish, and the next caller takes it up instead of starting over.
-//!
-//! A new connection also asks, before it is shared, whether the server's ACL lets its user run
-//! a transaction ([`Transactions`]): a write lock's first try is a `MULTI`/`EXEC` where it may
-//! be, and the script otherwise. A refused `MULTI` would let the `SET` behind it run outside
-//! the transaction, and breaks the `redis` crate's reading of the replies.
+//! This file keeps the connection in use, made once for every caller that asks meanwhile.
+//! Beside it: how a new connection is made and set up, by a task of its own that a caller which
+//! stops waiting leaves to finish for the next ([`reach`]); the connections given up on, which
+//! the server closes (`CLIENT KILL`) before the next request runs ([`replaced`]); whether the
+//! user may run a transaction ([`transactions`]); how a request is sent, retried and cut off
+//! ([`requests`]); and what a failure means ([`failure`], read by `cluster.rs` too).
+//! `eviction.rs` is fired after the first connect to each server. Scripts are called by SHA
+//! (`EVALSHA`); after a `NOSCRIPT` reply the call is sent once more with the script's source
+//! (`script.rs`).
+
+mod failure;
+mod reach;
+mod replaced;
+mod requests;
+mod transactions;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -33,18 +31,15 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use redis::{AsyncConnectionConfig, RedisError};
 use tokio::runtime::Handle;
 
 use super::endpoint::Endpoint;
-use super::transport::{replicated, ScanStep, Transport};
-use crate::config::ReplicaGuard;
-use crate::error::{BackendError, BackendErrorKind, LockError};
-use crate::kind;
-use crate::protocol::{Announce, Call};
-
-mod reach;
-use reach::{Connected, Reach, ServerSideClient, SetUpFailure, Transactions};
+use crate::error::BackendError;
+pub(crate) use failure::{connect_error, request_error, Failure};
+use reach::{Connected, Reach, SetUpFailure};
+use replaced::ServerSideClient;
+use transactions::Transactions;
 
 /// A connection in use, tagged so that only the failing generation is thrown away.
 struct Current {
@@ -337,339 +332,6 @@ impl Node {
             if let Some(old) = current.take().and_then(|c| c.server_side) {
                 self.reach.replaced.push(old);
             }
-        }
-    }
-}
-
-impl Transport for Node {
-    const ANNOUNCE: Announce = Announce::Publish;
-    const ROUTES_BY_SLOT: bool = false;
-    const RETRIES_UNSEEN: bool = false;
-    const WAITS_AFTER_ANY_REQUEST: bool = true;
-    const CUTS_AT_CUT: bool = true;
-
-    type Shard = ();
-
-    fn sibling(&self) -> Self {
-        self.sibling_node()
-    }
-
-    async fn ping(&self) -> Result<(), LockError> {
-        let named = |kind: BackendErrorKind, err: &dyn std::fmt::Display| {
-            BackendError::new("ping", kind, format!("{}: {err}", self.reach.server))
-        };
-        // The connect failure's cause alone, and whether it timed out: the ping's error gives
-        // the advice once, the frozen server's when the connect timed out.
-        let InUse { mut connection, .. } = self.in_use().await.map_err(|err| {
-            LockError::from(
-                named(err.kind(), &err.cause()).connect_timed_out(err.is_connect_timeout()),
-            )
-        })?;
-        match redis::cmd("PING")
-            .query_async::<String>(&mut connection)
-            .await
-        {
-            Ok(_) => Ok(()),
-            // A refusal by the ACL keeps what was refused, so the error says how to grant it.
-            Err(err) => Err(named(Failure::of(&err).kind, &err).refused_by(&err).into()),
-        }
-    }
-
-    /// Whether a first try may be a transaction, as the connection in use found out; a store
-    /// that has not connected yet connects first, to ask.
-    async fn transactions(&self) -> Result<bool, LockError> {
-        match Transactions::from_u8(self.reach.transactions.load(Ordering::Relaxed)) {
-            Transactions::Allowed => Ok(true),
-            Transactions::Refused => Ok(false),
-            Transactions::Unknown => Ok(self.in_use().await?.transactions),
-        }
-    }
-
-    /// As [`transactions`](Self::transactions), its connect given up at `cut`.
-    async fn transactions_by(&self, cut: Option<Instant>) -> Result<bool, LockError> {
-        match Transactions::from_u8(self.reach.transactions.load(Ordering::Relaxed)) {
-            Transactions::Allowed => Ok(true),
-            Transactions::Refused => Ok(false),
-            Transactions::Unknown => Ok(self.in_use_by("acquire", cut).await?.transactions),
-        }
-    }
-
-    /// Sends `call` on the connection in use. A request on a connection that was in use
-    /// before and turns out broken (closed by the server while idle, say) is sent once more on
-    /// a new connection: the lock scripts are safe to repeat for the same owner. The error of a
-    /// request that may have run says so, also when its repetition then failed to connect.
-    /// With a failover guard and a reply that `needs_wait` (a grant, not a refusal), `WAIT`
-    /// follows on the same connection: a `WAIT` on any other connection would say nothing
-    /// about this write.
-    fn call<R: FromRedisValue + Send>(
-        &self,
-        operation: &'static str,
-        call: Call<'_>,
-        guard: Option<ReplicaGuard>,
-        needs_wait: impl Fn(&R) -> bool + Send,
-    ) -> impl std::future::Future<Output = Result<(R, bool), LockError>> + Send {
-        self.request(operation, call, guard, None, needs_wait)
-    }
-
-    /// As [`call`](Self::call), given up at `cut`: its connect (when there is no connection
-    /// yet) by a timer of its own, its request by the connection's own response timeout set
-    /// to end there when that comes first. A request cut off so is not sent again, and its
-    /// connection is kept (the server may just be slower than the wait is long).
-    fn call_by<R: FromRedisValue + Send>(
-        &self,
-        operation: &'static str,
-        call: Call<'_>,
-        cut: Option<Instant>,
-        needs_wait: impl Fn(&R) -> bool + Send,
-    ) -> impl std::future::Future<Output = Result<(R, bool), LockError>> + Send {
-        self.request(operation, call, None, cut, needs_wait)
-    }
-
-    async fn shards(&self) -> Result<Vec<()>, LockError> {
-        Ok(vec![()])
-    }
-
-    async fn scan_step(&self, _: &(), step: &redis::Cmd) -> Result<ScanStep, LockError> {
-        let mut pipeline = redis::pipe();
-        pipeline.add_command(step.clone());
-        let ((step,), _): ((ScanStep,), bool) = self
-            .call("list", Call::Pipeline(&pipeline), None, |_| false)
-            .await?;
-        Ok(step)
-    }
-}
-
-/// Requests, cut off or not.
-impl Node {
-    /// The connection in use ([`in_use`](Self::in_use)), a connect given up at `cut`.
-    async fn in_use_by(
-        &self,
-        operation: &'static str,
-        cut: Option<Instant>,
-    ) -> Result<InUse, BackendError> {
-        let Some(cut) = cut else {
-            return self.in_use().await;
-        };
-        if let Some(in_use) = self.cached(false) {
-            return Ok(in_use);
-        }
-        // Boxed: the request's future stays as small as an uncut one.
-        match Box::pin(tokio::time::timeout_at(cut.into(), self.in_use())).await {
-            Ok(in_use) => in_use,
-            Err(_) => Err(BackendError::new(
-                operation,
-                BackendErrorKind::Timeout,
-                format!(
-                    "{}: not connected when the request was cut off",
-                    self.reach.server
-                ),
-            )),
-        }
-    }
-
-    /// [`Transport::call`], given up at `cut` ([`Transport::call_by`]).
-    async fn request<R: FromRedisValue + Send>(
-        &self,
-        operation: &'static str,
-        call: Call<'_>,
-        guard: Option<ReplicaGuard>,
-        cut: Option<Instant>,
-        needs_wait: impl Fn(&R) -> bool + Send,
-    ) -> Result<(R, bool), LockError> {
-        let mut retried = false;
-        let mut maybe_applied = false;
-        loop {
-            let mut in_use = self
-                .in_use_by(operation, cut)
-                .await
-                .map_err(|err| err.maybe_applied(maybe_applied))?;
-            // The connection's own timer ends the request at the cut when that comes first
-            // (set on this clone of the connection only).
-            let cut_short = cut
-                .map(|cut| cut.saturating_duration_since(Instant::now()))
-                .filter(|left| *left < self.reach.response_timeout);
-            if let Some(left) = cut_short {
-                in_use.connection.set_response_timeout(left);
-            }
-            let generation = in_use.generation;
-            if call.is_transaction() && !in_use.transactions {
-                // Picked before this connection was made, whose user may not run one (its ACL
-                // changed): not sent, since a refused `MULTI` would let the rest run alone.
-                // (`acquire` then sends the script.)
-                return Err(transaction_refused(operation)
-                    .maybe_applied(maybe_applied)
-                    .into());
-            }
-            // A connection given up on (by a sibling, say) is closed on the server first; the
-            // flag is read here, so a request with nothing to close awaits nothing more.
-            let closed = if self.reach.replaced.pending() {
-                self.reach.kill_replaced(&mut in_use.connection).await
-            } else {
-                Ok(())
-            };
-            let sent = match closed {
-                Ok(()) => call.query_multiplexed(&mut in_use.connection).await,
-                Err(err) => Err(err),
-            };
-            let err = match sent {
-                Ok(value) => {
-                    let Some(guard) = guard.filter(|_| needs_wait(&value)) else {
-                        return Ok((value, true));
-                    };
-                    match redis::cmd("WAIT")
-                        .arg(guard.replicas)
-                        .arg(kind::millis(guard.wait_timeout()))
-                        .query_async::<u32>(&mut in_use.connection)
-                        .await
-                    {
-                        Ok(acknowledged) => {
-                            let enough =
-                                replicated(guard, acknowledged, operation, &self.reach.server);
-                            return Ok((value, enough));
-                        }
-                        // The script ran: whatever failed after it, its effect may stand.
-                        Err(err) => {
-                            let failure = Failure::of(&err);
-                            if failure.reconnect {
-                                self.discard(generation);
-                            }
-                            return Err(BackendError::new(operation, failure.kind, err)
-                                .maybe_applied(true)
-                                .into());
-                        }
-                    }
-                }
-                Err(err) => err,
-            };
-            let failure = Failure::of(&err);
-            maybe_applied |= failure.maybe_applied;
-            if cut_short.is_some() && err.is_timeout() {
-                // Cut off: the connection may well be fine.
-                return Err(BackendError::new(operation, failure.kind, err)
-                    .maybe_applied(true)
-                    .into());
-            }
-            if failure.reconnect {
-                self.discard(generation);
-                // A timeout is not retried: it has spent the response budget already, and a
-                // slow server is not helped by a second copy of the request. A new connection
-                // that broke is not retried either (the server is gone), unless it broke with
-                // the caller's runtime that ran its driver.
-                let retry = !in_use.fresh || in_use.driver_gone();
-                if retry && !retried && failure.kind != BackendErrorKind::Timeout {
-                    tracing::debug!(target: crate::telemetry::LOG_TARGET, server = %self.reach.server, "retrying {operation} on a new connection: {err}");
-                    retried = true;
-                    continue;
-                }
-            }
-            return Err(BackendError::new(operation, failure.kind, err)
-                .maybe_applied(maybe_applied)
-                .into());
-        }
-    }
-}
-
-/// A transaction not sent, because the connection's user may not run one.
-fn transaction_refused(operation: &'static str) -> BackendError {
-    BackendError::new(
-        operation,
-        BackendErrorKind::Server,
-        RedisError::from((
-            ErrorKind::Server(ServerErrorKind::NoPerm),
-            "NOPERM",
-            "this user has no permissions to run the 'multi' command (or 'exec'; the request \
-             was not sent)"
-                .to_owned(),
-        )),
-    )
-}
-
-pub(crate) fn connect_error(err: RedisError) -> BackendError {
-    let timed_out = err.is_timeout();
-    let kind = if crate::tls::is_handshake_failure(&err) {
-        BackendErrorKind::Tls
-    } else {
-        Failure::of(&err).kind
-    };
-    BackendError::new("connect", kind, err).connect_timed_out(timed_out)
-}
-
-/// The server refused a command (permissions, unknown command): not a broken connection.
-fn is_refusal(err: &RedisError) -> bool {
-    matches!(err.kind(), ErrorKind::Server(_)) && Failure::of(err).kind == BackendErrorKind::Server
-}
-
-/// A failed request as the caller sees it: what it means ([`Failure`]), and whether it may
-/// have run.
-pub(crate) fn request_error(operation: &'static str, err: RedisError) -> LockError {
-    let failure = Failure::of(&err);
-    BackendError::new(operation, failure.kind, err)
-        .maybe_applied(failure.maybe_applied)
-        .into()
-}
-
-/// What a failed request means for the request and its connection.
-pub(crate) struct Failure {
-    pub(crate) kind: BackendErrorKind,
-    /// The connection cannot serve locks: use a new one.
-    pub(crate) reconnect: bool,
-    /// The request may have run although it failed.
-    pub(crate) maybe_applied: bool,
-}
-
-impl Failure {
-    pub(crate) fn of(err: &RedisError) -> Self {
-        // A transaction the server refused at a command (`EXECABORT`: a replica's `READONLY`,
-        // say) fails as that command did; nothing of it ran.
-        if err.kind() == ErrorKind::Server(ServerErrorKind::ExecAbort) {
-            let first = err.clone().into_server_errors().and_then(|errors| {
-                errors
-                    .first()
-                    .map(|(_, error)| RedisError::from(error.clone()))
-            });
-            if let Some(first) = first {
-                return Self {
-                    maybe_applied: false,
-                    ..Self::of(&first)
-                };
-            }
-        }
-        let (kind, reconnect, maybe_applied) = if err.is_timeout() {
-            (BackendErrorKind::Timeout, true, true)
-        } else if err.code() == Some("NOAUTH") {
-            // The server wants a password and the URL gives none.
-            (BackendErrorKind::Authentication, false, false)
-        } else {
-            match err.kind() {
-                // The server (a replica now, or not ready) refused before running anything.
-                ErrorKind::Server(
-                    ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading,
-                ) => (BackendErrorKind::Unavailable, true, false),
-                // A Cluster slot in migration (`TRYAGAIN`: keys of a call on both sides) or a
-                // Cluster without a quorum of primaries: nothing ran, and the connection is fine.
-                ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
-                    (BackendErrorKind::Unavailable, false, false)
-                }
-                // Wrong credentials: sent during the handshake, before any request.
-                ErrorKind::AuthenticationFailed => (BackendErrorKind::Authentication, false, false),
-                // Not the Redis protocol: another kind of server on the port. The request may
-                // have reached a Redis that then sent garbage, so it may have run.
-                ErrorKind::Parse => (BackendErrorKind::Protocol, true, true),
-                // An error reply: a script that fails undoes its grant first.
-                ErrorKind::Server(_)
-                | ErrorKind::UnexpectedReturnType
-                | ErrorKind::InvalidClientConfig
-                | ErrorKind::Extension
-                | ErrorKind::RESP3NotSupported => (BackendErrorKind::Server, false, false),
-                _ => (BackendErrorKind::Connection, true, true),
-            }
-        };
-        Self {
-            kind,
-            reconnect,
-            maybe_applied,
         }
     }
 }

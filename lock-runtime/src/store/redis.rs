@@ -13,6 +13,8 @@
 //! transport lent to it alone (`guarded.rs`), as its `WAIT` blocks the connection. Redlock (`redlock.rs`) runs
 //! one of these per master.
 
+mod first_try;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,13 +33,14 @@ use crate::config::ReplicaGuard;
 use crate::election_scripts as election;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::multi::{MultiReply, MultiTry};
-use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
+use crate::kind::{self, multi, ScriptReply, Tokens};
 use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{self as operator, RawHolder, RawView};
 use crate::protocol::Announce;
 use crate::protocol::{AcquireReply, Call, LockKey, RawRecord, Renewed};
 use crate::store::pubsub::{Announcer, PubSub};
 use crate::wake::ReleaseListener;
+use first_try::FirstTry;
 
 /// How a Redis store connects and what it checks.
 #[derive(Debug, Clone, Copy)]

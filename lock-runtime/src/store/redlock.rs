@@ -65,6 +65,8 @@
 //! holders. A permit is granted (and renewed) by `q > N · masters / (N + 1)` masters, so N + 1
 //! holders cannot each hold `q`; with 3 masters and N ≥ 2 that is every master.
 
+mod refusals;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,7 +87,7 @@ use crate::clock::drift;
 use crate::config::MAX_TOKEN_LEAD;
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind::multi::{MultiReply, MultiTry};
-use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
+use crate::kind::{self, write::fence_ttl, TokenRule, Tokens};
 use crate::kind::{Holding, Renewal, Try};
 use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::protocol::FencingToken;
@@ -93,6 +95,7 @@ use crate::protocol::TooLow;
 use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
 use crate::store::pubsub::{Announcer, PubSub};
 use crate::wake::ReleaseListener;
+use refusals::Refusals;
 
 static RAISE_FENCE: LazyLock<LuaScript> =
     LazyLock::new(|| kind::script(include_str!("../../scripts/redlock/raise_fence.lua")));
