@@ -19,6 +19,7 @@ use crate::inspect::LeaderInfo;
 use crate::protocol::FencingToken;
 use crate::protocol::LockKey;
 use crate::store::wake::WaitRegistration;
+use crate::store::Store;
 
 /// The longest the in-process store's observers go between reads (it has no wake-ups).
 const IN_PROCESS_PERIOD: Duration = Duration::from_millis(100);

@@ -18,16 +18,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Store;
-use crate::clock::tokio_now;
+use super::wake::ReleaseListener;
+use super::{Found, Store};
+use crate::clock::{tokio_now, Clock};
 use crate::error::LockError;
+use crate::inspect::glob_matches;
+use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
-use crate::kind::twins::{clock_micros, State, Twins};
+use crate::kind::twins::{State, Twins};
 use crate::kind::{multi, TokenRule, TwinReply};
 use crate::kind::{Holding, Renewal, Try};
-use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
 use crate::protocol::FencingToken;
-use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
+use crate::protocol::{AcquireReply, LockKey, Renewed};
 
 pub(crate) struct MemoryStore {
     twins: Arc<Twins>,
@@ -40,90 +42,6 @@ impl MemoryStore {
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         f(&mut self.twins.lock())
-    }
-}
-
-/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) in this process.
-impl MemoryStore {
-    /// What the store holds of `key`'s lock.
-    pub(crate) fn inspect(&self, key: &LockKey) -> RawView {
-        let now = tokio_now();
-        self.with_state(|state| {
-            let mut view = state.with_entry(&key.lock, |entry| entry.view(now));
-            // No token so far exceeds the live counter or the clock (`next_token`).
-            let counter = state
-                .fences
-                .get(&key.fence())
-                .filter(|fence| fence.expires_at > now)
-                .map_or(0, |fence| fence.last);
-            view.token_ceiling = counter.max(clock_micros());
-            view.record = state.records.get(&key.lock).cloned();
-            view
-        })
-    }
-
-    /// Frees `key`'s lock whatever holds it: the evicted holders and the next fencing token,
-    /// which the counter keeps (so every later grant's token is greater).
-    pub(crate) fn force_unlock(&self, key: &LockKey) -> (Vec<RawHolder>, u64) {
-        let now = tokio_now();
-        self.with_state(|state| {
-            let evicted = state.with_entry(&key.lock, |entry| entry.evict(now));
-            (
-                evicted,
-                state.next_token(&key.fence(), FORCED_FENCE_TTL, now),
-            )
-        })
-    }
-
-    /// Keeps an election's leader record beside `key`'s lock if its owner is the lock's
-    /// writer (the twin of `scripts/election/proclaim.lua`; no announcement: this store has
-    /// no channels, its observers read at a period).
-    pub(crate) fn proclaim(&self, key: &LockKey, record: &RawRecord) -> bool {
-        let now = tokio_now();
-        self.with_state(|state| {
-            let holds = state.with_entry(&key.lock, |entry| {
-                entry.purge(now);
-                entry
-                    .writer
-                    .as_ref()
-                    .is_some_and(|(owner, _)| *owner == record.owner)
-            });
-            if holds {
-                state.records.insert(key.lock.clone(), record.clone());
-            }
-            holds
-        })
-    }
-
-    /// Deletes `key`'s leader record if `owner` wrote it.
-    pub(crate) fn withdraw(&self, key: &LockKey, owner: &str) -> bool {
-        self.with_state(|state| {
-            let own = state
-                .records
-                .get(&key.lock)
-                .is_some_and(|record| record.owner == owner);
-            if own {
-                state.records.remove(&key.lock);
-            }
-            own
-        })
-    }
-
-    /// The lock keys held now, those for which `matches` says yes, at most `limit`.
-    pub(crate) fn scan(&self, matches: impl Fn(&str) -> bool, limit: usize) -> Vec<String> {
-        // As the sweep judges: a caller whose paused clock ran ahead must not purge the live
-        // locks of tests on other clocks.
-        let now = tokio_now().min(std::time::Instant::now());
-        self.with_state(|state| {
-            state
-                .locks
-                .iter_mut()
-                .filter_map(|(lock, entry)| {
-                    (matches(lock) && !entry.view(now).holders.is_empty()).then(|| lock.clone())
-                })
-                .take(limit)
-                .collect()
-        })
     }
 }
 
@@ -233,6 +151,52 @@ impl Store for MemoryStore {
             all
         }))
     }
+
+    /// The operation's twin, under the store's mutex.
+    async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
+        let now = tokio_now();
+        Ok(self.with_state(|state| operation.twin(state, now)))
+    }
+
+    /// The lock keys held now that match `pattern`.
+    async fn scan_into(&self, pattern: &str, found: &mut Found) -> Result<(), LockError> {
+        let matches = |key: &str| glob_matches(pattern.as_bytes(), key.as_bytes());
+        // As the sweep judges: a caller whose paused clock ran ahead must not purge the live
+        // locks of tests on other clocks.
+        let now = tokio_now().min(std::time::Instant::now());
+        let wanted = found.wanted();
+        found.extend(self.with_state(|state| {
+            state
+                .locks
+                .iter_mut()
+                .filter_map(|(lock, entry)| {
+                    (matches(lock) && !entry.view(now).holders.is_empty()).then(|| lock.clone())
+                })
+                .take(wanted)
+                .collect::<Vec<_>>()
+        }));
+        Ok(())
+    }
+
+    /// Always: the store is this process.
+    async fn ping(&self) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    /// None: waiters in this process try again after their backoff.
+    fn waker(&self) -> Option<&ReleaseListener> {
+        None
+    }
+
+    /// Tokio's: users' tests pause it.
+    fn clock(&self) -> Clock {
+        Clock::Tokio
+    }
+
+    /// A try answers at once.
+    fn cuts_tries(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -241,7 +205,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::kind::twins::{counter_expiry, Fence};
+    use crate::kind::twins::{clock_micros, counter_expiry, Fence};
 
     fn store() -> MemoryStore {
         MemoryStore::new(Arc::new(Twins::default()))

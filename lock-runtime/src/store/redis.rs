@@ -26,16 +26,16 @@ use super::connection::Node;
 use super::endpoint::Endpoint;
 use super::guarded::Guarded;
 use super::transport::{Answered, Transport};
-use super::Store;
+use super::{Found, Store};
+use crate::clock::Clock;
 use crate::config::ReplicaGuard;
-use crate::election_scripts as election;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::{self, multi, FirstTry, ScriptReply, Tokens};
 use crate::kind::{Holding, Renewal, Try};
-use crate::operator_scripts::{self as operator, RawHolder, RawView};
 use crate::protocol::Announce;
-use crate::protocol::{AcquireReply, Call, LockKey, RawRecord, Renewed};
+use crate::protocol::{AcquireReply, Call, LockKey, Renewed};
 use crate::store::wake::{Announcer, ReleaseListener};
 
 /// How a Redis store connects and what it checks.
@@ -122,21 +122,11 @@ impl<T: Transport> RedisStore<T> {
         }
     }
 
-    /// Whether a try ends at its cut here ([`RedisStore::cuts_tries`]): the acquire loop then
-    /// adds no timer of its own.
-    pub(crate) fn cuts_tries(&self) -> bool {
-        self.cuts_tries
-    }
-
     /// The store as a Redlock master: its tries run past their cut, which Redlock's round
     /// takes care of.
     pub(crate) fn not_cutting_tries(mut self) -> Self {
         self.cuts_tries = false;
         self
-    }
-
-    pub(crate) fn waker(&self) -> Option<&ReleaseListener> {
-        self.waker.as_ref()
     }
 
     /// Runs a script, without the failover guard.
@@ -616,96 +606,6 @@ pub(crate) const MOST_PER_CALL: usize = 256;
 /// Keys asked for per `SCAN` step: a hint to the server, which bounds the work of one step.
 pub(crate) const SCAN_COUNT: u64 = 1000;
 
-/// The operator's operations (`Client::inspect`, `force_unlock`, `list`). A lock's keys share
-/// one slot, so inspecting or freeing it is one script, on its shard in a Cluster.
-impl<T: Transport> RedisStore<T> {
-    /// What the server says of `key`'s lock (read-only).
-    /// Whether the transport's servers answer a `PING` ([`Transport::ping`]).
-    pub(crate) async fn ping(&self) -> Result<(), LockError> {
-        self.transport.ping().await
-    }
-
-    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
-        let call = operator::inspect_call(key, T::ANNOUNCE, self.tokens);
-        operator::read_inspect_reply(key, self.invoke("inspect", call).await?)
-    }
-
-    /// Frees `key`'s lock whatever holds it: the evicted holders and a fresh fencing token.
-    pub(crate) async fn force_unlock(
-        &self,
-        key: &LockKey,
-    ) -> Result<(Vec<RawHolder>, u64), LockError> {
-        let call = operator::force_unlock_call(key, T::ANNOUNCE, self.tokens);
-        Ok(operator::read_force_unlock_reply(
-            self.invoke("force unlock", call).await?,
-        ))
-    }
-
-    /// Writes an election's leader record if its owner holds the lock (`election_scripts.rs`).
-    pub(crate) async fn proclaim(
-        &self,
-        key: &LockKey,
-        record: &RawRecord,
-    ) -> Result<bool, LockError> {
-        // Under the failover guard, as a grant is: a record a failover lost would leave the
-        // term without a leader to read.
-        let call = election::proclaim_call(key, record, T::ANNOUNCE, self.tokens);
-        let (written, replicated) = self
-            .call_guarded("proclaim", Call::Script(&call), |&written: &i64| {
-                written == 1
-            })
-            .await?;
-        if written == 1 && !replicated {
-            return Err(BackendError::new(
-                "proclaim",
-                BackendErrorKind::Unreplicated,
-                "too few replicas acknowledged the leader record within the failover guard's \
-                 timeout",
-            )
-            .into());
-        }
-        election::read_proclaim_reply(key, written)
-    }
-
-    /// Deletes an election's leader record if `owner` wrote it.
-    pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        let call = election::withdraw_call(key, owner, self.tokens);
-        Ok(self.invoke::<i64>("withdraw", call).await? == 1)
-    }
-
-    /// Adds the keys matching `pattern` to `found` (`SCAN` on the server, or on every primary
-    /// of a Cluster; never `KEYS`), stopping once it holds `limit` keys or more. Keys that are
-    /// not UTF-8 are no lock keys and are skipped.
-    pub(crate) async fn scan(
-        &self,
-        pattern: &str,
-        limit: usize,
-        found: &mut Vec<String>,
-    ) -> Result<(), LockError> {
-        for shard in self.transport.shards().await? {
-            let mut cursor = 0u64;
-            loop {
-                let mut step = redis::cmd("SCAN");
-                step.arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, keys) = self.transport.scan_step(&shard, &step).await?;
-                found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
-                if found.len() >= limit {
-                    return Ok(());
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
-        Ok(())
-    }
-}
-
 impl<T: Transport> Store for RedisStore<T> {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let transactions = self
@@ -819,5 +719,64 @@ impl<T: Transport> Store for RedisStore<T> {
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
         self.give_back_all(keys, owner, true).await
+    }
+
+    /// A lock's keys share one slot, so an operation on it is one script, on its shard in a
+    /// Cluster; under the failover guard when the operation is a guarded write.
+    async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
+        let call = operation.call(T::ANNOUNCE, self.tokens);
+        let (reply, replicated) = if O::GUARDED {
+            self.call_guarded(O::NAME, Call::Script(&call), O::wrote)
+                .await?
+        } else {
+            (self.invoke(O::NAME, call).await?, true)
+        };
+        operation.read(reply, replicated)
+    }
+
+    /// `SCAN` on the server, or on every primary of a Cluster; never `KEYS`. Keys that are
+    /// not UTF-8 are no lock keys and are skipped.
+    async fn scan_into(&self, pattern: &str, found: &mut Found) -> Result<(), LockError> {
+        for shard in self.transport.shards().await? {
+            let mut cursor = 0u64;
+            loop {
+                let mut step = redis::cmd("SCAN");
+                step.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, keys) = self.transport.scan_step(&shard, &step).await?;
+                found.extend(keys.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+                if found.full() {
+                    return Ok(());
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the transport's servers answer a `PING` ([`Transport::ping`]).
+    async fn ping(&self) -> Result<(), LockError> {
+        self.transport.ping().await
+    }
+
+    fn waker(&self) -> Option<&ReleaseListener> {
+        self.waker.as_ref()
+    }
+
+    /// Redis expires keys in real time.
+    fn clock(&self) -> Clock {
+        Clock::Real
+    }
+
+    /// Where the transport cuts a try at its cut itself ([`Transport::CUTS_AT_CUT`]),
+    /// without a failover guard, and not on a Redlock master.
+    fn cuts_tries(&self) -> bool {
+        self.cuts_tries
     }
 }

@@ -80,17 +80,18 @@ use tokio::sync::Notify;
 
 use super::endpoint::Endpoint;
 use super::redis::{NodeOptions, NodeStore};
-use super::Store;
-use crate::clock::drift;
+use super::{Found, Store};
+use crate::clock::{drift, Clock};
 use crate::config::MAX_TOKEN_LEAD;
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::key_operation::{KeyOperation, NoAgreement};
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::{self, write::fence_ttl, Refusals, TokenRule, Tokens};
 use crate::kind::{Holding, Renewal, Try};
-use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
+use crate::operator_scripts::{ForceUnlock, Inspect, RawHolder, FORCED_FENCE_TTL};
 use crate::protocol::FencingToken;
 use crate::protocol::TooLow;
-use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
+use crate::protocol::{AcquireReply, LockKey, Renewed};
 use crate::store::wake::{Announcer, ReleaseListener};
 
 static RAISE_FENCE: LazyLock<LuaScript> =
@@ -208,18 +209,6 @@ fn count_said<T>(answers: &[Answer<T>], counts: impl Fn(&T) -> bool) -> usize {
         .count()
 }
 
-/// One master's request, bounded by the node timeout.
-async fn bounded<T>(
-    timeout: Duration,
-    request: impl Future<Output = Result<T, LockError>>,
-) -> Answer<T> {
-    match tokio::time::timeout(timeout, request).await {
-        Ok(Ok(answer)) => Answer::Said(answer),
-        Ok(Err(err)) => Answer::Failed(err),
-        Err(_) => Answer::Failed(node_timed_out(timeout)),
-    }
-}
-
 /// A duration in whole microseconds.
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -287,10 +276,6 @@ impl RedlockStore {
         }
     }
 
-    pub(crate) fn waker(&self) -> &ReleaseListener {
-        &self.waker
-    }
-
     fn quorum(&self) -> usize {
         self.masters.len() / 2 + 1
     }
@@ -302,17 +287,23 @@ impl RedlockStore {
             .max(Duration::from_millis(1))
     }
 
-    /// Runs `request` on every master at once, each bounded by `timeout`.
-    async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, request: F) -> Vec<Answer<T>>
+    /// Runs `request` on every master at once, each bounded by `timeout`: each master's
+    /// answer, or its failure (a timeout when it did not answer in time).
+    async fn on_all<'a, T, F, Fut>(
+        &'a self,
+        timeout: Duration,
+        request: F,
+    ) -> Vec<Result<T, LockError>>
     where
         F: Fn(&'a NodeStore) -> Fut,
         Fut: Future<Output = Result<T, LockError>> + 'a,
     {
-        join_all(
-            self.masters
-                .iter()
-                .map(|master| bounded(timeout, request(master))),
-        )
+        let request = &request;
+        join_all(self.masters.iter().map(|master| async move {
+            tokio::time::timeout(timeout, request(master))
+                .await
+                .unwrap_or_else(|_| Err(node_timed_out(timeout)))
+        }))
         .await
     }
 
@@ -596,88 +587,10 @@ impl RedlockStore {
             None => Ok(count),
         }
     }
-}
 
-/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) over the masters:
-/// each runs on every master, and a majority must answer.
-impl RedlockStore {
-    /// Whether a majority of the masters answer a `PING` (each within the connect timeout,
-    /// connecting where needed); the error names every master that did not, and why.
-    pub(crate) async fn ping(&self) -> Result<(), LockError> {
-        let answers = join_all(self.masters.iter().map(|master| async move {
-            tokio::time::timeout(self.connect_timeout, master.ping())
-                .await
-                .unwrap_or_else(|_| Err(node_timed_out(self.connect_timeout)))
-        }))
-        .await;
-        let failures: Vec<String> = answers
-            .iter()
-            .filter_map(|answer| answer.as_ref().err().map(ToString::to_string))
-            .collect();
-        let answered = answers.len() - failures.len();
-        if answered >= self.quorum() {
-            return Ok(());
-        }
-        let backend_errors = || {
-            answers.iter().filter_map(|answer| match answer {
-                Err(LockError::Backend(err)) => Some(err),
-                _ => None,
-            })
-        };
-        let kind = backend_errors()
-            .next()
-            .map_or(BackendErrorKind::Connection, BackendError::kind);
-        // A master's ACL that refused the `PING` is named, with how to grant it.
-        let refused = backend_errors().find(|err| err.refused_command().is_some());
-        let summed = BackendError::new(
-            "ping",
-            kind,
-            format!(
-                "{answered} of {} Redlock masters answered, {} needed: {}",
-                self.masters.len(),
-                self.quorum(),
-                failures.join("; ")
-            ),
-        );
-        Err(match refused {
-            Some(refused) => summed.refused_as(refused),
-            None => summed,
-        }
-        .into())
-    }
-
-    /// What a majority of the masters agree on (see [`merge_views`]).
-    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
-        self.reconnect_missing();
-        let answers = self
-            .on_all(self.node_timeout, |master| master.inspect(key))
-            .await;
-        let views = self.answered(key, answers)?;
-        Ok(merge_views(&views, self.quorum()))
-    }
-
-    /// Raises a majority's fencing counters above every token handed out for the lock, then
-    /// frees it on every master; returns the evicted holders and that token. Raised first:
-    /// every grant after a master freed the lock then takes a token above it (the largest of
-    /// a quorum, which shares a master with the raised majority). Freeing first and raising
-    /// after left a window in which a waiter granted by the masters already freed — whose
-    /// clocks had not reached the token the last master's clock gave — got a smaller token
-    /// than the one returned (`tests/inspect.rs` saw it about once in ten runs).
-    pub(crate) async fn force_unlock(
-        &self,
-        key: &LockKey,
-    ) -> Result<(Vec<RawHolder>, u64), LockError> {
-        self.reconnect_missing();
-        let answers = self
-            .on_all(self.node_timeout, |master| master.inspect(key))
-            .await;
-        let views = self.answered(key, answers)?;
-        let token = views
-            .iter()
-            .map(|view| view.token_ceiling)
-            .max()
-            .unwrap_or(0)
-            .saturating_add(1);
+    /// [`raise_fence`](Self::raise_fence) to `token` for a forced release, which must reach a
+    /// majority.
+    async fn raise_fence_on_quorum(&self, key: &LockKey, token: u64) -> Result<(), LockError> {
         let raised = self
             .raise_fence(
                 key,
@@ -689,208 +602,7 @@ impl RedlockStore {
         if raised < self.quorum() {
             return Err(self.quorum_unavailable(key, raised, 0));
         }
-        let answers = self
-            .on_all(self.node_timeout, |master| master.force_unlock(key))
-            .await;
-        let freed = self.answered(key, answers)?;
-        // A grant that landed between the view and the raise proposed a token of its own,
-        // which may be above `token`; the masters' own answers are above their counters, so
-        // the largest of them is above that grant's token. It is raised on a majority too,
-        // so that every later grant's token stays above the one returned.
-        let answered_token = freed.iter().map(|(_, t)| *t).max().unwrap_or(0);
-        let token = if answered_token > token {
-            let raised = self
-                .raise_fence(
-                    key,
-                    FencingToken(answered_token),
-                    FORCED_FENCE_TTL,
-                    self.node_timeout,
-                )
-                .await?;
-            if raised < self.quorum() {
-                return Err(self.quorum_unavailable(key, raised, 0));
-            }
-            answered_token
-        } else {
-            token
-        };
-        // The evicted are the holders a quorum had, as `inspect` shows them: a stale grant on
-        // a minority of masters held nothing (it is deleted all the same).
-        let mut seen: Vec<(RawHolder, usize)> = Vec::new();
-        for (holders, _) in freed {
-            for (owner, remaining) in holders {
-                match seen.iter_mut().find(|((o, _), _)| *o == owner) {
-                    Some((known, count)) => {
-                        known.1 = known.1.max(remaining);
-                        *count += 1;
-                    }
-                    None => seen.push(((owner, remaining), 1)),
-                }
-            }
-        }
-        let quorum = self.quorum();
-        let evicted: Vec<RawHolder> = seen
-            .into_iter()
-            .filter(|(_, count)| *count >= quorum)
-            .map(|(holder, _)| holder)
-            .collect();
-        Ok((evicted, token))
-    }
-
-    /// Writes an election's leader record on every master whose lock its owner holds; it
-    /// stands when a majority wrote it (the masters where the leader holds the lock).
-    pub(crate) async fn proclaim(
-        &self,
-        key: &LockKey,
-        record: &RawRecord,
-    ) -> Result<bool, LockError> {
-        self.reconnect_missing();
-        let answers = self
-            .on_all(self.node_timeout, |master| master.proclaim(key, record))
-            .await;
-        let quorum = self.quorum();
-        let written = count_said(&answers, |&written| written);
-        let not_ours = count_said(&answers, |&written| !written);
-        if written >= quorum {
-            return Ok(true);
-        }
-        // Not ours only when the masters that said so leave no quorum that could be: a master
-        // that did not answer may still hold the lock for us.
-        if self.masters.len() - not_ours < quorum {
-            return Ok(false);
-        }
-        if let Some(Answer::Failed(err)) = answers
-            .into_iter()
-            .find(|answer| matches!(answer, Answer::Failed(err) if err.is_final_refusal()))
-        {
-            return Err(err);
-        }
-        Err(self.quorum_unavailable(key, written + not_ours, written))
-    }
-
-    /// Deletes an election's leader record on every master where `owner` wrote it; `true`
-    /// when any did.
-    pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        self.reconnect_missing();
-        let answers = self
-            .on_all(self.node_timeout, |master| master.withdraw(key, owner))
-            .await;
-        Ok(answers
-            .iter()
-            .any(|answer| matches!(answer, Answer::Said(true))))
-    }
-
-    /// Adds the keys matching `pattern` on the masters to `found` (the union: a key on any
-    /// master), stopping once it holds `limit` keys or more.
-    pub(crate) async fn scan(
-        &self,
-        pattern: &str,
-        limit: usize,
-        found: &mut Vec<String>,
-    ) -> Result<(), LockError> {
-        self.reconnect_missing();
-        let mut answered = 0;
-        let mut error = None;
-        for master in &self.masters {
-            match master.scan(pattern, limit, found).await {
-                Ok(()) => answered += 1,
-                Err(err) => error = Some(err),
-            }
-            found.sort_unstable();
-            found.dedup();
-            if found.len() >= limit {
-                return Ok(());
-            }
-        }
-        match error {
-            Some(err) if answered < self.quorum() => Err(err),
-            _ => Ok(()),
-        }
-    }
-
-    /// The masters' answers, or the quorum's absence as an error; a final refusal (a key that
-    /// holds no lock) from any master is the answer.
-    fn answered<T>(&self, key: &LockKey, answers: Vec<Answer<T>>) -> Result<Vec<T>, LockError> {
-        let mut said = Vec::with_capacity(answers.len());
-        for answer in answers {
-            match answer {
-                Answer::Said(answer) => said.push(answer),
-                Answer::Failed(err) if err.is_final_refusal() => return Err(err),
-                Answer::Failed(_) | Answer::NotAwaited => {}
-            }
-        }
-        if said.len() < self.quorum() {
-            return Err(self.quorum_unavailable(key, said.len(), 0));
-        }
-        Ok(said)
-    }
-}
-
-/// One view of a lock from the masters' views: a holder counts when at least `quorum` masters
-/// have its owner token, with the lease that quorum keeps (the `quorum`-th longest of its
-/// remaining leases); the waiting processes are the most any master counts (each listens on
-/// every master it reaches), the fair
-/// waiters are the most any master queues, the writer-waiting mark counts when any master has
-/// it, and the token ceiling is the highest.
-fn merge_views(views: &[RawView], quorum: usize) -> RawView {
-    let mut seen: Vec<(&str, Vec<Option<Duration>>)> = Vec::new();
-    for view in views {
-        for (owner, remaining) in &view.holders {
-            match seen.iter_mut().find(|(o, _)| o == owner) {
-                Some((_, leases)) => leases.push(*remaining),
-                None => seen.push((owner, vec![*remaining])),
-            }
-        }
-    }
-    let holders: Vec<RawHolder> = seen
-        .into_iter()
-        .filter(|(_, leases)| leases.len() >= quorum)
-        .map(|(owner, mut leases)| {
-            // `None` (no expiry) sorts first: longest first after the reversal.
-            leases.sort_unstable_by(|a, b| match (a, b) {
-                (None, None) => std::cmp::Ordering::Equal,
-                (None, _) => std::cmp::Ordering::Less,
-                (_, None) => std::cmp::Ordering::Greater,
-                (Some(a), Some(b)) => b.cmp(a),
-            });
-            (owner.to_owned(), leases[quorum - 1])
-        })
-        .collect();
-    let mode = views
-        .iter()
-        .find(|view| {
-            view.holders
-                .iter()
-                .any(|(owner, _)| holders.iter().any(|(h, _)| h == owner))
-        })
-        .and_then(|view| view.mode);
-    let permits = views
-        .iter()
-        .find(|view| view.mode == mode && view.permits.is_some())
-        .and_then(|view| view.permits)
-        .filter(|_| mode.is_some());
-    // The leader's record, from a master where the quorum's holder wrote it (each master has
-    // the same); a stale minority record is not the leader's.
-    let record = views
-        .iter()
-        .filter_map(|view| view.record.as_ref())
-        .find(|record| holders.iter().any(|(owner, _)| *owner == record.owner))
-        .cloned();
-    RawView {
-        mode,
-        permits,
-        remaining: holders.iter().filter_map(|(_, r)| *r).max(),
-        holders,
-        writer_waiting: views.iter().any(|view| view.writer_waiting),
-        subscribers: views.iter().map(|view| view.subscribers).max().unwrap_or(0),
-        // A fair waiter queues on every master it reaches.
-        queued: views.iter().map(|view| view.queued).max().unwrap_or(0),
-        token_ceiling: views
-            .iter()
-            .map(|view| view.token_ceiling)
-            .max()
-            .unwrap_or(0),
-        record,
+        Ok(())
     }
 }
 
@@ -1635,60 +1347,125 @@ impl Store for RedlockStore {
         }
         Ok(released >= self.quorum())
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::LockMode;
+    /// On every master, with one answer made of theirs by the operation's rule; a majority
+    /// must answer.
+    async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
+        self.reconnect_missing();
+        let answers = self
+            .on_all(self.node_timeout, |master| master.run(operation))
+            .await;
+        operation
+            .agree(answers, self.quorum())
+            .map_err(|no| match no {
+                NoAgreement::Refused(err) => err,
+                NoAgreement::TooFew { answered, granted } => {
+                    self.quorum_unavailable(operation.key(), answered, granted)
+                }
+            })
+    }
 
-    fn view(mode: Option<LockMode>, holders: &[(&str, u64)], subscribers: u64) -> RawView {
-        RawView {
-            mode,
-            holders: holders
-                .iter()
-                .map(|&(owner, ms)| (owner.to_owned(), Some(Duration::from_millis(ms))))
-                .collect(),
-            remaining: holders
-                .iter()
-                .map(|&(_, ms)| Duration::from_millis(ms))
-                .max(),
-            writer_waiting: false,
-            subscribers,
-            token_ceiling: subscribers * 10,
-            permits: None,
-            queued: 0,
-            record: None,
+    /// Raises a majority's fencing counters above every token handed out for the lock, then
+    /// frees it on every master; returns the evicted holders and that token. Raised first:
+    /// every grant after a master freed the lock then takes a token above it (the largest of
+    /// a quorum, which shares a master with the raised majority). Freeing first and raising
+    /// after left a window in which a waiter granted by the masters already freed — whose
+    /// clocks had not reached the token the last master's clock gave — got a smaller token
+    /// than the one returned (`tests/inspect.rs` saw it about once in ten runs).
+    async fn force_unlock(&self, key: &LockKey) -> Result<(Vec<RawHolder>, u64), LockError> {
+        let token = self
+            .run(&Inspect(key))
+            .await?
+            .token_ceiling
+            .saturating_add(1);
+        self.raise_fence_on_quorum(key, token).await?;
+        let (evicted, answered_token) = self.run(&ForceUnlock(key)).await?;
+        // A grant that landed between the view and the raise proposed a token of its own,
+        // which may be above `token`; the masters' own answers are above their counters, so
+        // the largest of them is above that grant's token. It is raised on a majority too,
+        // so that every later grant's token stays above the one returned.
+        if answered_token <= token {
+            return Ok((evicted, token));
+        }
+        self.raise_fence_on_quorum(key, answered_token).await?;
+        Ok((evicted, answered_token))
+    }
+
+    /// The union of the keys on the masters (a key on any master); an error when fewer than
+    /// a majority answered.
+    async fn scan_into(&self, pattern: &str, found: &mut Found) -> Result<(), LockError> {
+        self.reconnect_missing();
+        let mut answered = 0;
+        let mut error = None;
+        for master in &self.masters {
+            match master.scan_into(pattern, found).await {
+                Ok(()) => answered += 1,
+                Err(err) => error = Some(err),
+            }
+            if found.full() {
+                return Ok(());
+            }
+        }
+        match error {
+            Some(err) if answered < self.quorum() => Err(err),
+            _ => Ok(()),
         }
     }
 
-    #[test]
-    fn a_holder_counts_when_a_quorum_of_masters_has_it_with_the_lease_the_quorum_keeps() {
-        let w = Some(LockMode::Write);
-        let views = [
-            view(w, &[("a", 900)], 1),
-            view(w, &[("a", 700)], 0),
-            // A stale grant left on one master only is no holder.
-            view(w, &[("stale", 5000)], 2),
-        ];
-        let merged = merge_views(&views, 2);
-        assert_eq!(merged.mode, w);
-        assert_eq!(
-            merged.holders,
-            [("a".to_owned(), Some(Duration::from_millis(700)))]
+    /// Whether a majority of the masters answer a `PING` (each within the connect timeout,
+    /// connecting where needed); the error names every master that did not, and why.
+    async fn ping(&self) -> Result<(), LockError> {
+        let answers = self
+            .on_all(self.connect_timeout, |master| master.ping())
+            .await;
+        let failures: Vec<String> = answers
+            .iter()
+            .filter_map(|answer| answer.as_ref().err().map(ToString::to_string))
+            .collect();
+        let answered = answers.len() - failures.len();
+        if answered >= self.quorum() {
+            return Ok(());
+        }
+        let backend_errors = || {
+            answers.iter().filter_map(|answer| match answer {
+                Err(LockError::Backend(err)) => Some(err),
+                _ => None,
+            })
+        };
+        let kind = backend_errors()
+            .next()
+            .map_or(BackendErrorKind::Connection, BackendError::kind);
+        // A master's ACL that refused the `PING` is named, with how to grant it.
+        let refused = backend_errors().find(|err| err.refused_command().is_some());
+        let summed = BackendError::new(
+            "ping",
+            kind,
+            format!(
+                "{answered} of {} Redlock masters answered, {} needed: {}",
+                self.masters.len(),
+                self.quorum(),
+                failures.join("; ")
+            ),
         );
-        assert_eq!(merged.remaining, Some(Duration::from_millis(700)));
-        assert_eq!((merged.subscribers, merged.token_ceiling), (2, 20));
+        Err(match refused {
+            Some(refused) => summed.refused_as(refused),
+            None => summed,
+        }
+        .into())
+    }
 
-        let split = [
-            view(w, &[("a", 900)], 0),
-            view(w, &[("b", 900)], 0),
-            view(None, &[], 0),
-        ];
-        let merged = merge_views(&split, 2);
-        assert!(
-            merged.holders.is_empty() && merged.mode.is_none(),
-            "{merged:?}"
-        );
+    /// From every master that answers: each announces a release.
+    fn waker(&self) -> Option<&ReleaseListener> {
+        Some(&self.waker)
+    }
+
+    /// The masters expire keys in real time.
+    fn clock(&self) -> Clock {
+        Clock::Real
+    }
+
+    /// Never: the acquire loop cuts a try off; a round decides what a late master means.
+    fn cuts_tries(&self) -> bool {
+        false
     }
 }
