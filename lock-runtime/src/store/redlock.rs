@@ -3,68 +3,20 @@
 //! itself a replica). Every operation goes to all masters at once with a per-master timeout far
 //! below the lease ([`Config::node_timeout`](crate::Config::node_timeout)); a grant stands only
 //! when a majority (N/2+1) granted it within its validity (lease − elapsed − drift), and a try
-//! that falls short is undone on every master: one tally ([`RedlockStore::tally`]) for one
-//! key and for several. Renewals need a majority too. The kinds' scripts run unchanged on each
-//! master.
+//! that falls short is undone on every master: one tally (`tally.rs`) for one key and for
+//! several. Renewals need a majority too (a semaphore's permit more: the kind's `quorum`). The
+//! kinds' scripts run unchanged on each master; a write grant's fencing token is proposed by
+//! the client, the same to every master, and stands without a second round — the argument is
+//! in `docs/how-it-works.md` ("Redlock: fencing tokens over independent masters"). Wake-ups come
+//! from a subscription on every master that answers: each master that held a grant announces
+//! its release (`wake.rs`).
 //!
-//! **Fencing tokens.** A write grant's token is proposed by the client, the same number T to
-//! every master of a try (`scripts/write/acquire.lua`, counter tokens): a master grants T only
-//! when its live counter for the key is below T and its clock in microseconds has not passed
-//! T, and then sets its counter to T until its own clock has passed T by one more lease;
-//! otherwise it writes nothing and refuses with the least token it would take (the hint). A
-//! grant stands on a quorum Q whose counters all hold T. A later write grant T' stands on a
-//! majority Q' that shares a master m with Q; m granted T' only above its live counter,
-//! which is T or higher (counters only go up), or, once that counter had lapsed, at or above
-//! its clock, which had passed T (the counter lived until then). So T' > T without a second
-//! round, and without the masters' or clients' clocks agreeing. The argument needs masters
-//! that keep their counters: a master restarted empty has none, and grants whatever is at or
-//! above its clock, so it must stay down longer than the tokens it granted ran ahead of its
-//! clock (Redlock's delayed restart; with clocks that agree, [`MAX_TOKEN_LEAD`] after its last
-//! grant, and a lease for the grant itself; before, a restart needed the masters' clocks to
-//! agree within a lease). The proposal is the client's clock plus a lead
-//! ([`RedlockStore::propose`]): at first the node timeout, so a master whose clock agrees
-//! and which answers in time takes it; raised for good by a refusal to what the refusing
-//! master's clock showed plus the node timeout, or to what its counter showed (another
-//! client's lead) — so a client whose clock lags pays a second round once, not on every grant,
-//! and two clients' leads never climb over each other — but never past [`MAX_TOKEN_LEAD`] (a
-//! second), whatever the settings: `Config` refuses a node timeout above it
-//! ([`MAX_NODE_TIMEOUT`](crate::MAX_NODE_TIMEOUT)), and a clock further off costs a second
-//! round on each grant, and a warning. So a counter lives at most [`MAX_TOKEN_LEAD`] longer
-//! than a lease after the grant that set it (the lease past its token). The second round
-//! keeps the try's owner token, so it is sent only once every undo of the first has been
-//! answered (a late undo would give the new grant back); otherwise the try is refused and the
-//! acquire loop tries again with a new owner. A try that masters refused as too low — so many that the rest fell short, or any at all while the rest granted (a grant's
-//! token is then at least what every master that answered would take, which keeps the
-//! masters' counters together) — is undone and tried again at once with the largest hint
-//! (and at least a fresh proposal): the rare second round. It keeps to the request's wait
-//! ([`Try::deadline`]): the wait for connects before the first round lasts at most until the
-//! deadline, the undo and the second round at most until one node timeout past it, so a try
-//! ends within one node timeout of it as on the other stores; a first
-//! round that a quorum granted is sent again only while the wait lasts (else its grant
-//! stands), and a try left without the time for its second round is refused, for the acquire
-//! loop to try again at once or time out. A read grant carries
-//! the largest latest-write token of its quorum (a master without a live counter answers its
-//! clock), which for the same reason is at least every write token handed out before it (it
-//! may be higher than any handed out: a write try that fell short and was undone left its T in
-//! the counters it reached, which only ever go up). When those counters are on a minority
-//! that a later write grant's quorum avoids, the read's token may exceed that later write
-//! token too — by less than [`MAX_TOKEN_LEAD`], plus however far the clocks of clients and
-//! masters disagree (and without bound past a counter set by hand): every proposal, and so
-//! every counter, is at most its client's clock plus [`MAX_TOKEN_LEAD`] (a second round's
-//! floor is a counter or a master's clock plus one), while a later proposal is above its
-//! client's clock. `force_unlock` still raises a majority's
-//! counters in a round of its own (`scripts/redlock/raise_fence.lua`, with a grant's expiry
-//! rule). Wake-ups come from a subscription on every master that answers: each master that
-//! held the grant announces its release (the release script), and a waiter woken by the first
-//! master's announcement, refused because another had not released yet, is woken again by
-//! that one's (`wake.rs`); a try that fell short gives back unannounced ([`Undo`]); the
-//! backoff covers the rest.
-//!
-//! **Semaphores.** A permit needs more than a majority (the kind's `quorum`): each master counts
-//! at most N holders, and permits taken by bare majorities could admit up to about 2N − 1
-//! holders. A permit is granted (and renewed) by `q > N · masters / (N + 1)` masters, so N + 1
-//! holders cannot each hold `q`; with 3 masters and N ≥ 2 that is every master.
-
+//! This file holds the store and the contract's entry points; the rest is in `redlock/`:
+//! `masters.rs` (connects in the background, the slow master), `answers.rs` (a request on
+//! every master, what each said), `quorum.rs` (a try as the quorum sees it, its undo),
+//! `tally.rs` (the rounds of a try), `fencing.rs` (the proposed token, the forced release),
+//! `leases.rs` (renewals and releases on a quorum) and `operator.rs` (the key operations,
+//! the scan, the ping).
 mod answers;
 mod fencing;
 mod leases;
