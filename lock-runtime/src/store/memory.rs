@@ -1,7 +1,8 @@
 //! In-process store: the same contract as Redis (leases expire, fencing tokens increase,
 //! compare-and-delete), kept in a map behind a mutex. Chosen only by
-//! [`Config::in_memory`](crate::Config::in_memory). It runs every kind's in-process twin
-//! (`kind/`) on the key's [`TwinEntry`]. As on Redis, entries expire: holders with their lease, a fencing counter one lease after
+//! [`Config::in_memory`](crate::Config::in_memory). It only runs twins under its mutex: every
+//! kind's (`kind/twins.rs` states a try, a release and a renewal once; `kind/multi.rs` the
+//! multi-key pair) and every key operation's (`key_operation.rs`). As on Redis, entries expire: holders with their lease, a fencing counter one lease after
 //! its last grant; tokens never fall below the clock in microseconds, so they keep increasing
 //! after a counter was forgotten, and a read grant with no counter left carries the clock.
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
@@ -16,7 +17,6 @@
 //! there).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::wake::ReleaseListener;
 use super::{Found, Store};
@@ -26,9 +26,7 @@ use crate::inspect::glob_matches;
 use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::twins::{State, Twins};
-use crate::kind::{multi, TokenRule, TwinReply};
 use crate::kind::{Holding, Renewal, Try};
-use crate::protocol::FencingToken;
 use crate::protocol::{AcquireReply, LockKey, Renewed};
 
 pub(crate) struct MemoryStore {
@@ -45,44 +43,11 @@ impl MemoryStore {
     }
 }
 
+/// Each operation is its twin (`kind/`), run under the store's mutex at tokio's time.
 impl Store for MemoryStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let now = tokio_now();
-        let key = attempt.key;
-        self.with_state(|state| {
-            let reply = state.with_entry(&key.lock, |entry| attempt.take_twin(entry, now));
-            Ok(match reply {
-                TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
-                TwinReply::Queued {
-                    place,
-                    behind,
-                    remaining,
-                } => AcquireReply::Queued {
-                    place,
-                    behind,
-                    // Behind others the holder's lease says nothing of the next try.
-                    remaining: (!behind).then_some(remaining),
-                },
-                TwinReply::Mismatch(held) => {
-                    return Err(crate::kind::semaphore::count_mismatch(
-                        key,
-                        attempt.kind.permits(),
-                        i64::from(held),
-                    ));
-                }
-                TwinReply::Granted => {
-                    state.count_grant_and_sweep(now);
-                    let token = match attempt.kind.token_rule() {
-                        _ if !attempt.fencing => None,
-                        TokenRule::Fresh => {
-                            Some(state.next_token(&key.fence(), attempt.lease, now))
-                        }
-                        TokenRule::Latest => Some(state.current_token(&key.fence(), now)),
-                    };
-                    AcquireReply::Acquired(token.map(FencingToken))
-                }
-            })
-        })
+        self.with_state(|state| state.try_grant(attempt, now))
     }
 
     async fn release(
@@ -92,64 +57,23 @@ impl Store for MemoryStore {
         owner: &str,
     ) -> Result<bool, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            state.with_entry(&key.lock, |entry| holding.release_twin(entry, owner, now))
-        }))
+        Ok(self.with_state(|state| state.give_back(holding, key, owner, now)))
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            leases
-                .iter()
-                .map(|r| {
-                    Renewed::from(state.with_entry(&r.key.lock, |entry| {
-                        r.kind.extend_twin(entry, r.owner, r.lease, now)
-                    }))
-                })
-                .collect()
-        }))
+        Ok(self.with_state(|state| leases.iter().map(|r| state.renew(r, now)).collect()))
     }
 
-    /// Looks at every key before taking any, under one hold of the store's mutex.
+    /// Every key is looked at before any is taken, under one hold of the store's mutex.
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            let mut held: Option<(Duration, usize)> = None;
-            for (i, key) in attempt.keys.iter().enumerate() {
-                let blocked =
-                    state.with_entry(&key.lock, |entry| multi::blocked_twin(entry, attempt, now));
-                if let Some(remaining) = blocked {
-                    held =
-                        Some(held.map_or((remaining, i), |(r, first)| (r.max(remaining), first)));
-                }
-            }
-            if let Some((remaining, first)) = held {
-                return MultiReply::Held(Some(remaining), first);
-            }
-            let mut tokens = Vec::with_capacity(attempt.keys.len());
-            for key in attempt.keys {
-                state.with_entry(&key.lock, |entry| multi::grant_twin(entry, attempt, now));
-                state.count_grant_and_sweep(now);
-                tokens.push(
-                    attempt
-                        .fencing
-                        .then(|| FencingToken(state.next_token(&key.fence(), attempt.lease, now))),
-                );
-            }
-            MultiReply::Acquired(tokens)
-        }))
+        Ok(self.with_state(|state| state.try_grant_all(attempt, now)))
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            let mut all = true;
-            for key in keys {
-                all &= state.with_entry(&key.lock, |entry| multi::release_twin(entry, owner, now));
-            }
-            all
-        }))
+        Ok(self.with_state(|state| state.give_back_all(keys, owner, now)))
     }
 
     /// The operation's twin, under the store's mutex.
@@ -202,10 +126,11 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use crate::kind::Kind;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::*;
     use crate::kind::twins::{clock_micros, counter_expiry, Fence};
+    use crate::protocol::FencingToken;
 
     fn store() -> MemoryStore {
         MemoryStore::new(Arc::new(Twins::default()))
