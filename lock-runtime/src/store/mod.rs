@@ -1,16 +1,23 @@
 //! The stores behind the locks: where a kind's operations run and how waiters are woken.
 //! [`Store`] is the one contract every store keeps, and the compiler checks: a grant's life
 //! for every [kind](crate::kind) (try, give back, renew many at once, and the multi-key
-//! pair), the operations on one key's lock that are not a try, run as values
-//! ([`Store::run`] of a [`KeyOperation`]: the operator's view and forced release, an
-//! election's leader record), the keys matching a pattern, whether the store answers, and
-//! what the acquire loop must know of it (its wake-ups, its clock, whether it cuts a try off
-//! itself). [`AnyStore`] is the one a [`Config`](crate::Config) chose, dispatching each method
-//! once (`dispatch!`). A store owns its connections, the key layout ([`LockKey`]), its
-//! wake-ups and how it batches renewals; what a grant means is the kind's, and what an
-//! operation does, on one server, in process or over Redlock's masters, is the
-//! operation's (`key_operation.rs`) — so a feature like elections adds its operation beside
-//! its scripts and changes no store, and a new store implements this one trait.
+//! pair), the operations on one key's lock that are not a try, the keys matching a pattern,
+//! whether the store answers, and what the acquire loop must know of it (its wake-ups, its
+//! clock, whether it cuts a try off itself). [`AnyStore`] is the one a
+//! [`Config`](crate::Config) chose, dispatching each method once (`dispatch!`). A store owns
+//! its connections, the key layout ([`LockKey`]), its wake-ups and how it batches renewals;
+//! what a grant means is the kind's.
+//!
+//! The decision: an operation on a key's lock that is not a try (the operator's view and
+//! forced release, an election's leader record) is a value, not a method of every store. It
+//! is a [`KeyOperation`] (`key_operation.rs`), written beside its scripts: its script call and
+//! how its reply reads, its in-process twin, and how Redlock makes one answer of its masters'.
+//! Each store runs any of them the same way ([`Store::run`]: the script on Redis, the twin
+//! under the in-process store's mutex, every master on Redlock), as it runs a kind's try. So
+//! the next feature like elections adds its operation beside its scripts and changes no
+//! store, and a new store (PostgreSQL, etcd) implements this one trait; one method stays
+//! overridable, [`Store::force_unlock`], for Redlock, which raises its fencing counters around
+//! the forced release (`redlock/fencing.rs`).
 //!
 //! The stores: [`redis`] (the Redis store, over a [`transport`]: one server through
 //! [`connection`] — also the primary found through Sentinel, and each master of Redlock — or a

@@ -240,7 +240,7 @@ impl<T: Transport> Store for RedisStore<T> {
         self.give_back(holding, key, owner, true).await
     }
 
-    /// One call for every [`MOST_PER_CALL`] leases, on a Cluster per slot, all at once.
+    /// One call for every [`MOST_PER_CALL`](renewals::MOST_PER_CALL) leases, on a Cluster per slot, all at once.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let mut answers = vec![Renewed::Unknown; leases.len()];
         self.renew_all(leases, &mut |i, renewed| answers[i] = renewed)

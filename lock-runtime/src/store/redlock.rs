@@ -64,7 +64,7 @@ pub(crate) struct RedlockStore {
     waker: ReleaseListener,
     /// How far ahead of this client's clock a write grant's token is proposed, in
     /// microseconds ([`propose`](Self::propose)): the node timeout, raised by refusals, never
-    /// past [`MAX_TOKEN_LEAD`].
+    /// past [`MAX_TOKEN_LEAD`](crate::config::MAX_TOKEN_LEAD).
     lead: AtomicU64,
     io: Handle,
 }

@@ -46,7 +46,7 @@ impl RedlockStore {
     /// connect nobody waits for finishes in the background, for the next try.
     ///
     /// It also waits no longer than until the request's `deadline`, so that a try sent
-    /// before it still ends within one node timeout past it ([`Bounds`]); past it, it does
+    /// before it still ends within one node timeout past it ([`Bounds`](super::tally::Bounds)); past it, it does
     /// not wait (the first round's requests connect on their own, within the node timeout) —
     /// except on first use, a fresh client's one try (`wait(0)`), which could otherwise
     /// hardly be granted: that waits the connect timeout, before its first round.

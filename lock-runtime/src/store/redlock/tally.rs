@@ -23,7 +23,7 @@ use crate::error::{BackendErrorKind, LockError};
 pub(super) struct Bounds {
     /// The node timeout for the try's lease ([`RedlockStore::timeout_for`]).
     timeout: Duration,
-    /// When the request's wait ends ([`Try::deadline`]; `None`: not within reach).
+    /// When the request's wait ends ([`Try::deadline`](crate::kind::Try::deadline); `None`: not within reach).
     deadline: Option<Instant>,
 }
 
