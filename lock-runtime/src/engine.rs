@@ -13,7 +13,7 @@ use crate::error::LockError;
 use crate::inspect::HolderTag;
 use crate::io::IoRuntime;
 use crate::release::Releaser;
-use crate::store::AnyStore;
+use crate::store::{AnyStore, Store};
 use crate::telemetry;
 use crate::watchdog::Watchdog;
 

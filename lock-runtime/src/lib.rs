@@ -23,6 +23,7 @@ mod global;
 mod guard;
 mod inspect;
 mod io;
+mod key_operation;
 mod kind;
 mod lease;
 mod operator_scripts;

@@ -1,10 +1,12 @@
-//! The operator's scripts — not a lock kind, but two operations on a key's lock written once
-//! for every kind (the lock key's type says which side holds it): a read-only view ([`inspect_call`]) and a forced release
-//! ([`force_unlock_call`]) that also hands out a fencing token above every earlier one.
-//! Scripts: `scripts/operator/{inspect,force_unlock}.lua`; the in-process twins are
-//! [`TwinEntry::view`] and the memory store's force-unlock. Neighbours: the stores in
-//! `store/` run these calls and merge per-master views (Redlock); `inspect.rs` turns a
-//! [`RawView`] into the public [`LockState`](crate::LockState).
+//! The operator's operations — not a lock kind, but two operations on a key's lock written
+//! once for every kind (the lock key's type says which side holds it), each a
+//! [`KeyOperation`] that every store runs: a read-only view ([`Inspect`]) and a forced release
+//! ([`ForceUnlock`]) that also hands out a fencing token above every earlier one. Scripts:
+//! `scripts/operator/{inspect,force_unlock}.lua`; the in-process twins are [`TwinEntry::view`]
+//! and [`TwinEntry::evict`]; how Redlock's masters' views make one is [`merge_views`].
+//! Neighbours: the stores in `store/` run these (Redlock raises its fencing counters around a
+//! forced release, `store/redlock/fencing.rs`); `inspect.rs` turns a [`RawView`] into the
+//! public [`LockState`](crate::LockState).
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::key_operation::{quorum_answered, KeyOperation, NoAgreement};
+use crate::kind::twins::{clock_micros, State};
 use crate::kind::{millis, Tokens, TwinEntry};
 use crate::protocol::LockMode;
 use crate::protocol::{Announce, LockKey, RawRecord};
@@ -55,7 +59,7 @@ pub(crate) struct RawView {
 }
 
 /// The view's script call. `announce` chooses how subscribers are counted (sharded on Cluster).
-pub(crate) fn inspect_call(key: &LockKey, announce: Announce, tokens: Tokens) -> ScriptCall {
+fn inspect_call(key: &LockKey, announce: Announce, tokens: Tokens) -> ScriptCall {
     let mut call = INSPECT.prepare_invoke();
     crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(match announce {
@@ -70,7 +74,7 @@ pub(crate) fn inspect_call(key: &LockKey, announce: Announce, tokens: Tokens) ->
 }
 
 /// The force-unlock's script call.
-pub(crate) fn force_unlock_call(key: &LockKey, announce: Announce, tokens: Tokens) -> ScriptCall {
+fn force_unlock_call(key: &LockKey, announce: Announce, tokens: Tokens) -> ScriptCall {
     let mut call = FORCE_UNLOCK.prepare_invoke();
     crate::kind::lock_keys(&mut call, key, tokens);
     call.arg(announce.command())
@@ -96,7 +100,7 @@ type InspectReply = (
 );
 
 /// Reads the inspect script's reply.
-pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<RawView, LockError> {
+fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<RawView, LockError> {
     let (
         held,
         pttl,
@@ -143,9 +147,7 @@ pub(crate) fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<R
 }
 
 /// Reads the force-unlock script's reply: the evicted holders and the fresh token.
-pub(crate) fn read_force_unlock_reply(
-    (holders, token): (Vec<(String, i64)>, u64),
-) -> (Vec<RawHolder>, u64) {
+fn read_force_unlock_reply((holders, token): (Vec<(String, i64)>, u64)) -> (Vec<RawHolder>, u64) {
     (read_holders(holders), token)
 }
 
@@ -172,6 +174,180 @@ fn not_a_lock(key: &LockKey, held: &str) -> LockError {
         ),
     )
     .into()
+}
+
+/// What the store says of a key's lock, read-only (`Client::inspect`); on Redlock, what a
+/// majority of the masters agree on ([`merge_views`]).
+pub(crate) struct Inspect<'a>(pub(crate) &'a LockKey);
+
+impl KeyOperation for Inspect<'_> {
+    const NAME: &'static str = "inspect";
+    type Reply = InspectReply;
+    type Output = RawView;
+
+    fn key(&self) -> &LockKey {
+        self.0
+    }
+
+    fn call(&self, announce: Announce, tokens: Tokens) -> ScriptCall {
+        inspect_call(self.0, announce, tokens)
+    }
+
+    fn read(&self, reply: InspectReply, _: bool) -> Result<RawView, LockError> {
+        read_inspect_reply(self.0, reply)
+    }
+
+    fn twin(&self, state: &mut State, now: Instant) -> RawView {
+        let key = self.0;
+        let mut view = state.with_entry(&key.lock, |entry| entry.view(now));
+        // No token so far exceeds the live counter or the clock (`next_token`).
+        let counter = state
+            .fences
+            .get(&key.fence())
+            .filter(|fence| fence.expires_at > now)
+            .map_or(0, |fence| fence.last);
+        view.token_ceiling = counter.max(clock_micros());
+        view.record = state.records.get(&key.lock).cloned();
+        view
+    }
+
+    fn agree(
+        &self,
+        answers: Vec<Result<RawView, LockError>>,
+        quorum: usize,
+    ) -> Result<RawView, NoAgreement> {
+        Ok(merge_views(&quorum_answered(answers, quorum)?, quorum))
+    }
+}
+
+/// Frees a key's lock whatever holds it and wakes its waiters (`Client::force_unlock`): the
+/// evicted holders, and a fencing token above every token handed out for the key so far,
+/// which the counter keeps (so every later grant's token is greater).
+pub(crate) struct ForceUnlock<'a>(pub(crate) &'a LockKey);
+
+impl KeyOperation for ForceUnlock<'_> {
+    const NAME: &'static str = "force unlock";
+    type Reply = (Vec<(String, i64)>, u64);
+    type Output = (Vec<RawHolder>, u64);
+
+    fn key(&self) -> &LockKey {
+        self.0
+    }
+
+    fn call(&self, announce: Announce, tokens: Tokens) -> ScriptCall {
+        force_unlock_call(self.0, announce, tokens)
+    }
+
+    fn read(&self, reply: Self::Reply, _: bool) -> Result<Self::Output, LockError> {
+        Ok(read_force_unlock_reply(reply))
+    }
+
+    fn twin(&self, state: &mut State, now: Instant) -> Self::Output {
+        let key = self.0;
+        let evicted = state.with_entry(&key.lock, |entry| entry.evict(now));
+        (
+            evicted,
+            state.next_token(&key.fence(), FORCED_FENCE_TTL, now),
+        )
+    }
+
+    /// The evicted are the holders a quorum had, as `inspect` shows them (a stale grant on a
+    /// minority of masters held nothing; it is deleted all the same); the token is the
+    /// largest a master answered, which is above its counter.
+    fn agree(
+        &self,
+        answers: Vec<Result<Self::Output, LockError>>,
+        quorum: usize,
+    ) -> Result<Self::Output, NoAgreement> {
+        let freed = quorum_answered(answers, quorum)?;
+        let token = freed.iter().map(|(_, t)| *t).max().unwrap_or(0);
+        let mut seen: Vec<(RawHolder, usize)> = Vec::new();
+        for (holders, _) in freed {
+            for (owner, remaining) in holders {
+                match seen.iter_mut().find(|((o, _), _)| *o == owner) {
+                    Some((known, count)) => {
+                        known.1 = known.1.max(remaining);
+                        *count += 1;
+                    }
+                    None => seen.push(((owner, remaining), 1)),
+                }
+            }
+        }
+        let evicted: Vec<RawHolder> = seen
+            .into_iter()
+            .filter(|(_, count)| *count >= quorum)
+            .map(|(holder, _)| holder)
+            .collect();
+        Ok((evicted, token))
+    }
+}
+
+/// One view of a lock from several views of it (Redlock's masters'): a holder counts when at
+/// least `quorum` views have its owner token, with the lease that quorum keeps (the
+/// `quorum`-th longest of its remaining leases); the waiting processes are the most any view
+/// counts (each listens on every master it reaches), the fair waiters are the most any view
+/// queues, the writer-waiting mark counts when any view has it, and the token ceiling is the
+/// highest.
+pub(crate) fn merge_views(views: &[RawView], quorum: usize) -> RawView {
+    let mut seen: Vec<(&str, Vec<Option<Duration>>)> = Vec::new();
+    for view in views {
+        for (owner, remaining) in &view.holders {
+            match seen.iter_mut().find(|(o, _)| o == owner) {
+                Some((_, leases)) => leases.push(*remaining),
+                None => seen.push((owner, vec![*remaining])),
+            }
+        }
+    }
+    let holders: Vec<RawHolder> = seen
+        .into_iter()
+        .filter(|(_, leases)| leases.len() >= quorum)
+        .map(|(owner, mut leases)| {
+            // `None` (no expiry) sorts first: longest first after the reversal.
+            leases.sort_unstable_by(|a, b| match (a, b) {
+                (None, None) => std::cmp::Ordering::Equal,
+                (None, _) => std::cmp::Ordering::Less,
+                (_, None) => std::cmp::Ordering::Greater,
+                (Some(a), Some(b)) => b.cmp(a),
+            });
+            (owner.to_owned(), leases[quorum - 1])
+        })
+        .collect();
+    let mode = views
+        .iter()
+        .find(|view| {
+            view.holders
+                .iter()
+                .any(|(owner, _)| holders.iter().any(|(h, _)| h == owner))
+        })
+        .and_then(|view| view.mode);
+    let permits = views
+        .iter()
+        .find(|view| view.mode == mode && view.permits.is_some())
+        .and_then(|view| view.permits)
+        .filter(|_| mode.is_some());
+    // The leader's record, from a master where the quorum's holder wrote it (each master has
+    // the same); a stale minority record is not the leader's.
+    let record = views
+        .iter()
+        .filter_map(|view| view.record.as_ref())
+        .find(|record| holders.iter().any(|(owner, _)| *owner == record.owner))
+        .cloned();
+    RawView {
+        mode,
+        permits,
+        remaining: holders.iter().filter_map(|(_, r)| *r).max(),
+        holders,
+        writer_waiting: views.iter().any(|view| view.writer_waiting),
+        subscribers: views.iter().map(|view| view.subscribers).max().unwrap_or(0),
+        // A fair waiter queues on every master it reaches.
+        queued: views.iter().map(|view| view.queued).max().unwrap_or(0),
+        token_ceiling: views
+            .iter()
+            .map(|view| view.token_ceiling)
+            .max()
+            .unwrap_or(0),
+        record,
+    }
 }
 
 impl TwinEntry {
@@ -226,5 +402,60 @@ impl TwinEntry {
         let holders = self.view(now).holders;
         *self = TwinEntry::default();
         holders
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(mode: Option<LockMode>, holders: &[(&str, u64)], subscribers: u64) -> RawView {
+        RawView {
+            mode,
+            holders: holders
+                .iter()
+                .map(|&(owner, ms)| (owner.to_owned(), Some(Duration::from_millis(ms))))
+                .collect(),
+            remaining: holders
+                .iter()
+                .map(|&(_, ms)| Duration::from_millis(ms))
+                .max(),
+            writer_waiting: false,
+            subscribers,
+            token_ceiling: subscribers * 10,
+            permits: None,
+            queued: 0,
+            record: None,
+        }
+    }
+
+    #[test]
+    fn a_holder_counts_when_a_quorum_of_masters_has_it_with_the_lease_the_quorum_keeps() {
+        let w = Some(LockMode::Write);
+        let views = [
+            view(w, &[("a", 900)], 1),
+            view(w, &[("a", 700)], 0),
+            // A stale grant left on one master only is no holder.
+            view(w, &[("stale", 5000)], 2),
+        ];
+        let merged = merge_views(&views, 2);
+        assert_eq!(merged.mode, w);
+        assert_eq!(
+            merged.holders,
+            [("a".to_owned(), Some(Duration::from_millis(700)))]
+        );
+        assert_eq!(merged.remaining, Some(Duration::from_millis(700)));
+        assert_eq!((merged.subscribers, merged.token_ceiling), (2, 20));
+
+        let split = [
+            view(w, &[("a", 900)], 0),
+            view(w, &[("b", 900)], 0),
+            view(None, &[], 0),
+        ];
+        let merged = merge_views(&split, 2);
+        assert!(
+            merged.holders.is_empty() && merged.mode.is_none(),
+            "{merged:?}"
+        );
     }
 }

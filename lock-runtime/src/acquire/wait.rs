@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::{FairWait, Plan, Refusal};
 use crate::engine::Engine;
 use crate::error::LockError;
+use crate::store::Store;
 use crate::telemetry::Acquire;
 
 impl Plan {

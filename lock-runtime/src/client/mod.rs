@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::error::LockError;
+use crate::store::Store;
 
 /// A handle to one lock service: its store, its watchdog and the defaults of its requests.
 /// Cheap to clone; clones share everything. Use one beside the global client when a program

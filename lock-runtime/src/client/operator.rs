@@ -6,8 +6,10 @@
 use crate::client::Client;
 use crate::error::LockError;
 use crate::inspect::{scan_patterns, ForcedUnlock, Holder, LeaderInfo, LockState};
+use crate::operator_scripts::Inspect;
 use crate::protocol::FencingToken;
 use crate::protocol::LockKey;
+use crate::store::Store;
 
 /// Operator's tools: who holds a lock, freeing it by force, and the locks held. They read
 /// (and, for [`force_unlock`](Client::force_unlock), change) the store directly, never the
@@ -38,7 +40,7 @@ impl Client {
         let inner = &self.engine;
         let view = inner
             .clock
-            .send(&inner.io, inner.store.inspect(&key))
+            .send(&inner.io, inner.store.run(&Inspect(&key)))
             .await?;
         let holders: Vec<Holder> = view
             .holders

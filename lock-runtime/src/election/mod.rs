@@ -19,12 +19,14 @@ use std::time::Duration;
 pub use observe::LeaderChanges;
 
 use crate::client::Client;
+use crate::election_scripts::{Proclaim, Withdraw};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::inspect::LeaderInfo;
 use crate::protocol::FencingToken;
 use crate::protocol::{LockKey, RawRecord};
 use crate::request::{Refusing, Settings};
+use crate::store::Store;
 
 /// How long one acquire of an unbounded campaign waits before it starts over (the campaign
 /// itself goes on): a bound on a single request's wait, not on the campaign.
@@ -226,7 +228,7 @@ impl Election {
         let inner = &client.engine;
         let written = inner
             .clock
-            .send(&inner.io, inner.store.proclaim(&lease.key, &record))
+            .send(&inner.io, inner.store.run(&Proclaim(&lease.key, &record)))
             .await;
         match written {
             Ok(true) => {
@@ -384,7 +386,10 @@ async fn withdraw_and_release(client: &Client, guard: LockGuard) -> Result<bool,
         let lease = guard.lease.clone();
         let withdrawn = inner
             .clock
-            .send(&inner.io, inner.store.withdraw(&lease.key, &lease.owner))
+            .send(
+                &inner.io,
+                inner.store.run(&Withdraw(&lease.key, &lease.owner)),
+            )
             .await;
         if let Err(err) = withdrawn {
             tracing::warn!(target: crate::telemetry::LOG_TARGET, election = %lease.key.name, error = %err,

@@ -18,6 +18,7 @@ use crate::error::LockError;
 use crate::inspect::LeaderInfo;
 use crate::protocol::FencingToken;
 use crate::protocol::LockKey;
+use crate::store::Store;
 use crate::wake::WaitRegistration;
 
 /// The longest the in-process store's observers go between reads (it has no wake-ups).

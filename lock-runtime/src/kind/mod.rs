@@ -141,7 +141,7 @@ impl Holding {
             Holding::Grant(Kind::Read) => read::release_twin(entry, owner, now),
             Holding::Grant(Kind::Semaphore(_)) => semaphore::release_twin(entry, owner, now),
             Holding::Seat => fair::leave_twin(entry, owner, now),
-            Holding::KeptFor(keep) => write::keep_twin(entry, owner, keep, now),
+            Holding::KeptFor(keep) => entry.extend(Kind::Write, owner, keep, now),
         }
     }
 }
@@ -178,21 +178,6 @@ impl Kind {
         match self {
             Kind::Write | Kind::Read => masters / 2 + 1,
             Kind::Semaphore(permits) => semaphore::quorum(permits, masters),
-        }
-    }
-
-    /// Renews a grant in the in-process store: whether it was still ours.
-    pub(crate) fn extend_twin(
-        self,
-        entry: &mut TwinEntry,
-        owner: &str,
-        lease: Duration,
-        now: Instant,
-    ) -> bool {
-        match self {
-            Kind::Write => write::extend_twin(entry, owner, lease, now),
-            Kind::Read => read::extend_twin(entry, owner, lease, now),
-            Kind::Semaphore(_) => semaphore::extend_twin(entry, owner, lease, now),
         }
     }
 }

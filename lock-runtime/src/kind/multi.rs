@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::script::{LuaScript, ScriptCall};
 
-use super::{millis, Tokens, TwinEntry};
+use super::twins::State;
+use super::{millis, Holding, Kind, Tokens, TwinEntry};
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::protocol::FencingToken;
 use crate::protocol::{Announce, LockKey, TooLow};
@@ -149,31 +150,61 @@ pub(crate) fn release_call<'k>(
     call
 }
 
-/// The in-process twin's first half, on one key's entry: `None` when the key is free or
-/// `owner`'s, else how long its holders keep it (and the writer-waiting mark is set, as the
-/// script sets it).
-pub(crate) fn blocked_twin(
-    entry: &mut TwinEntry,
-    attempt: &MultiTry<'_>,
-    now: Instant,
-) -> Option<Duration> {
+/// The in-process twin of a multi-key try and its release.
+impl State {
+    /// Looks at every key before taking any (all or none, as the script does): held when any
+    /// is, for as long as the longest of them (the writer-waiting mark set on each, as the
+    /// script sets it), at the first held key; else every key's write lock, each with the next
+    /// fencing token.
+    pub(crate) fn try_grant_all(&mut self, attempt: &MultiTry<'_>, now: Instant) -> MultiReply {
+        let mut held: Option<(Duration, usize)> = None;
+        for (i, key) in attempt.keys.iter().enumerate() {
+            let blocked = self.with_entry(&key.lock, |entry| blocked_twin(entry, attempt, now));
+            if let Some(remaining) = blocked {
+                held = Some(held.map_or((remaining, i), |(r, first)| (r.max(remaining), first)));
+            }
+        }
+        if let Some((remaining, first)) = held {
+            return MultiReply::Held(Some(remaining), first);
+        }
+        let mut tokens = Vec::with_capacity(attempt.keys.len());
+        for key in attempt.keys {
+            self.with_entry(&key.lock, |entry| grant_twin(entry, attempt, now));
+            self.count_grant_and_sweep(now);
+            tokens.push(
+                attempt
+                    .fencing
+                    .then(|| FencingToken(self.next_token(&key.fence(), attempt.lease, now))),
+            );
+        }
+        MultiReply::Acquired(tokens)
+    }
+
+    /// Gives back `owner`'s write lock of each of `keys`: whether every one was still ours.
+    pub(crate) fn give_back_all(&mut self, keys: &[&LockKey], owner: &str, now: Instant) -> bool {
+        let mut all = true;
+        for key in keys {
+            all &= self.give_back(Holding::Grant(Kind::Write), key, owner, now);
+        }
+        all
+    }
+}
+
+/// The twin's first half, on one key's entry: `None` when the key is free or `owner`'s, else
+/// how long its holders keep it (and the writer-waiting mark is set, as the script sets it).
+fn blocked_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Instant) -> Option<Duration> {
     entry.purge(now);
     let until = entry.writer_blocked_until(attempt.owner)?;
     entry.mark_writer_waiting(attempt.writer_waiting, now);
     Some(until - now)
 }
 
-/// The in-process twin's second half, once no key is blocked: takes one key's write lock.
-pub(crate) fn grant_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Instant) {
+/// The twin's second half, once no key is blocked: takes one key's write lock.
+fn grant_twin(entry: &mut TwinEntry, attempt: &MultiTry<'_>, now: Instant) {
     entry.writer = Some((attempt.owner.to_owned(), now + attempt.lease));
     if attempt.refused_before {
         entry.writer_waiting = None;
     }
-}
-
-/// The in-process twin of the release of one key of a multi-key grant: its write lock.
-pub(crate) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
-    super::Holding::Grant(super::Kind::Write).release_twin(entry, owner, now)
 }
 
 /// The keys of a multi-key request in the order every request takes them: sorted by lock

@@ -7,7 +7,7 @@
 //! Scripts: `scripts/read/{acquire,release}.lua`; renewals share `scripts/extend_many.lua`.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::script::{LuaScript, ScriptCall};
 
@@ -47,20 +47,4 @@ pub(super) fn acquire_twin(entry: &mut TwinEntry, attempt: &Try<'_>, now: Instan
 pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
     entry.purge(now);
     entry.readers.remove(owner).is_some()
-}
-
-pub(super) fn extend_twin(
-    entry: &mut TwinEntry,
-    owner: &str,
-    lease: Duration,
-    now: Instant,
-) -> bool {
-    entry.purge(now);
-    match entry.readers.get_mut(owner) {
-        Some(until) => {
-            *until = now + lease;
-            true
-        }
-        None => false,
-    }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::script::{LuaScript, ScriptCall};
 
@@ -126,26 +126,6 @@ pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> 
     let ours = semaphore.holders.remove(owner).is_some();
     entry.purge(now);
     ours
-}
-
-pub(super) fn extend_twin(
-    entry: &mut TwinEntry,
-    owner: &str,
-    lease: Duration,
-    now: Instant,
-) -> bool {
-    entry.purge(now);
-    match entry
-        .permits
-        .as_mut()
-        .and_then(|semaphore| semaphore.holders.get_mut(owner))
-    {
-        Some(until) => {
-            *until = now + lease;
-            true
-        }
-        None => false,
-    }
 }
 
 #[cfg(test)]

@@ -2,16 +2,22 @@
 //! fencing counters, behind one mutex ([`Twins`], shared by every client made from
 //! clones of one [`Config::in_memory`](crate::Config::in_memory)). Expired entries are swept
 //! after as many grants as the state had entries at the last sweep (at least
-//! [`MIN_SWEEP_AFTER`]): amortised O(1) per grant. Neighbours: the kinds' twins (`kind/*.rs`)
-//! change one entry; the in-process store (`store/memory.rs`) keeps the store contract over
-//! this state; `config.rs` makes it, so it lives below both.
+//! [`MIN_SWEEP_AFTER`]): amortised O(1) per grant. What a try, a release and a renewal do to
+//! this state is stated here, once, for the in-process store to run under its mutex: a try
+//! runs its kind's twin and takes the token its rule gives ([`State::try_grant`]), a renewal
+//! resets one lease, whatever the kind ([`TwinEntry::extend`]). Neighbours: the kinds' twins
+//! (`kind/*.rs`) change one entry (`multi.rs`: several keys, all or none); the in-process
+//! store (`store/memory.rs`) keeps the store contract over this state; `config.rs` makes it,
+//! so it lives below both.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::TwinEntry;
-use crate::protocol::RawRecord;
+use super::semaphore::count_mismatch;
+use super::{Holding, Kind, Renewal, TokenRule, Try, TwinEntry, TwinReply};
+use crate::error::LockError;
+use crate::protocol::{AcquireReply, FencingToken, LockKey, RawRecord, Renewed};
 
 /// Grants between two sweeps, at least.
 pub(crate) const MIN_SWEEP_AFTER: usize = 1024;
@@ -119,6 +125,98 @@ impl State {
         });
         self.fences.retain(|_, fence| fence.expires_at > now);
         self.grants_to_sweep = self.entries().max(MIN_SWEEP_AFTER);
+    }
+}
+
+/// A grant's life in process, for every kind.
+impl State {
+    /// A one-key try on its key's entry: its kind's twin, and a grant takes the token its
+    /// kind's rule gives. A semaphore of another count with permits held is an error, as the
+    /// script's refusal is.
+    pub(crate) fn try_grant(
+        &mut self,
+        attempt: &Try<'_>,
+        now: Instant,
+    ) -> Result<AcquireReply, LockError> {
+        let key = attempt.key;
+        let reply = self.with_entry(&key.lock, |entry| attempt.take_twin(entry, now));
+        Ok(match reply {
+            TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
+            TwinReply::Queued {
+                place,
+                behind,
+                remaining,
+            } => AcquireReply::Queued {
+                place,
+                behind,
+                // Behind others the holder's lease says nothing of the next try.
+                remaining: (!behind).then_some(remaining),
+            },
+            TwinReply::Mismatch(held) => {
+                return Err(count_mismatch(key, attempt.kind.permits(), i64::from(held)));
+            }
+            TwinReply::Granted => {
+                self.count_grant_and_sweep(now);
+                let token = match attempt.kind.token_rule() {
+                    _ if !attempt.fencing => None,
+                    TokenRule::Fresh => Some(self.next_token(&key.fence(), attempt.lease, now)),
+                    TokenRule::Latest => Some(self.current_token(&key.fence(), now)),
+                };
+                AcquireReply::Acquired(token.map(FencingToken))
+            }
+        })
+    }
+
+    /// Gives back `owner`'s grant (or seat) at `key`: whether it was still ours.
+    pub(crate) fn give_back(
+        &mut self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+        now: Instant,
+    ) -> bool {
+        self.with_entry(&key.lock, |entry| holding.release_twin(entry, owner, now))
+    }
+
+    /// Renews one lease: what became of it.
+    pub(crate) fn renew(&mut self, renewal: &Renewal<'_>, now: Instant) -> Renewed {
+        Renewed::from(self.with_entry(&renewal.key.lock, |entry| {
+            entry.extend(renewal.kind, renewal.owner, renewal.lease, now)
+        }))
+    }
+}
+
+impl TwinEntry {
+    /// Resets `owner`'s lease of a grant of `kind` here to end `lease` after `now` — a
+    /// renewal, for every kind (and a write lock kept for the rest of its `hold_at_least`,
+    /// `keep.lua`'s twin); `false` when `owner` holds no such grant.
+    pub(crate) fn extend(
+        &mut self,
+        kind: Kind,
+        owner: &str,
+        lease: Duration,
+        now: Instant,
+    ) -> bool {
+        self.purge(now);
+        let until = match kind {
+            Kind::Write => self
+                .writer
+                .as_mut()
+                .filter(|(holder, _)| holder == owner)
+                .map(|(_, until)| until),
+            Kind::Read => self.readers.get_mut(owner),
+            Kind::Semaphore(_) => self
+                .permits
+                .as_mut()
+                .and_then(|semaphore| semaphore.holders.get_mut(owner)),
+        };
+        match until {
+            Some(until) => {
+                *until = now + lease;
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -65,31 +65,3 @@ pub(super) fn release_twin(entry: &mut TwinEntry, owner: &str, now: Instant) -> 
     }
     ours
 }
-
-/// A release before the end of `hold_at_least`: the grant stays for `keep`, then expires.
-pub(super) fn keep_twin(entry: &mut TwinEntry, owner: &str, keep: Duration, now: Instant) -> bool {
-    entry.purge(now);
-    match &mut entry.writer {
-        Some((o, until)) if o == owner => {
-            *until = now + keep;
-            true
-        }
-        _ => false,
-    }
-}
-
-pub(super) fn extend_twin(
-    entry: &mut TwinEntry,
-    owner: &str,
-    lease: Duration,
-    now: Instant,
-) -> bool {
-    entry.purge(now);
-    match &mut entry.writer {
-        Some((o, until)) if o == owner => {
-            *until = now + lease;
-            true
-        }
-        _ => false,
-    }
-}

@@ -1,7 +1,8 @@
 //! In-process store: the same contract as Redis (leases expire, fencing tokens increase,
 //! compare-and-delete), kept in a map behind a mutex. Chosen only by
-//! [`Config::in_memory`](crate::Config::in_memory). It runs every kind's in-process twin
-//! (`kind/`) on the key's [`TwinEntry`]. As on Redis, entries expire: holders with their lease, a fencing counter one lease after
+//! [`Config::in_memory`](crate::Config::in_memory). It only runs twins under its mutex: every
+//! kind's (`kind/twins.rs` states a try, a release and a renewal once; `kind/multi.rs` the
+//! multi-key pair) and every key operation's (`key_operation.rs`). As on Redis, entries expire: holders with their lease, a fencing counter one lease after
 //! its last grant; tokens never fall below the clock in microseconds, so they keep increasing
 //! after a counter was forgotten, and a read grant with no counter left carries the clock.
 //! Expired entries are swept after as many grants as the store had entries at the last sweep
@@ -16,18 +17,17 @@
 //! there).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::Store;
-use crate::clock::tokio_now;
+use super::wake::ReleaseListener;
+use super::{Found, Store};
+use crate::clock::{tokio_now, Clock};
 use crate::error::LockError;
+use crate::inspect::glob_matches;
+use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
-use crate::kind::twins::{clock_micros, State, Twins};
-use crate::kind::{multi, TokenRule, TwinReply};
+use crate::kind::twins::{State, Twins};
 use crate::kind::{Holding, Renewal, Try};
-use crate::operator_scripts::{RawHolder, RawView, FORCED_FENCE_TTL};
-use crate::protocol::FencingToken;
-use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
+use crate::protocol::{AcquireReply, LockKey, Renewed};
 
 pub(crate) struct MemoryStore {
     twins: Arc<Twins>,
@@ -43,128 +43,11 @@ impl MemoryStore {
     }
 }
 
-/// The operator's operations (`Client::inspect`, `force_unlock`, `list`) in this process.
-impl MemoryStore {
-    /// What the store holds of `key`'s lock.
-    pub(crate) fn inspect(&self, key: &LockKey) -> RawView {
-        let now = tokio_now();
-        self.with_state(|state| {
-            let mut view = state.with_entry(&key.lock, |entry| entry.view(now));
-            // No token so far exceeds the live counter or the clock (`next_token`).
-            let counter = state
-                .fences
-                .get(&key.fence())
-                .filter(|fence| fence.expires_at > now)
-                .map_or(0, |fence| fence.last);
-            view.token_ceiling = counter.max(clock_micros());
-            view.record = state.records.get(&key.lock).cloned();
-            view
-        })
-    }
-
-    /// Frees `key`'s lock whatever holds it: the evicted holders and the next fencing token,
-    /// which the counter keeps (so every later grant's token is greater).
-    pub(crate) fn force_unlock(&self, key: &LockKey) -> (Vec<RawHolder>, u64) {
-        let now = tokio_now();
-        self.with_state(|state| {
-            let evicted = state.with_entry(&key.lock, |entry| entry.evict(now));
-            (
-                evicted,
-                state.next_token(&key.fence(), FORCED_FENCE_TTL, now),
-            )
-        })
-    }
-
-    /// Keeps an election's leader record beside `key`'s lock if its owner is the lock's
-    /// writer (the twin of `scripts/election/proclaim.lua`; no announcement: this store has
-    /// no channels, its observers read at a period).
-    pub(crate) fn proclaim(&self, key: &LockKey, record: &RawRecord) -> bool {
-        let now = tokio_now();
-        self.with_state(|state| {
-            let holds = state.with_entry(&key.lock, |entry| {
-                entry.purge(now);
-                entry
-                    .writer
-                    .as_ref()
-                    .is_some_and(|(owner, _)| *owner == record.owner)
-            });
-            if holds {
-                state.records.insert(key.lock.clone(), record.clone());
-            }
-            holds
-        })
-    }
-
-    /// Deletes `key`'s leader record if `owner` wrote it.
-    pub(crate) fn withdraw(&self, key: &LockKey, owner: &str) -> bool {
-        self.with_state(|state| {
-            let own = state
-                .records
-                .get(&key.lock)
-                .is_some_and(|record| record.owner == owner);
-            if own {
-                state.records.remove(&key.lock);
-            }
-            own
-        })
-    }
-
-    /// The lock keys held now, those for which `matches` says yes, at most `limit`.
-    pub(crate) fn scan(&self, matches: impl Fn(&str) -> bool, limit: usize) -> Vec<String> {
-        // As the sweep judges: a caller whose paused clock ran ahead must not purge the live
-        // locks of tests on other clocks.
-        let now = tokio_now().min(std::time::Instant::now());
-        self.with_state(|state| {
-            state
-                .locks
-                .iter_mut()
-                .filter_map(|(lock, entry)| {
-                    (matches(lock) && !entry.view(now).holders.is_empty()).then(|| lock.clone())
-                })
-                .take(limit)
-                .collect()
-        })
-    }
-}
-
+/// Each operation is its twin (`kind/`), run under the store's mutex at tokio's time.
 impl Store for MemoryStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         let now = tokio_now();
-        let key = attempt.key;
-        self.with_state(|state| {
-            let reply = state.with_entry(&key.lock, |entry| attempt.take_twin(entry, now));
-            Ok(match reply {
-                TwinReply::Held(remaining) => AcquireReply::Held(Some(remaining)),
-                TwinReply::Queued {
-                    place,
-                    behind,
-                    remaining,
-                } => AcquireReply::Queued {
-                    place,
-                    behind,
-                    // Behind others the holder's lease says nothing of the next try.
-                    remaining: (!behind).then_some(remaining),
-                },
-                TwinReply::Mismatch(held) => {
-                    return Err(crate::kind::semaphore::count_mismatch(
-                        key,
-                        attempt.kind.permits(),
-                        i64::from(held),
-                    ));
-                }
-                TwinReply::Granted => {
-                    state.count_grant_and_sweep(now);
-                    let token = match attempt.kind.token_rule() {
-                        _ if !attempt.fencing => None,
-                        TokenRule::Fresh => {
-                            Some(state.next_token(&key.fence(), attempt.lease, now))
-                        }
-                        TokenRule::Latest => Some(state.current_token(&key.fence(), now)),
-                    };
-                    AcquireReply::Acquired(token.map(FencingToken))
-                }
-            })
-        })
+        self.with_state(|state| state.try_grant(attempt, now))
     }
 
     async fn release(
@@ -174,74 +57,80 @@ impl Store for MemoryStore {
         owner: &str,
     ) -> Result<bool, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            state.with_entry(&key.lock, |entry| holding.release_twin(entry, owner, now))
-        }))
+        Ok(self.with_state(|state| state.give_back(holding, key, owner, now)))
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            leases
-                .iter()
-                .map(|r| {
-                    Renewed::from(state.with_entry(&r.key.lock, |entry| {
-                        r.kind.extend_twin(entry, r.owner, r.lease, now)
-                    }))
-                })
-                .collect()
-        }))
+        Ok(self.with_state(|state| leases.iter().map(|r| state.renew(r, now)).collect()))
     }
 
-    /// Looks at every key before taking any, under one hold of the store's mutex.
+    /// Every key is looked at before any is taken, under one hold of the store's mutex.
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            let mut held: Option<(Duration, usize)> = None;
-            for (i, key) in attempt.keys.iter().enumerate() {
-                let blocked =
-                    state.with_entry(&key.lock, |entry| multi::blocked_twin(entry, attempt, now));
-                if let Some(remaining) = blocked {
-                    held =
-                        Some(held.map_or((remaining, i), |(r, first)| (r.max(remaining), first)));
-                }
-            }
-            if let Some((remaining, first)) = held {
-                return MultiReply::Held(Some(remaining), first);
-            }
-            let mut tokens = Vec::with_capacity(attempt.keys.len());
-            for key in attempt.keys {
-                state.with_entry(&key.lock, |entry| multi::grant_twin(entry, attempt, now));
-                state.count_grant_and_sweep(now);
-                tokens.push(
-                    attempt
-                        .fencing
-                        .then(|| FencingToken(state.next_token(&key.fence(), attempt.lease, now))),
-                );
-            }
-            MultiReply::Acquired(tokens)
-        }))
+        Ok(self.with_state(|state| state.try_grant_all(attempt, now)))
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
         let now = tokio_now();
-        Ok(self.with_state(|state| {
-            let mut all = true;
-            for key in keys {
-                all &= state.with_entry(&key.lock, |entry| multi::release_twin(entry, owner, now));
-            }
-            all
-        }))
+        Ok(self.with_state(|state| state.give_back_all(keys, owner, now)))
+    }
+
+    /// The operation's twin, under the store's mutex.
+    async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
+        let now = tokio_now();
+        Ok(self.with_state(|state| operation.twin(state, now)))
+    }
+
+    /// The lock keys held now that match `pattern`.
+    async fn scan_into(&self, pattern: &str, found: &mut Found) -> Result<(), LockError> {
+        let matches = |key: &str| glob_matches(pattern.as_bytes(), key.as_bytes());
+        // As the sweep judges: a caller whose paused clock ran ahead must not purge the live
+        // locks of tests on other clocks.
+        let now = tokio_now().min(std::time::Instant::now());
+        let wanted = found.wanted();
+        found.extend(self.with_state(|state| {
+            state
+                .locks
+                .iter_mut()
+                .filter_map(|(lock, entry)| {
+                    (matches(lock) && !entry.view(now).holders.is_empty()).then(|| lock.clone())
+                })
+                .take(wanted)
+                .collect::<Vec<_>>()
+        }));
+        Ok(())
+    }
+
+    /// Always: the store is this process.
+    async fn ping(&self) -> Result<(), LockError> {
+        Ok(())
+    }
+
+    /// None: waiters in this process try again after their backoff.
+    fn waker(&self) -> Option<&ReleaseListener> {
+        None
+    }
+
+    /// Tokio's: users' tests pause it.
+    fn clock(&self) -> Clock {
+        Clock::Tokio
+    }
+
+    /// A try answers at once.
+    fn cuts_tries(&self) -> bool {
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::kind::Kind;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::kind::twins::{counter_expiry, Fence};
+    use crate::kind::twins::{clock_micros, counter_expiry, Fence};
+    use crate::protocol::FencingToken;
 
     fn store() -> MemoryStore {
         MemoryStore::new(Arc::new(Twins::default()))

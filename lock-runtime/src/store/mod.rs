@@ -1,9 +1,23 @@
-//! The stores behind the locks (a store is a store): where a kind's operations run and how
-//! waiters are woken. [`Store`] is the contract every store keeps for every
-//! [kind](crate::kind) — try a grant, give it back, renew many grants at once; [`AnyStore`]
-//! dispatches to the one a [`Config`](crate::Config) chose. A store owns its connections, the
-//! key layout ([`LockKey`]), its wake-ups and how it batches renewals; what a grant means is
-//! the kind's. The acquire loop, the watchdog and the release path only talk to this module.
+//! The stores behind the locks: where a kind's operations run and how waiters are woken.
+//! [`Store`] is the one contract every store keeps, and the compiler checks: a grant's life
+//! for every [kind](crate::kind) (try, give back, renew many at once, and the multi-key
+//! pair), the operations on one key's lock that are not a try, the keys matching a pattern,
+//! whether the store answers, and what the acquire loop must know of it (its wake-ups, its
+//! clock, whether it cuts a try off itself). [`AnyStore`] is the one a
+//! [`Config`](crate::Config) chose, dispatching each method once (`dispatch!`). A store owns
+//! its connections, the key layout ([`LockKey`]), its wake-ups and how it batches renewals;
+//! what a grant means is the kind's.
+//!
+//! The decision: an operation on a key's lock that is not a try (the operator's view and
+//! forced release, an election's leader record) is a value, not a method of every store. It
+//! is a [`KeyOperation`] (`key_operation.rs`), written beside its scripts: its script call and
+//! how its reply reads, its in-process twin, and how Redlock makes one answer of its masters'.
+//! Each store runs any of them the same way ([`Store::run`]: the script on Redis, the twin
+//! under the in-process store's mutex, every master on Redlock), as it runs a kind's try. So
+//! the next feature like elections adds its operation beside its scripts and changes no
+//! store, and a new store (PostgreSQL, etcd) implements this one trait; one method stays
+//! overridable, [`Store::force_unlock`], for Redlock, which raises its fencing counters around
+//! the forced release (`redlock/fencing.rs`).
 //!
 //! The stores: [`redis`] (the Redis store, over a [`transport`]: one server through
 //! [`connection`] — also the primary found through Sentinel, and each master of Redlock — or a
@@ -28,14 +42,16 @@ use std::future::Future;
 
 use crate::clock::Clock;
 use crate::error::LockError;
+use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::{Holding, Renewal, Try};
-use crate::operator_scripts::{RawHolder, RawView};
-use crate::protocol::{AcquireReply, LockKey, RawRecord, Renewed};
+use crate::operator_scripts::{ForceUnlock, RawHolder};
+use crate::protocol::{AcquireReply, LockKey, Renewed};
 use crate::wake;
 
-/// One store's three atomic operations, for grants of any kind. `owner` is the grant's random
-/// owner token.
+/// What every store does. The grant's operations come first (for grants of any kind; `owner`
+/// is the grant's random owner token), then the operations on a key's lock that are not a
+/// try, then what the acquire loop must know of the store.
 pub(crate) trait Store: Send + Sync {
     /// One try: takes the grant the try asks for if the kind allows it now, with its token.
     fn acquire(
@@ -94,6 +110,109 @@ pub(crate) trait Store: Send + Sync {
         keys: &[&LockKey],
         owner: &str,
     ) -> impl Future<Output = Result<bool, LockError>> + Send;
+
+    /// Runs `operation` on its key's lock: its script on Redis, its twin in process, on every
+    /// master of Redlock with one answer made of theirs by the operation's own rule.
+    fn run<O: KeyOperation>(
+        &self,
+        operation: &O,
+    ) -> impl Future<Output = Result<O::Output, LockError>> + Send;
+
+    /// Frees `key`'s lock whatever holds it and wakes its waiters: the evicted holders, and
+    /// a fencing token above every token handed out for the key so far. By default, the
+    /// [`ForceUnlock`] operation; Redlock raises a majority's fencing counters around it.
+    fn force_unlock(
+        &self,
+        key: &LockKey,
+    ) -> impl Future<Output = Result<(Vec<RawHolder>, u64), LockError>> + Send {
+        async move { self.run(&ForceUnlock(key)).await }
+    }
+
+    /// Adds the keys matching the `SCAN … MATCH` `pattern` to `found` (every primary of a
+    /// Cluster, the union over Redlock's masters), stopping once it is [full](Found::full).
+    fn scan_into(
+        &self,
+        pattern: &str,
+        found: &mut Found,
+    ) -> impl Future<Output = Result<(), LockError>> + Send;
+
+    /// The keys matching any of the `SCAN … MATCH` `patterns`, deduplicated, at most `limit`.
+    fn scan(
+        &self,
+        patterns: &[String],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, LockError>> + Send {
+        async move {
+            let mut found = Found::new(limit);
+            for pattern in patterns {
+                self.scan_into(pattern, &mut found).await?;
+                if found.full() {
+                    break;
+                }
+            }
+            Ok(found.into_keys())
+        }
+    }
+
+    /// Whether the store answers now: the node (or Sentinel's primary), every Cluster primary,
+    /// a majority of Redlock masters; the in-process store always does.
+    fn ping(&self) -> impl Future<Output = Result<(), LockError>> + Send;
+
+    /// Wake-ups on release, where the store has them (the Redis stores).
+    fn waker(&self) -> Option<&wake::ReleaseListener>;
+
+    /// The clock this store's leases keep (`clock.rs`): tokio's for the in-process store,
+    /// which users' tests pause, the real one for Redis, which expires keys in real time.
+    fn clock(&self) -> Clock;
+
+    /// Whether a one-key try ends at its cut ([`Try::cut`]) in the store itself (or needs no
+    /// cut: the in-process store answers at once), so that the acquire loop adds no timer of
+    /// its own around it; a try cut off there fails with a
+    /// [`BackendErrorKind::Timeout`](crate::error::BackendErrorKind::Timeout) at the cut.
+    fn cuts_tries(&self) -> bool;
+}
+
+/// The keys a scan found so far, deduplicated, and how many are wanted.
+pub(crate) struct Found {
+    keys: Vec<String>,
+    limit: usize,
+}
+
+impl Found {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            keys: Vec::new(),
+            limit,
+        }
+    }
+
+    /// Adds `keys`.
+    pub(crate) fn extend(&mut self, keys: impl IntoIterator<Item = String>) {
+        self.keys.extend(keys);
+    }
+
+    /// Whether `limit` keys (once each) are found: the scan may stop.
+    pub(crate) fn full(&mut self) -> bool {
+        if self.keys.len() < self.limit {
+            return false;
+        }
+        self.keys.sort_unstable();
+        self.keys.dedup();
+        self.keys.len() >= self.limit
+    }
+
+    /// How many more keys are wanted, at most.
+    pub(crate) fn wanted(&self) -> usize {
+        self.limit.saturating_sub(self.keys.len())
+    }
+
+    /// The keys found, sorted, once each, at most `limit`.
+    pub(crate) fn into_keys(mut self) -> Vec<String> {
+        self.keys.sort_unstable();
+        self.keys.dedup();
+        self.keys.truncate(self.limit);
+        self.keys
+    }
 }
 
 /// The store a client was configured with.
@@ -105,28 +224,21 @@ pub(crate) enum AnyStore {
     Memory(memory::MemoryStore),
 }
 
-impl AnyStore {
-    /// Whether a one-key try ends at its cut ([`Try::cut`]) in the store itself (or needs no
-    /// cut: the in-process store answers at once), so that the acquire loop adds no timer of
-    /// its own around it; a try cut off there fails with a
-    /// [`BackendErrorKind::Timeout`](crate::error::BackendErrorKind::Timeout) at the cut.
-    pub(crate) fn cuts_tries(&self) -> bool {
-        match self {
-            AnyStore::Redis(b) => b.cuts_tries(),
-            AnyStore::Memory(_) => true,
-            AnyStore::Cluster(_) | AnyStore::Redlock(_) => false,
+/// Runs `$body` with `$store` bound to the store `$any` holds, whichever it is.
+macro_rules! dispatch {
+    ($any:expr, $store:ident => $body:expr) => {
+        match $any {
+            AnyStore::Redis($store) => $body,
+            AnyStore::Cluster($store) => $body,
+            AnyStore::Redlock($store) => $body,
+            AnyStore::Memory($store) => $body,
         }
-    }
+    };
 }
 
 impl Store for AnyStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.acquire(attempt).await,
-            AnyStore::Cluster(b) => b.acquire(attempt).await,
-            AnyStore::Redlock(b) => b.acquire(attempt).await,
-            AnyStore::Memory(b) => b.acquire(attempt).await,
-        }
+        dispatch!(self, store => store.acquire(attempt).await)
     }
 
     async fn release(
@@ -135,21 +247,11 @@ impl Store for AnyStore {
         key: &LockKey,
         owner: &str,
     ) -> Result<bool, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.release(holding, key, owner).await,
-            AnyStore::Cluster(b) => b.release(holding, key, owner).await,
-            AnyStore::Redlock(b) => b.release(holding, key, owner).await,
-            AnyStore::Memory(b) => b.release(holding, key, owner).await,
-        }
+        dispatch!(self, store => store.release(holding, key, owner).await)
     }
 
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.extend_many(leases).await,
-            AnyStore::Cluster(b) => b.extend_many(leases).await,
-            AnyStore::Redlock(b) => b.extend_many(leases).await,
-            AnyStore::Memory(b) => b.extend_many(leases).await,
-        }
+        dispatch!(self, store => store.extend_many(leases).await)
     }
 
     async fn extend_many_as_answered(
@@ -157,147 +259,43 @@ impl Store for AnyStore {
         leases: &[Renewal<'_>],
         report: &mut (dyn FnMut(usize, Renewed) + Send),
     ) -> Result<(), LockError> {
-        match self {
-            AnyStore::Redis(b) => b.extend_many_as_answered(leases, report).await,
-            AnyStore::Cluster(b) => b.extend_many_as_answered(leases, report).await,
-            AnyStore::Redlock(b) => b.extend_many_as_answered(leases, report).await,
-            AnyStore::Memory(b) => b.extend_many_as_answered(leases, report).await,
-        }
+        dispatch!(self, store => store.extend_many_as_answered(leases, report).await)
     }
 
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.acquire_all(attempt).await,
-            AnyStore::Cluster(b) => b.acquire_all(attempt).await,
-            AnyStore::Redlock(b) => b.acquire_all(attempt).await,
-            AnyStore::Memory(b) => b.acquire_all(attempt).await,
-        }
+        dispatch!(self, store => store.acquire_all(attempt).await)
     }
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.release_all(keys, owner).await,
-            AnyStore::Cluster(b) => b.release_all(keys, owner).await,
-            AnyStore::Redlock(b) => b.release_all(keys, owner).await,
-            AnyStore::Memory(b) => b.release_all(keys, owner).await,
-        }
-    }
-}
-
-impl AnyStore {
-    /// The clock this store's leases keep (`clock.rs`): tokio's for the in-process store,
-    /// which users' tests pause, the real one for Redis, which expires keys in real time.
-    pub(crate) fn clock(&self) -> Clock {
-        match self {
-            AnyStore::Memory(_) => Clock::Tokio,
-            AnyStore::Redis(_) | AnyStore::Cluster(_) | AnyStore::Redlock(_) => Clock::Real,
-        }
-    }
-}
-
-impl AnyStore {
-    /// Wake-ups on release, where the store has them (the Redis stores).
-    pub(crate) fn waker(&self) -> Option<&wake::ReleaseListener> {
-        match self {
-            AnyStore::Redis(b) => b.waker(),
-            AnyStore::Cluster(b) => b.waker(),
-            AnyStore::Redlock(b) => Some(b.waker()),
-            AnyStore::Memory(_) => None,
-        }
-    }
-}
-
-/// The operator's operations, on whichever store the client was configured with.
-impl AnyStore {
-    /// Whether the store answers now: the node (or Sentinel's primary), every Cluster primary,
-    /// a majority of Redlock masters; the in-process store always does.
-    pub(crate) async fn ping(&self) -> Result<(), LockError> {
-        match self {
-            AnyStore::Redis(b) => b.ping().await,
-            AnyStore::Cluster(b) => b.ping().await,
-            AnyStore::Redlock(b) => b.ping().await,
-            AnyStore::Memory(_) => Ok(()),
-        }
+        dispatch!(self, store => store.release_all(keys, owner).await)
     }
 
-    /// What the store says of `key`'s lock, read-only.
-    pub(crate) async fn inspect(&self, key: &LockKey) -> Result<RawView, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.inspect(key).await,
-            AnyStore::Cluster(b) => b.inspect(key).await,
-            AnyStore::Redlock(b) => b.inspect(key).await,
-            AnyStore::Memory(b) => Ok(b.inspect(key)),
-        }
+    async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
+        dispatch!(self, store => store.run(operation).await)
     }
 
-    /// Frees `key`'s lock whatever holds it and wakes its waiters: the evicted holders, and
-    /// a fencing token above every token handed out for the key so far.
-    pub(crate) async fn force_unlock(
-        &self,
-        key: &LockKey,
-    ) -> Result<(Vec<RawHolder>, u64), LockError> {
-        match self {
-            AnyStore::Redis(b) => b.force_unlock(key).await,
-            AnyStore::Cluster(b) => b.force_unlock(key).await,
-            AnyStore::Redlock(b) => b.force_unlock(key).await,
-            AnyStore::Memory(b) => Ok(b.force_unlock(key)),
-        }
+    async fn force_unlock(&self, key: &LockKey) -> Result<(Vec<RawHolder>, u64), LockError> {
+        dispatch!(self, store => store.force_unlock(key).await)
     }
 
-    /// The keys matching any of the `SCAN … MATCH` `patterns`, deduplicated, at most `limit`
-    /// (every primary of a Cluster, the union over Redlock's masters).
-    pub(crate) async fn scan(
-        &self,
-        patterns: &[String],
-        limit: usize,
-    ) -> Result<Vec<String>, LockError> {
-        let mut found = Vec::new();
-        for pattern in patterns {
-            match self {
-                AnyStore::Redis(b) => b.scan(pattern, limit, &mut found).await?,
-                AnyStore::Cluster(b) => b.scan(pattern, limit, &mut found).await?,
-                AnyStore::Redlock(b) => b.scan(pattern, limit, &mut found).await?,
-                AnyStore::Memory(b) => found.extend(b.scan(
-                    |key| crate::inspect::glob_matches(pattern.as_bytes(), key.as_bytes()),
-                    limit,
-                )),
-            }
-            found.sort_unstable();
-            found.dedup();
-            if found.len() >= limit {
-                break;
-            }
-        }
-        found.truncate(limit);
-        Ok(found)
-    }
-}
-
-/// An election's leader record (`election_scripts.rs`), on whichever store.
-impl AnyStore {
-    /// Writes `record` beside `key`'s lock and announces it, if the record's owner holds the
-    /// lock: `false` when it does not (any more). On Redlock, on a majority.
-    pub(crate) async fn proclaim(
-        &self,
-        key: &LockKey,
-        record: &RawRecord,
-    ) -> Result<bool, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.proclaim(key, record).await,
-            AnyStore::Cluster(b) => b.proclaim(key, record).await,
-            AnyStore::Redlock(b) => b.proclaim(key, record).await,
-            AnyStore::Memory(b) => Ok(b.proclaim(key, record)),
-        }
+    async fn scan_into(&self, pattern: &str, found: &mut Found) -> Result<(), LockError> {
+        dispatch!(self, store => store.scan_into(pattern, found).await)
     }
 
-    /// Deletes `key`'s record if `owner` wrote it.
-    pub(crate) async fn withdraw(&self, key: &LockKey, owner: &str) -> Result<bool, LockError> {
-        match self {
-            AnyStore::Redis(b) => b.withdraw(key, owner).await,
-            AnyStore::Cluster(b) => b.withdraw(key, owner).await,
-            AnyStore::Redlock(b) => b.withdraw(key, owner).await,
-            AnyStore::Memory(b) => Ok(b.withdraw(key, owner)),
-        }
+    async fn ping(&self) -> Result<(), LockError> {
+        dispatch!(self, store => store.ping().await)
+    }
+
+    fn waker(&self) -> Option<&wake::ReleaseListener> {
+        dispatch!(self, store => store.waker())
+    }
+
+    fn clock(&self) -> Clock {
+        dispatch!(self, store => store.clock())
+    }
+
+    fn cuts_tries(&self) -> bool {
+        dispatch!(self, store => store.cuts_tries())
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::redis::NodeStore;
+use super::Store;
 use crate::error::LockError;
 
 /// Asks `master` for a `PING` until it answers (an ACL's refusal included), pausing `pause`
