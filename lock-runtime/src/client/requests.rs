@@ -1,9 +1,9 @@
-//! [`Client`]'s builder methods: each starts a [`LockRequest`] (`request.rs`) or an
-//! [`Election`] (`election/`) through this client's engine. The global client's are the free
-//! functions of `global.rs`.
+//! [`Client`]'s builder methods: each starts a [`LockRequest`] (`request.rs`) through this
+//! client's engine. The global client's are the free functions of `global.rs`; an election,
+//! which is built on a client, is started by `Client::election` in `election/mod.rs`, so that
+//! this module does not import the elections that import it.
 
 use super::Client;
-use crate::election::Election;
 use crate::request::LockRequest;
 
 /// Requests started through a client; the global client's are the free functions
@@ -13,11 +13,6 @@ impl Client {
     /// the key's read/write lock).
     pub fn lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::write(Some(self.engine.clone()), key.into())
-    }
-
-    /// The leader election `name` through this client: see [`Election`](crate::election::Election).
-    pub fn election(&self, name: impl Into<String>) -> Election {
-        Election::new(Some(self.clone()), name.into())
     }
 
     /// Starts a request for the write side of the read/write lock `key`: the same lock as

@@ -291,6 +291,15 @@ impl Election {
     }
 }
 
+/// Elections started through a client (here, not in `client/`, because an election is built
+/// on a client).
+impl Client {
+    /// The leader election `name` through this client: see [`Election`].
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(Some(self.clone()), name.into())
+    }
+}
+
 /// The leader election `name` through the global client set up by [`init`](crate::init) (see
 /// [`Election`]). Without [`init`](crate::init), its requests fail with [`LockError::NotInitialized`].
 ///

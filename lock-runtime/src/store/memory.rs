@@ -18,11 +18,11 @@
 
 use std::sync::Arc;
 
+use super::glob::glob_matches;
 use super::wake::ReleaseListener;
 use super::{Found, Store};
 use crate::clock::{tokio_now, Clock};
 use crate::error::LockError;
-use crate::inspect::glob_matches;
 use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::twins::{State, Twins};

@@ -28,6 +28,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod endpoint;
 pub(crate) mod eviction;
+pub(crate) mod glob;
 mod guarded;
 pub(crate) mod memory;
 mod open;
