@@ -1,34 +1,12 @@
 //! The Redis Cluster transport of the Redis store (`redis.rs`): calls go through the `redis`
 //! crate's cluster connection, which routes each call by its first key to the primary of the
-//! key's slot and follows `MOVED` and `ASK` redirections, failovers and slot migrations. All
-//! keys of one lock share a hash tag ([`LockKey`](super::LockKey)), so every script touches a
-//! single slot; the store splits batches per slot (a script may only touch keys of one slot).
-//!
-//! Batches: the per-slot calls of one batch (the watchdog's renewals: 1,000 locks in 1,000
-//! slots are 1,000 calls) go as one pipeline per primary ([`Transport::call_each`]), over
-//! connections of the transport's own to each primary, found by slot in a map read from
-//! `CLUSTER SLOTS` (`primaries.rs`, which says why the cluster connection cannot carry them);
-//! each call still names one slot's keys. A call its primary does not answer for — `MOVED`,
-//! `ASK`, `NOSCRIPT`, a slot the map lacks — is sent alone as any other call, so failovers and
-//! migrations are followed as before; a `TRYAGAIN` is answered as it is (the store splits the
-//! call per lock), a `CLUSTERDOWN`, `MASTERDOWN` or `LOADING` fails its call for the batch,
-//! and a primary that fails or does not answer leaves only its own calls unanswered, without
-//! a request per call. Each primary's answers are handed on as that primary gives them, so a
-//! frozen primary (or one whose `WAIT` waits for a lagging replica) delays no other primary's
-//! leases. Where per-primary connections cannot work (their credentials, TLS, an
-//! unusable host), batching turns off, with a warning, until a later try finds them working
-//! (`primaries.rs`).
-//! Releases announce themselves by sharded pub/sub (`SPUBLISH`), which the waker (`wake.rs`)
-//! follows with one subscription per channel. The connection is made on the client's I/O
-//! runtime, so it outlives the caller's runtime. Neighbours: `connection.rs` is the
-//! one-server transport, whose reading of failures ([`Failure`]) this one shares.
-//!
-//! With the failover guard ([`ReplicaGuard`]) a script is sent as the pipeline
-//! `[EVALSHA …, WAIT n timeout]`: the cluster connection sends a pipeline to the node of its
-//! first key, so `WAIT` counts the replicas of the very primary that ran the script (a `WAIT`
-//! of its own would go to every primary and say nothing about this write). On `NOSCRIPT` a
-//! script is sent once more with its source (`script.rs`), to the node of its key alone: a
-//! `SCRIPT LOAD` would go to every primary and fail while any is down.
+//! key's slot and follows `MOVED` and `ASK` redirections, failovers and slot migrations; a
+//! batch (the watchdog's renewals) goes as one pipeline per primary (`primaries.rs`), each
+//! primary's answers handed on as they come; releases are heard by `SSUBSCRIBE`
+//! (`pubsub.rs`); with the failover guard a script goes as `[EVALSHA …, WAIT n timeout]`.
+//! Why each of these is so: `docs/how-it-works.md`, "Redis Cluster: routing, batches and the
+//! failover guard". Neighbours: `connection.rs` is the one-server transport, whose reading of
+//! failures ([`Failure`]) this one shares.
 
 use std::sync::Arc;
 
