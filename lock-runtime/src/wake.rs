@@ -127,10 +127,10 @@ impl Channel {
 /// The client's waiters on released locks, fed by its store's announcements. (Not `Waker`:
 /// that is `std::task`'s.)
 pub(crate) struct ReleaseListener {
-    inner: Arc<Inner>,
+    inner: Arc<ListenerInner>,
 }
 
-struct Inner {
+struct ListenerInner {
     waiters: Waiters,
     feed: Box<dyn Feed>,
 }
@@ -138,7 +138,7 @@ struct Inner {
 /// A waiter's registration on a channel; the store is told when the last one goes
 /// ([`Feed::unwanted`]). (Not `Interest`: that is `tokio::io`'s.)
 pub(crate) struct WaitRegistration {
-    inner: Arc<Inner>,
+    inner: Arc<ListenerInner>,
     name: String,
     side: Side,
 }
@@ -157,7 +157,7 @@ impl ReleaseListener {
     /// The listener over `waiters`, which `feed` delivers its store's messages to.
     pub(crate) fn new(waiters: Waiters, feed: impl Feed) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(ListenerInner {
                 waiters,
                 feed: Box::new(feed),
             }),

@@ -92,9 +92,8 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce
         attempt.lease,
         attempt.proposed,
     );
-    call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
-        .arg(if attempt.refused_before { "1" } else { "0" })
-        .arg(key.writer_waiting())
+    super::writer_waiting_args(&mut call, attempt.writer_waiting, attempt.refused_before);
+    call.arg(key.writer_waiting())
         .arg(millis(seat.heartbeat))
         .arg(match (seat.place, tokens) {
             (0, Tokens::Counter) => seat.requested_at.max(1),

@@ -72,6 +72,20 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// The two arguments every writer's acquire script takes after its token source (write, fair
+/// and multi-key: `scripts/write/acquire.lua`, `scripts/fair/acquire.lua`,
+/// `scripts/multi/acquire.lua`): how long a writer that finds the lock held keeps new readers
+/// out, in ms (zero, no mark, on its last try), and whether an earlier try of the request was
+/// refused (`1`), so that a grant takes the mark away.
+pub(crate) fn writer_waiting_args(
+    call: &mut ScriptCall,
+    writer_waiting: Duration,
+    refused_before: bool,
+) {
+    call.arg(u64::try_from(writer_waiting.as_millis()).unwrap_or(u64::MAX))
+        .arg(if refused_before { "1" } else { "0" });
+}
+
 /// The argument that says where a write grant's fencing token comes from, which every write
 /// acquire script takes alike (`scripts/write/acquire.lua`, ARGV[3]): `0` (no token), `clock`,
 /// or with counter tokens the proposed token and the counter's time to live beyond it, `T:ms`

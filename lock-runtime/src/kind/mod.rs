@@ -40,7 +40,7 @@ use crate::script::{LuaScript, ScriptCall};
 pub(crate) use attempt::{extend_many_call, Renewal, Try};
 pub(crate) use entry::{TwinEntry, TwinReply};
 use lua::acquire_invocation;
-pub(crate) use lua::{lock_keys, millis, script, token_source, Tokens};
+pub(crate) use lua::{lock_keys, millis, script, token_source, writer_waiting_args, Tokens};
 pub(crate) use reply::{read_acquire_reply, read_extend_many_reply, ScriptReply};
 pub(crate) use wake_rule::{Announcement, FairWake, WakeRule};
 

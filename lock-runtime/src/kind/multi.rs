@@ -78,9 +78,8 @@ pub(crate) fn acquire_call(attempt: &MultiTry<'_>, tokens: Tokens) -> ScriptCall
         attempt.lease,
         attempt.proposed,
     );
-    call.arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
-        .arg(if attempt.refused_before { "1" } else { "0" })
-        .arg(if tokens == Tokens::Counter { 2 } else { 1 });
+    super::writer_waiting_args(&mut call, attempt.writer_waiting, attempt.refused_before);
+    call.arg(if tokens == Tokens::Counter { 2 } else { 1 });
     for key in attempt.keys {
         call.arg(key.writer_waiting());
     }

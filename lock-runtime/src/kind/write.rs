@@ -36,11 +36,8 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens) -> ScriptCall {
         attempt.lease,
         attempt.proposed,
     );
-    call
-        // Zero (no mark) on a writer's last try.
-        .arg(u64::try_from(attempt.writer_waiting.as_millis()).unwrap_or(u64::MAX))
-        .arg(if attempt.refused_before { "1" } else { "0" })
-        .arg(attempt.key.writer_waiting());
+    super::writer_waiting_args(&mut call, attempt.writer_waiting, attempt.refused_before);
+    call.arg(attempt.key.writer_waiting());
     call
 }
 

@@ -40,13 +40,13 @@ pub(crate) struct Cluster {
     connection: Arc<tokio::sync::OnceCell<ClusterConnection>>,
     /// The connect under way: a caller that stops waiting for it (a lock request whose wait
     /// ran out) leaves it to the next, which takes it up instead of starting over.
-    under_way: tokio::sync::Mutex<Option<Connect>>,
+    under_way: tokio::sync::Mutex<Option<ClusterConnect>>,
     /// The primaries by slot, with connections of this transport's own, for batches.
     primaries: Arc<Primaries>,
 }
 
 /// A connect task of the cluster connection.
-type Connect = tokio::task::JoinHandle<redis::RedisResult<ClusterConnection>>;
+type ClusterConnect = tokio::task::JoinHandle<redis::RedisResult<ClusterConnection>>;
 
 /// The store on a Redis Cluster.
 pub(crate) type ClusterStore = RedisStore<Cluster>;

@@ -110,11 +110,11 @@ struct Connecting {
     /// waiting for it (a lock request whose wait ran out) leaves it here, and the next caller
     /// takes it up instead of starting over, so a wait shorter than a connect does not keep
     /// the server from ever being reached.
-    under_way: Option<(Connect, Option<DriverRuntime>)>,
+    under_way: Option<(NodeConnect, Option<DriverRuntime>)>,
 }
 
 /// A connect task ([`Reach::connect`]).
-type Connect = tokio::task::JoinHandle<Result<Connected, SetUpFailure>>;
+type NodeConnect = tokio::task::JoinHandle<Result<Connected, SetUpFailure>>;
 
 /// One Redis server and the connection to it.
 pub(crate) struct Node {
@@ -296,7 +296,7 @@ impl Node {
     /// Starts a connect task ([`Reach::connect`]): on the caller's runtime when that is a
     /// multi-thread runtime (the connection's driver task is spawned where it connects: see
     /// [`Node::in_use`]), on the client's I/O runtime otherwise.
-    fn connect(&self) -> (Connect, Option<DriverRuntime>) {
+    fn connect(&self) -> (NodeConnect, Option<DriverRuntime>) {
         let caller = crate::io::multi_thread_caller();
         let driver = caller.as_ref().map(DriverRuntime::watch);
         let runtime = caller.unwrap_or_else(|| self.io.clone());

@@ -38,7 +38,7 @@ use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::kind;
 use crate::protocol::Call;
 use crate::script::ScriptCall;
-use batching::{Batching, Round, RoundState};
+use batching::{BatchRound, BatchRoundState, Batching};
 pub(crate) use slot_map::slot_ranges;
 use slot_map::{Primary, SlotMap};
 
@@ -66,7 +66,7 @@ pub(crate) struct Primaries {
 /// of the batch to be sent alone through the cluster connection.
 pub(crate) struct Share {
     /// The primary, and the batch's round, which every share with a primary reports to.
-    primary: Option<(Arc<Primary>, Arc<Round>)>,
+    primary: Option<(Arc<Primary>, Arc<BatchRound>)>,
     /// The share's calls, as indices into the batch.
     pub(crate) indices: Vec<usize>,
 }
@@ -170,8 +170,8 @@ impl Primaries {
         if per_primary.is_empty() && usable {
             self.switch_on(&[]);
         }
-        let round = Arc::new(Round {
-            state: Mutex::new(RoundState {
+        let round = Arc::new(BatchRound {
+            state: Mutex::new(BatchRoundState {
                 pending: per_primary.len(),
                 all_usable: usable,
                 reached: Vec::new(),

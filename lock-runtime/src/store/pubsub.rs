@@ -33,10 +33,10 @@ use crate::wake::{Feed, ReleaseListener, Waiters};
 const UNSUBSCRIBE_AFTER: Duration = Duration::from_secs(1);
 
 /// What the connections' reader tasks share with the subscribing side.
-struct State {
+struct ReaderState {
     /// The waiters the messages wake, and whose wants decide what stays subscribed.
     waiters: Waiters,
-    /// For each announcer (by its index in [`Inner::announcers`]), the pub/sub connection's sink
+    /// For each announcer (by its index in [`PubSubInner::announcers`]), the pub/sub connection's sink
     /// and the channels subscribed on it; one lock per announcer serialises its SUBSCRIBE and
     /// UNSUBSCRIBE so they cannot overtake each other.
     subscriptions: Vec<tokio::sync::Mutex<Subscriptions>>,
@@ -179,16 +179,16 @@ impl Pause {
 
 /// This client's Redis pub/sub: the [`Feed`] of the Redis stores' waiters.
 pub(crate) struct PubSub {
-    inner: Arc<Inner>,
+    inner: Arc<PubSubInner>,
 }
 
-struct Inner {
+struct PubSubInner {
     /// Where and how to subscribe: every one of them, each with its own connection.
     announcers: Vec<Announcer>,
     io: Handle,
     connect_timeout: Duration,
     response_timeout: Duration,
-    state: Arc<State>,
+    state: Arc<ReaderState>,
 }
 
 impl PubSub {
@@ -206,12 +206,12 @@ impl PubSub {
             .map(|_| tokio::sync::Mutex::new(Subscriptions::default()))
             .collect();
         let pubsub = PubSub {
-            inner: Arc::new(Inner {
+            inner: Arc::new(PubSubInner {
                 announcers,
                 io,
                 connect_timeout,
                 response_timeout,
-                state: Arc::new(State {
+                state: Arc::new(ReaderState {
                     waiters: waiters.clone(),
                     subscriptions,
                 }),
@@ -297,7 +297,7 @@ impl Feed for PubSub {
     }
 }
 
-impl Inner {
+impl PubSubInner {
     /// Whether `channel` may need subscribing on announcer `at`, as far as can be seen without
     /// waiting (its state busy: yes, the task finds out).
     fn needs_subscribing(&self, at: usize, channel: &str) -> bool {
@@ -395,7 +395,7 @@ impl Inner {
 }
 
 /// Hands a message on `channel` to the waiters ([`Waiters::wake`]).
-fn wake(state: &State, channel: &[u8], payload: &[u8]) {
+fn wake(state: &ReaderState, channel: &[u8], payload: &[u8]) {
     let Ok(channel) = std::str::from_utf8(channel) else {
         return;
     };
@@ -405,7 +405,7 @@ fn wake(state: &State, channel: &[u8], payload: &[u8]) {
 /// Reads a plain pub/sub connection (of announcer `at`) until it ends.
 async fn read_node(
     mut stream: redis::aio::PubSubStream,
-    state: Arc<State>,
+    state: Arc<ReaderState>,
     at: usize,
     generation: u64,
 ) {
@@ -424,7 +424,7 @@ async fn read_node(
 /// server's after the slot moved) forgets its channel, so the next wait subscribes it again.
 async fn read_cluster(
     mut pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
-    state: Arc<State>,
+    state: Arc<ReaderState>,
     at: usize,
     generation: u64,
 ) {
@@ -468,7 +468,7 @@ async fn read_cluster(
 }
 
 /// Announcer `at`'s connection is gone: the next wait connects and subscribes again.
-async fn connection_gone(state: &State, at: usize, generation: u64) {
+async fn connection_gone(state: &ReaderState, at: usize, generation: u64) {
     let mut subscriptions = state.subscriptions[at].lock().await;
     if subscriptions.generation == generation {
         subscriptions.reader = None; // this task, ending anyway

@@ -4,7 +4,7 @@
 //! host no client can be made for. That is logged once, as a warning; while it is off every
 //! call goes alone and the map is not read, and after a pause (doubling up to [`MOST_PAUSE`])
 //! one batch tries again, so batching comes back by itself once the cause is gone. Each batch
-//! reports what it learnt as its primaries answer ([`Round`]). Neighbours: `primaries.rs`
+//! reports what it learnt as its primaries answer ([`BatchRound`]). Neighbours: `primaries.rs`
 //! sends the batches; `slot_map.rs` finds a host unusable.
 
 use std::sync::{Mutex, PoisonError};
@@ -39,11 +39,11 @@ const FIRST_PAUSE: Duration = Duration::from_secs(1);
 const MOST_PAUSE: Duration = Duration::from_secs(30);
 
 /// What one batch learns of batching, as its primaries answer one by one.
-pub(super) struct Round {
-    pub(super) state: Mutex<RoundState>,
+pub(super) struct BatchRound {
+    pub(super) state: Mutex<BatchRoundState>,
 }
 
-pub(super) struct RoundState {
+pub(super) struct BatchRoundState {
     /// Primaries yet to answer.
     pub(super) pending: usize,
     /// No primary's connection failed to work, and the map names no unusable host.
@@ -52,7 +52,7 @@ pub(super) struct RoundState {
     pub(super) reached: Vec<String>,
 }
 
-impl Round {
+impl BatchRound {
     /// The primary at `address` answered, its connection `usable` or not. When it was the
     /// last, and every one was usable: the primaries reached (batching may be on again).
     pub(super) fn answered(&self, usable: bool, address: &str) -> Option<Vec<String>> {
