@@ -5,7 +5,7 @@
 //! every API name the docs mention (`api_names`) — and what the stores keep beside
 //! their locks: read/write layout and wake-ups, fencing keys and fenced writes, shutdown, a
 //! paused clock. Beside them, `promise_ledger` checks that every test `docs/promises.md` names
-//! exists.
+//! exists, and `layers` that the imports of `lock-runtime/src` keep ARCHITECTURE.md's layers.
 //!
 //! One Sentinel setup, one Cluster and one set of Redlock masters serve every test of the
 //! binary, each test under a key prefix of its own. Process-wide state: the global client is
