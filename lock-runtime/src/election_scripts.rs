@@ -1,5 +1,6 @@
 //! The leader record of an election: what a leader writes beside the lock it leads by (its
-//! epoch, its owner token, the value it publishes) and the calls that write and delete it —
+//! epoch, its owner token, the value it publishes and that value's revision — 0 from the
+//! campaign, greater from each `Leadership::proclaim`) and the calls that write and delete it —
 //! `scripts/election/{proclaim,withdraw}.lua`, and their in-process twins — as two
 //! [`KeyOperation`]s, [`Proclaim`] and [`Withdraw`], that every store runs.
 //! The operator's inspect script reads the record together with the lock's holder
@@ -38,7 +39,8 @@ fn proclaim_call(
         .arg(record.value.as_deref().unwrap_or_default())
         .arg(if record.value.is_some() { "1" } else { "0" })
         .arg(announce.command())
-        .arg(key.channel());
+        .arg(key.channel())
+        .arg(record.revision);
     call
 }
 
@@ -50,11 +52,12 @@ fn withdraw_call(key: &LockKey, owner: &str, tokens: Tokens) -> ScriptCall {
     call
 }
 
-/// Reads the proclaim script's reply: whether the record was written; a record key on the
-/// other node of a slot migration is a transient error (the campaign tries again).
+/// Reads the proclaim script's reply: whether the record stands (written, or already this
+/// leader's of a later revision: two proclaims that crossed); a record key on the other node
+/// of a slot migration is a transient error (the campaign tries again).
 fn read_proclaim_reply(key: &LockKey, written: i64) -> Result<bool, LockError> {
     match written {
-        1 => Ok(true),
+        1 | 2 => Ok(true),
         0 => Ok(false),
         _ => Err(BackendError::new(
             "proclaim",
@@ -70,10 +73,11 @@ fn read_proclaim_reply(key: &LockKey, written: i64) -> Result<bool, LockError> {
 }
 
 /// Writes an election's leader record beside its lock and announces it, if the record's owner
-/// holds the lock: `false` when it does not (any more). Under the failover guard, as a grant
-/// is: a record a failover lost would leave the term without a leader to read. On Redlock it
-/// stands when a majority wrote it (the masters where the leader holds the lock). The key,
-/// then the record.
+/// holds the lock: `false` when it does not (any more), and nothing is written. A record of
+/// the same owner and a revision not below this one's is kept (`true`: a later value of this
+/// leader's stands). Under the failover guard, as a grant is: a record a failover lost would
+/// leave the term without a leader to read. On Redlock it stands when a majority wrote it (the
+/// masters where the leader holds the lock). The key, then the record.
 pub(crate) struct Proclaim<'a>(pub(crate) &'a LockKey, pub(crate) &'a RawRecord);
 
 impl KeyOperation for Proclaim<'_> {
@@ -107,8 +111,9 @@ impl KeyOperation for Proclaim<'_> {
         read_proclaim_reply(self.0, written)
     }
 
-    /// Keeps the record if its owner is the lock's writer (no announcement: the in-process
-    /// store has no channels, its observers read at a period).
+    /// Keeps the record if its owner is the lock's writer and it is not older than the
+    /// owner's record there (no announcement: the in-process store has no channels, its
+    /// observers read at a period).
     fn twin(&self, state: &mut State, now: Instant) -> bool {
         let Proclaim(key, record) = *self;
         let holds = state.with_entry(&key.lock, |entry| {
@@ -118,7 +123,10 @@ impl KeyOperation for Proclaim<'_> {
                 .as_ref()
                 .is_some_and(|(owner, _)| *owner == record.owner)
         });
-        if holds {
+        let superseded = state.records.get(&key.lock).is_some_and(|kept| {
+            kept.owner == record.owner && kept.revision >= record.revision
+        });
+        if holds && !superseded {
             state.records.insert(key.lock.clone(), record.clone());
         }
         holds

@@ -63,6 +63,21 @@ pub enum LockError {
         key: String,
     },
 
+    /// A leader asked for something only the leader may do
+    /// ([`Leadership::proclaim`](crate::Leadership::proclaim)) after its leadership had ended:
+    /// its lease ran out or was lost, the lock was freed by force, or another leader took
+    /// over. Nothing was written.
+    #[error(
+        "this process no longer leads election `{}` (its epoch {epoch} ended: the lease ran          out or was lost, or the lock was freed by force): nothing was published; stop acting          as the leader, and campaign again to lead",
+        Shortened(election)
+    )]
+    LeadershipLost {
+        /// The election's name.
+        election: String,
+        /// The epoch of the leadership that ended.
+        epoch: u64,
+    },
+
     /// The client was shut down ([`Client::shutdown`](crate::Client::shutdown)): a request
     /// made or still waiting then ends with this, and so does an annotated fn whose lock the
     /// shutdown gave back (with `on_lost = "abort"`, at its next await) — not

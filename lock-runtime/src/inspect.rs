@@ -143,6 +143,8 @@ pub struct LeaderInfo {
     epoch: FencingToken,
     holder: Holder,
     value: Option<Vec<u8>>,
+    /// Which of the leader's values this is (`RawRecord::revision`).
+    revision: u64,
 }
 
 impl LeaderInfo {
@@ -158,6 +160,7 @@ impl LeaderInfo {
                 epoch: FencingToken(record.epoch),
                 holder: holder.clone(),
                 value: record.value,
+                revision: record.revision,
             }),
             _ => None,
         }
@@ -178,9 +181,16 @@ impl LeaderInfo {
         self.holder.since
     }
 
-    /// What the leader published ([`Election::value`](crate::Election::value)).
+    /// What the leader published: its campaign's [`Election::value`](crate::Election::value),
+    /// or the value of its latest [`Leadership::proclaim`](crate::Leadership::proclaim).
     pub fn value(&self) -> Option<&[u8]> {
         self.value.as_deref()
+    }
+
+    /// Where this record stands among all leaders' values: by epoch, then by the leader's
+    /// proclaims (`election/observe.rs` yields only a later one than it yielded last).
+    pub(crate) fn published(&self) -> (FencingToken, u64) {
+        (self.epoch, self.revision)
     }
 }
 

@@ -96,7 +96,7 @@ type InspectReply = (
     Option<String>,
     Option<u32>,
     u64,
-    Option<(String, String, Option<Vec<u8>>)>,
+    Option<(String, String, Option<Vec<u8>>, Option<String>)>,
 );
 
 /// Reads the inspect script's reply.
@@ -136,11 +136,13 @@ fn read_inspect_reply(key: &LockKey, reply: InspectReply) -> Result<RawView, Loc
         token_ceiling: clock.max(counter),
         permits,
         queued,
-        record: record.and_then(|(epoch, owner, value)| {
+        record: record.and_then(|(epoch, owner, value, revision)| {
             Some(RawRecord {
                 epoch: epoch.parse().ok()?,
                 owner,
                 value,
+                // A record written before revisions: its campaign's.
+                revision: revision.map_or(Ok(0), |r| r.parse()).ok()?,
             })
         }),
     })
@@ -325,12 +327,15 @@ pub(crate) fn merge_views(views: &[RawView], quorum: usize) -> RawView {
         .find(|view| view.mode == mode && view.permits.is_some())
         .and_then(|view| view.permits)
         .filter(|_| mode.is_some());
-    // The leader's record, from a master where the quorum's holder wrote it (each master has
-    // the same); a stale minority record is not the leader's.
+    // The leader's record, from a master where the quorum's holder wrote it; a stale minority
+    // record is not the leader's. Of its revisions the latest: a majority's answers include a
+    // master of every majority that took a `proclaim` (a master that missed one keeps an older
+    // value; a proclaim that reached only a minority may show too).
     let record = views
         .iter()
         .filter_map(|view| view.record.as_ref())
-        .find(|record| holders.iter().any(|(owner, _)| *owner == record.owner))
+        .filter(|record| holders.iter().any(|(owner, _)| *owner == record.owner))
+        .max_by_key(|record| record.revision)
         .cloned();
     RawView {
         mode,

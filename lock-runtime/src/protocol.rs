@@ -118,6 +118,10 @@ pub(crate) struct RawRecord {
     pub(crate) owner: String,
     /// What the leader publishes with its leadership.
     pub(crate) value: Option<Vec<u8>>,
+    /// Which of the leader's values it is: 0 for the campaign's, greater for each later
+    /// `Leadership::proclaim` (`election/proclaim.rs`), so that a changed value of one epoch
+    /// is told from an older one.
+    pub(crate) revision: u64,
 }
 
 /// How a store's release scripts announce a release to waiters: plain pub/sub, or sharded

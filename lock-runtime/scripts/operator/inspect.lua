@@ -18,9 +18,9 @@
 -- its '#permits:N' marker, semaphore/acquire.lua), the writer-waiting mark's PTTL (-2: none),
 -- the release channel's subscriber count, the server's TIME, the counter's value (nil when
 -- there is none), N when the key is a semaphore (nil otherwise), the number of fair
--- waiters whose deadline has not passed, and the leader record {epoch, owner, value} if the
--- key is an election's (nil otherwise; whether its owner still holds the lock is the
--- caller's to compare, with the holders read here in the same script).
+-- waiters whose deadline has not passed, and the leader record {epoch, owner, value, revision}
+-- (election/proclaim.lua) if the key is an election's (nil otherwise; whether its owner still
+-- holds the lock is the caller's to compare, with the holders read here in the same script).
 
 local held = lock_held(KEYS[1])
 local types = {none = 'none', writer = 'string', readers = 'zset', permits = 'zset'}
@@ -60,7 +60,7 @@ end
 -- Leniently: something else at the record key (or the key on the other node of a slot
 -- migration) only means no record is shown.
 local record = false
-local fields = redis.pcall('HMGET', ARGV[5], 'epoch', 'owner', 'value')
+local fields = redis.pcall('HMGET', ARGV[5], 'epoch', 'owner', 'value', 'revision')
 if type(fields) == 'table' and not fields.err and fields[1] and fields[2] then
   record = fields
 end

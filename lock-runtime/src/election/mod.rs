@@ -12,6 +12,7 @@
 //! [`LockState::leader`](crate::LockState::leader).
 
 mod observe;
+mod proclaim;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,7 +108,8 @@ impl Election {
     }
 
     /// What a leader publishes with its leadership (its address, say), readable through
-    /// [`leader`](Self::leader) and [`observe`](Self::observe) as [`LeaderInfo::value`].
+    /// [`leader`](Self::leader) and [`observe`](Self::observe) as [`LeaderInfo::value`]; the
+    /// leader replaces it with [`Leadership::proclaim`].
     pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
         self.value = Some(value.into().into());
         self
@@ -224,6 +226,7 @@ impl Election {
             epoch: epoch.get(),
             owner: lease.owner.clone(),
             value: self.value.as_deref().map(<[u8]>::to_vec),
+            revision: 0,
         };
         let inner = &client.engine;
         let written = inner
@@ -239,6 +242,7 @@ impl Election {
                     client: client.clone(),
                     name: self.name.clone(),
                     epoch,
+                    revisions: proclaim::Revisions::after_campaign(),
                 }))
             }
             Ok(false) => Ok(None),
@@ -269,7 +273,10 @@ impl Election {
     }
 
     /// The changes of leader, as a [`Stream`](futures_util::Stream) of [`LeaderInfo`]: the
-    /// leader when it starts (if any), then each new leader once, in epoch order. It is woken
+    /// leader when it starts (if any), then each new leader once, in epoch order, and each new
+    /// value a leader [proclaims](Leadership::proclaim) (same epoch, in order; values
+    /// proclaimed in quick succession may coalesce to the latest, never an older after a
+    /// newer). It is woken
     /// by the announcements of new leaders and by releases, and reads again at a third of the
     /// election's lease besides (a leader that died is noticed when its lease ends, and a lost
     /// announcement costs at most that); a store without wake-ups (in-process) is read at
@@ -332,7 +339,8 @@ impl std::fmt::Debug for Election {
 /// lock, renewed by the watchdog, and the epoch that fences the leader's writes.
 ///
 /// It owns what it needs (move it into a task). Dropping it resigns, in the background;
-/// [`resign`](Self::resign) does so and waits for it.
+/// [`resign`](Self::resign) does so and waits for it. [`proclaim`](Self::proclaim) replaces
+/// the value it publishes while it leads.
 #[must_use = "dropping a Leadership resigns at once"]
 pub struct Leadership {
     /// `None` once resigned.
@@ -340,6 +348,8 @@ pub struct Leadership {
     client: Client,
     name: Arc<str>,
     epoch: FencingToken,
+    /// The revisions of the values it [proclaims](Self::proclaim).
+    revisions: proclaim::Revisions,
 }
 
 impl Leadership {

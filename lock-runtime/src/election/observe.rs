@@ -4,8 +4,9 @@
 //! wake-ups (`store/wake.rs`, as an observer that never takes a waiter's wake-up), and at a
 //! third of the lease besides, which notices a leader whose lease ran out (nothing announces
 //! an expiry) and stands in for a lost message. The in-process store has no channel: there it
-//! reads at that period, at most every 100 ms. Only a greater epoch than the last one yielded
-//! is a change, so each leader is yielded once and in epoch order.
+//! reads at that period, at most every 100 ms. Only a greater epoch than the last one yielded,
+//! or the same epoch with a later revision (a `Leadership::proclaim`), is a change, so each
+//! leader and each of its values is yielded at most once, and never one older than the last.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,7 +26,8 @@ use crate::wake::WaitRegistration;
 const IN_PROCESS_PERIOD: Duration = Duration::from_millis(100);
 
 /// The changes of an election's leader ([`Election::observe`]): a
-/// [`Stream`](futures_util::Stream) of [`LeaderInfo`], each new leader once, in epoch order.
+/// [`Stream`](futures_util::Stream) of [`LeaderInfo`], each new leader once, in epoch order,
+/// and each new value a leader [proclaims](super::Leadership::proclaim), in order.
 /// It ends only when the election cannot be read at all (no global client, an invalid name or
 /// lease: logged at ERROR), and then stays ended; failures that may pass are logged at WARN and
 /// read again.
@@ -79,8 +81,8 @@ impl std::fmt::Debug for LeaderChanges {
 /// The stream's state between items.
 struct Watch {
     election: Election,
-    /// The epoch yielded last.
-    last: Option<FencingToken>,
+    /// The epoch and revision yielded last ([`LeaderInfo::published`]).
+    last: Option<(FencingToken, u64)>,
     /// Made, and its channel subscribed, before the first read, so a change announced after
     /// a read wakes the wait after it.
     registration: Option<WaitRegistration>,
@@ -118,9 +120,10 @@ impl Watch {
             match self.election.leader().await {
                 Ok(leader) => {
                     self.failing = false;
-                    if let Some(leader) = leader.filter(|l| self.last.is_none_or(|e| l.epoch() > e))
+                    if let Some(leader) =
+                        leader.filter(|l| self.last.is_none_or(|last| l.published() > last))
                     {
-                        self.last = Some(leader.epoch());
+                        self.last = Some(leader.published());
                         return Some(leader);
                     }
                 }
