@@ -123,9 +123,10 @@ impl KeyOperation for Proclaim<'_> {
                 .as_ref()
                 .is_some_and(|(owner, _)| *owner == record.owner)
         });
-        let superseded = state.records.get(&key.lock).is_some_and(|kept| {
-            kept.owner == record.owner && kept.revision >= record.revision
-        });
+        let superseded = state
+            .records
+            .get(&key.lock)
+            .is_some_and(|kept| kept.owner == record.owner && kept.revision >= record.revision);
         if holds && !superseded {
             state.records.insert(key.lock.clone(), record.clone());
         }

@@ -3,7 +3,10 @@
 //! it resigned; a dropped leadership resigns; `observe()` yields each leader once, in epoch
 //! order, and on the Redis stores is woken by the new leader's announcement (well within its
 //! polling period); a record whose writer no longer holds the lock is not the leader; a record key
-//! holding someone else's data is refused, not overwritten.
+//! holding someone else's data is refused, not overwritten. A leader's `proclaim` (issue 37)
+//! replaces its value at once, same epoch; observers see the values in order (woken by the
+//! proclaim's announcement on the Redis stores); a deposed leader's proclaim fails and writes
+//! nothing.
 
 use std::time::Duration;
 
@@ -21,6 +24,9 @@ mod every_store {
         a_record_whose_writer_lost_the_lock_is_not_the_leader,
         a_bounded_campaign_times_out_while_another_leads,
         a_deposed_leader_learns_it_and_its_resignation_says_so,
+        a_proclaimed_value_is_the_leaders_at_once_with_the_same_epoch,
+        observers_see_each_proclaimed_value_in_order_and_never_an_older_one,
+        a_deposed_leaders_proclaim_fails_and_writes_nothing,
     );
 }
 
@@ -313,4 +319,197 @@ async fn an_observer_is_woken_by_the_new_leaders_announcement(h: Harness) {
     assert_eq!(seen.epoch(), second.epoch());
     observer.abort();
     drop(first);
+}
+
+async fn a_proclaimed_value_is_the_leaders_at_once_with_the_same_epoch(h: Harness) {
+    let (a, b) = (h.app_client("alpha"), h.app_client("beta"));
+    let election = a
+        .election("proclaimed")
+        .lease(LONG_LEASE)
+        .value("10.0.0.7:8080");
+    let reader = b.election("proclaimed").lease(LONG_LEASE);
+    let leading = election.campaign().await.expect("leads");
+    for value in ["10.0.0.7:9090", "", "10.0.0.7:7070"] {
+        leading.proclaim(value).await.expect("proclaim");
+        let leader = reader.leader().await.expect("read").expect("a leader");
+        assert_eq!(leader.epoch(), leading.epoch(), "leadership kept");
+        assert_eq!(leader.value(), Some(value.as_bytes()));
+        assert_eq!(leader.holder().app.as_deref(), Some("alpha"));
+        let shown = b.inspect("proclaimed").await.expect("inspect").leader;
+        assert_eq!(
+            shown.and_then(|l| l.value().map(<[u8]>::to_vec)),
+            Some(value.into())
+        );
+    }
+    assert!(leading.is_leader());
+    let bytes = vec![0u8, 0xff, b'\n', 0x80];
+    leading.proclaim(bytes.clone()).await.expect("any bytes");
+    let leader = reader.leader().await.expect("read").expect("a leader");
+    assert_eq!(leader.value(), Some(&bytes[..]));
+
+    // The next leader's record (its campaign's) replaces one of many proclaims.
+    let next = tokio::spawn({
+        let next = b.election("proclaimed").lease(LONG_LEASE).value("beta's");
+        async move { next.campaign().await }
+    });
+    let epoch = leading.epoch();
+    assert!(leading.resign().await.expect("resign"));
+    let next = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the waiting campaign leads at once")
+        .expect("task")
+        .expect("leads");
+    let leader = election.leader().await.expect("read").expect("a leader");
+    assert!(leader.epoch() > epoch);
+    assert_eq!(leader.epoch(), next.epoch());
+    assert_eq!(leader.value(), Some(&b"beta's"[..]));
+    next.proclaim("beta's second").await.expect("proclaim");
+    let leader = election.leader().await.expect("read").expect("a leader");
+    assert_eq!(leader.value(), Some(&b"beta's second"[..]));
+    assert!(next.resign().await.expect("resign"));
+}
+
+async fn observers_see_each_proclaimed_value_in_order_and_never_an_older_one(h: Harness) {
+    let (a, watcher) = (h.client(), h.client());
+    let leading = a
+        .election("announced")
+        .lease(LONG_LEASE)
+        .value("v0")
+        .campaign()
+        .await
+        .expect("leads");
+    // With a 30 s lease the observers' own reads are 10 s apart: on the Redis stores, only
+    // the proclaim's announcement makes them see a value within the 5 s below.
+    let mut changes = watcher.election("announced").lease(LONG_LEASE).observe();
+    let seen = changes.next().await.expect("the leader");
+    assert_eq!(seen.value(), Some(&b"v0"[..]));
+    for round in 1..=3 {
+        let value = format!("v{round}");
+        leading.proclaim(value.clone()).await.expect("proclaim");
+        let seen = tokio::time::timeout(Duration::from_secs(5), changes.next())
+            .await
+            .expect("the new value is seen")
+            .expect("the stream goes on");
+        assert_eq!(seen.epoch(), leading.epoch(), "the same leader");
+        assert_eq!(seen.value(), Some(value.as_bytes()), "round {round}");
+    }
+
+    // Back to back: the observer may skip values, never goes back, and ends on the last.
+    let burst: Vec<String> = (0..20).map(|i| format!("burst {i}")).collect();
+    for value in &burst {
+        leading.proclaim(value.clone()).await.expect("proclaim");
+    }
+    let mut seen_at = Vec::new();
+    while seen_at.last() != Some(&(burst.len() - 1)) {
+        let seen = tokio::time::timeout(Duration::from_secs(5), changes.next())
+            .await
+            .expect("the last value is seen")
+            .expect("the stream goes on");
+        assert_eq!(seen.epoch(), leading.epoch());
+        let value = seen.value().expect("a value");
+        let at = burst
+            .iter()
+            .position(|v| v.as_bytes() == value)
+            .unwrap_or_else(|| panic!("an earlier value: {:?}", String::from_utf8_lossy(value)));
+        seen_at.push(at);
+    }
+    assert!(
+        seen_at.windows(2).all(|w| w[0] < w[1]),
+        "in order: {seen_at:?}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), changes.next())
+            .await
+            .is_err(),
+        "no change without a new value"
+    );
+
+    // Concurrent proclaims: whichever lands, the record ends on one of them and the observer
+    // sees it.
+    let (x, y) = tokio::join!(leading.proclaim("x"), leading.proclaim("y"));
+    x.expect("proclaim x");
+    y.expect("proclaim y");
+    let last = a
+        .election("announced")
+        .leader()
+        .await
+        .expect("read")
+        .expect("a leader");
+    assert!(matches!(last.value(), Some(b"x" | b"y")), "{last:?}");
+    let seen = loop {
+        let seen = tokio::time::timeout(Duration::from_secs(5), changes.next())
+            .await
+            .expect("the concurrent values are seen")
+            .expect("the stream goes on");
+        if seen.value() == last.value() {
+            break seen;
+        }
+    };
+    assert_eq!(seen.epoch(), leading.epoch());
+    leading.resign().await.expect("resign");
+}
+
+async fn a_deposed_leaders_proclaim_fails_and_writes_nothing(h: Harness) {
+    let (a, b, operator) = (h.client(), h.client(), h.client());
+    let leading = a
+        .election("overthrown")
+        .lease(LONG_LEASE)
+        .value("first")
+        .campaign()
+        .await
+        .expect("leads");
+    operator.force_unlock("overthrown").await.expect("force");
+
+    // Nobody leads: the deposed leader's record stays as it was, and names nobody.
+    let err = leading.proclaim("late").await.expect_err("deposed");
+    assert!(
+        matches!(err, LockError::LeadershipLost { ref election, epoch }
+            if election == "overthrown" && epoch == leading.epoch().get()),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no longer leads"), "{err}");
+    assert!(!err.is_transient());
+    let record = format!("{}:leader", h.lock_key("overthrown"));
+    for reply in h.raw(redis::cmd("HGET").arg(&record).arg("value")) {
+        assert_eq!(
+            reply,
+            redis::Value::BulkString(b"first".to_vec()),
+            "untouched"
+        );
+    }
+    assert!(operator
+        .election("overthrown")
+        .leader()
+        .await
+        .expect("read")
+        .is_none());
+
+    // Another leads: its value stands.
+    let next = b
+        .election("overthrown")
+        .lease(LONG_LEASE)
+        .value("second")
+        .wait(Duration::from_secs(5))
+        .campaign()
+        .await
+        .expect("leads");
+    let err = leading.proclaim("later").await.expect_err("deposed");
+    assert!(matches!(err, LockError::LeadershipLost { .. }), "{err:?}");
+    let leader = operator
+        .election("overthrown")
+        .leader()
+        .await
+        .expect("read")
+        .expect("a leader");
+    assert_eq!(leader.epoch(), next.epoch());
+    assert_eq!(leader.value(), Some(&b"second"[..]));
+    for reply in h.raw(redis::cmd("HGET").arg(&record).arg("value")) {
+        assert_eq!(
+            reply,
+            redis::Value::BulkString(b"second".to_vec()),
+            "untouched"
+        );
+    }
+    assert!(!leading.resign().await.expect("resign"), "no longer ours");
+    assert!(next.resign().await.expect("resign"));
 }

@@ -1707,3 +1707,79 @@ async fn a_proposal_at_2_pow_53_is_refused_by_every_script_that_writes_a_counter
         }
     }
 }
+
+/// `Leadership::proclaim` on Redlock (issue 37): it stands when a majority takes it, a master
+/// that missed it does not bring an older value back into `leader()`, a majority that no
+/// longer holds the leader's lock makes it `LeadershipLost`, and a minority is too few.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaim_stands_with_a_majority_and_the_latest_value_is_the_leaders() {
+    let mut masters = start_masters(3);
+    let client = Client::new(redlock(&masters)).expect("client");
+    let election = client
+        .election("leader")
+        .lease(Duration::from_secs(30))
+        .value("v0");
+    let leading = election.campaign().await.expect("all up");
+    leading.proclaim("v1").await.expect("all up");
+
+    // A master that missed the proclaim (its record of the same leader is the campaign's).
+    let mut stale = masters[0].connection();
+    let _: () = redis::cmd("HSET")
+        .arg("distlock:{leader}:leader")
+        .arg("value")
+        .arg("v0")
+        .arg("revision")
+        .arg(0)
+        .query(&mut stale)
+        .expect("HSET");
+    for _ in 0..5 {
+        let leader = election.leader().await.expect("read").expect("a leader");
+        assert_eq!(leader.value(), Some(&b"v1"[..]), "never the older value");
+    }
+
+    // The lock gone from one master: the other two still make a majority.
+    let _: () = redis::cmd("DEL")
+        .arg("distlock:{leader}")
+        .query(&mut stale)
+        .expect("DEL");
+    leading
+        .proclaim("v2")
+        .await
+        .expect("a majority holds the lock");
+    let leader = election.leader().await.expect("read").expect("a leader");
+    assert_eq!(leader.value(), Some(&b"v2"[..]));
+
+    // One master down besides: one master holding the lock is too few.
+    masters[2].stop();
+    let err = leading.proclaim("v3").await.expect_err("no majority");
+    assert!(
+        matches!(
+            err,
+            LockError::QuorumUnavailable {
+                needed: 2,
+                nodes: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    masters[2].restart();
+
+    // A majority of masters without the leader's lock: deposed.
+    let mut second = masters[1].connection();
+    let _: () = redis::cmd("DEL")
+        .arg("distlock:{leader}")
+        .query(&mut second)
+        .expect("DEL");
+    let err = leading.proclaim("v4").await.expect_err("deposed");
+    assert!(matches!(err, LockError::LeadershipLost { .. }), "{err:?}");
+    let value: Option<Vec<u8>> = redis::cmd("HGET")
+        .arg("distlock:{leader}:leader")
+        .arg("value")
+        .query(&mut second)
+        .expect("HGET");
+    // The failed `v3` stayed where it was written (a proclaim short of a majority is not
+    // undone); `v4` was written nowhere.
+    assert_eq!(value.as_deref(), Some(&b"v3"[..]), "nothing written");
+    drop(leading);
+}
