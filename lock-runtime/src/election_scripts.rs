@@ -197,3 +197,51 @@ impl KeyOperation for Withdraw<'_> {
         Ok(answers.iter().any(|answer| matches!(answer, Ok(true))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::kind::TwinEntry;
+
+    fn record(owner: &str, value: &str, revision: u64) -> RawRecord {
+        RawRecord {
+            epoch: 7,
+            owner: owner.to_owned(),
+            value: Some(value.as_bytes().to_vec()),
+            revision,
+        }
+    }
+
+    fn held_by(state: &mut State, key: &LockKey, owner: &str, now: Instant) {
+        let entry = TwinEntry {
+            writer: Some((owner.to_owned(), now + Duration::from_secs(30))),
+            ..TwinEntry::default()
+        };
+        state.locks.insert(key.lock.clone(), entry);
+    }
+
+    #[test]
+    fn the_twin_keeps_a_leaders_latest_value_and_only_its_holders() {
+        let key = LockKey::new("distlock:", "leader".to_owned()).expect("key");
+        let (mut state, now) = (State::default(), Instant::now());
+        held_by(&mut state, &key, "a", now);
+        let kept = |state: &State| state.records.get(&key.lock).cloned();
+
+        assert!(Proclaim(&key, &record("a", "v0", 0)).twin(&mut state, now));
+        assert!(Proclaim(&key, &record("a", "v2", 2)).twin(&mut state, now));
+        assert!(
+            Proclaim(&key, &record("a", "v1", 1)).twin(&mut state, now),
+            "a later value of its own stands: not a lost leadership"
+        );
+        assert_eq!(kept(&state), Some(record("a", "v2", 2)), "never older");
+        assert!(!Proclaim(&key, &record("b", "late", 9)).twin(&mut state, now));
+        assert_eq!(kept(&state), Some(record("a", "v2", 2)), "not the holder's");
+
+        // The next leader's campaign (revision 0) replaces the last leader's latest.
+        held_by(&mut state, &key, "b", now);
+        assert!(Proclaim(&key, &record("b", "b0", 0)).twin(&mut state, now));
+        assert_eq!(kept(&state), Some(record("b", "b0", 0)));
+    }
+}

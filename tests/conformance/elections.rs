@@ -36,6 +36,7 @@ mod redis_stores {
     crate::support::stores::on_every_redis_store!(
         a_foreign_record_key_is_refused_untouched,
         an_observer_is_woken_by_the_new_leaders_announcement,
+        a_proclaim_behind_the_leaders_record_writes_nothing,
     );
 }
 
@@ -512,4 +513,29 @@ async fn a_deposed_leaders_proclaim_fails_and_writes_nothing(h: Harness) {
     }
     assert!(!leading.resign().await.expect("resign"), "no longer ours");
     assert!(next.resign().await.expect("resign"));
+}
+
+/// Two proclaims that crossed on their way (the later one written first): the earlier one
+/// finds a later revision of the same leader's record and writes nothing, so the later value
+/// stands. Made here by raising the record's revision behind the leader's back.
+async fn a_proclaim_behind_the_leaders_record_writes_nothing(h: Harness) {
+    let client = h.client();
+    let election = client.election("crossed").lease(LONG_LEASE).value("v0");
+    let leading = election.campaign().await.expect("leads");
+    let record = format!("{}:leader", h.lock_key("crossed"));
+    h.raw(
+        redis::cmd("HSET")
+            .arg(&record)
+            .arg("value")
+            .arg("later")
+            .arg("revision")
+            .arg(1000),
+    );
+    leading
+        .proclaim("earlier")
+        .await
+        .expect("a later value of this leader stands: no error");
+    let leader = election.leader().await.expect("read").expect("a leader");
+    assert_eq!(leader.value(), Some(&b"later"[..]));
+    assert!(leading.resign().await.expect("resign"));
 }
