@@ -152,6 +152,10 @@ fn every_error_name_the_docs_mention() {
                 let _: &&str = why;
                 "no token"
             }
+            LockError::LeadershipLost { election, epoch } => {
+                let _: (&String, &u64) = (election, epoch);
+                "leadership lost"
+            }
             LockError::NotInitialized => "not initialized",
             LockError::InvalidKey { .. } => "invalid key",
             LockError::Config(..) => "config",
@@ -193,8 +197,8 @@ fn every_error_name_the_docs_mention() {
 /// `release().await -> bool`; `FencingToken::as_i64`, `from_raw`; the operator's
 /// `inspect(key)` (`LockState::queued`, …), `is_locked`, `list(pattern, limit)`,
 /// `force_unlock(key)`; `election(name)` with `.value(bytes)`, `campaign()`,
-/// `Leadership::epoch()`, `lost()`, `resign()`, `leader()`, `observe()` (a `Stream` of
-/// `LeaderInfo`); `ping()` and `shutdown().await`.
+/// `Leadership::epoch()`, `lost()`, `proclaim(bytes)`, `resign()`, `leader()`, `observe()` (a
+/// `Stream` of `LeaderInfo`); `ping()` and `shutdown().await`.
 #[tokio::test]
 async fn every_client_name_the_docs_mention() {
     let _: fn(Config) -> Result<Client, LockError> = Client::new;
@@ -285,6 +289,12 @@ async fn every_client_name_the_docs_mention() {
     assert!(leadership.is_leader());
     let still_leads = futures_util::FutureExt::now_or_never(leadership.lost()).is_none();
     assert!(still_leads, "lost() is pending while it leads");
+    leadership
+        .proclaim(b"me, moved".to_vec())
+        .await
+        .expect("proclaim");
+    let leader: LeaderInfo = election.leader().await.expect("leader").expect("one");
+    assert_eq!(leader.value(), Some(&b"me, moved"[..]));
     assert!(leadership.resign().await.expect("resign"));
 
     client.ping().await.expect("ping");

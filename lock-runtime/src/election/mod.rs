@@ -7,7 +7,8 @@
 //! release channel; [`Election::leader`] reads the lock's holder and the record in one
 //! request and trusts the record only while its writer holds the lock, and
 //! [`Election::observe`] (`observe.rs`) follows the changes, woken by those announcements and
-//! by releases. Neighbours: the acquire loop and the watchdog do the locking, the stores in
+//! by releases; [`Leadership::proclaim`] (`proclaim.rs`) rewrites the record with a new
+//! value. Neighbours: the acquire loop and the watchdog do the locking, the stores in
 //! `store/` run the record's scripts, `client/operator.rs` shows the record in
 //! [`LockState::leader`](crate::LockState::leader).
 
