@@ -25,7 +25,9 @@ const INITIAL_STOCK: i64 = 10_000;
 /// Where the stock lives: a Redis key, or a number in this process.
 #[derive(Clone)]
 enum Store {
-    Redis(redis::aio::MultiplexedConnection),
+    /// A `ConnectionManager`: the fenced writes go on by themselves after a Redis restart
+    /// (docs/fenced-writes.md, "Which connection").
+    Redis(redis::aio::ConnectionManager),
     Local(Arc<Mutex<LocalStock>>),
 }
 
@@ -297,11 +299,8 @@ async fn main() -> Result<(), AppError> {
 async fn connect() -> Result<Option<InventoryService>, AppError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| distlock::DEFAULT_REDIS_URL.into());
     let client = redis::Client::open(url.as_str()).map_err(|e| AppError::Store(e.to_string()))?;
-    let connection = tokio::time::timeout(
-        Duration::from_secs(3),
-        client.get_multiplexed_async_connection(),
-    )
-    .await;
+    let connection =
+        tokio::time::timeout(Duration::from_secs(3), client.get_connection_manager()).await;
     // The address tried, without credentials: on a machine whose 6379 is someone else's
     // Redis, this says where the locks went.
     let address = client.get_connection_info().addr().to_string();

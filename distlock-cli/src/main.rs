@@ -1,12 +1,14 @@
 //! `distlock`, the operator's command-line tool for distlock's locks: who holds a lock
-//! (`status`), which locks are held (`list`), freeing a lock by force (`unlock --force`) and a
-//! live view (`watch`), on every store the library supports. Built on the library's operator
-//! tools (`Client::inspect`, `list`, `force_unlock`). Neighbours: `store.rs` (which store,
-//! from the options or the environment) and `output.rs` (text or `--json`).
+//! (`status`), which locks are held (`list`), freeing a lock by force (`unlock --force`), a
+//! live view (`watch`), on every store the library supports, and raising a fence key on the
+//! data's Redis after a forced unlock (`fence raise`). Built on the library's operator tools
+//! (`Client::inspect`, `list`, `force_unlock`, `distlock::fenced::raise`). Neighbours:
+//! `store.rs` (which store, from the options or the environment) and `output.rs` (text or
+//! `--json`).
 //!
 //! Exit codes: 0 success; 1 the lock is not held (`status`; `unlock --force` of a free lock);
 //! 2 usage or configuration errors (also `unlock` without `--force`); 3 the store failed
-//! (unreachable, too few Redlock masters, …). A reader that goes away (`distlock watch k |
+//! (unreachable, too few Redlock masters, a fence key that holds no fence, …). A reader that goes away (`distlock watch k |
 //! head -1`) ends the command quietly, with exit 0: what was printed stands.
 
 mod output;
@@ -17,13 +19,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use distlock::{Client, LockError};
+use distlock::{Client, Config, FencingToken, LockError};
 
 /// Inspect and steer distlock's locks in Redis.
 ///
 /// The store comes from --url, --cluster, --sentinel/--master or --redlock, else from the
 /// environment as the library reads it (REDIS_URL, DISTLOCK_CLUSTER_URLS,
 /// DISTLOCK_SENTINEL_URLS with DISTLOCK_SENTINEL_MASTER, DISTLOCK_REDLOCK_URLS).
+///
+/// `fence raise` talks to the data's Redis instead (--data-url).
 ///
 /// Exit codes: 0 ok, 1 not locked (status, unlock), 2 usage or configuration error,
 /// 3 the store failed.
@@ -58,7 +62,8 @@ enum Command {
         limit: usize,
     },
     /// Free the lock KEY whatever holds it. The evicted holders run on until their next
-    /// renewal: only a fenced store is safe (give it the printed token). Needs --force.
+    /// renewal: only a fenced store is safe. Prints the token to fence with and the
+    /// `fence raise` command to run next. Needs --force.
     Unlock {
         /// The lock's name.
         key: String,
@@ -77,7 +82,34 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Fence keys of fenced writes (`distlock::fenced`), on the Redis that holds the data.
+    Fence {
+        #[command(subcommand)]
+        command: FenceCommand,
+    },
 }
+
+#[derive(Debug, Subcommand)]
+enum FenceCommand {
+    /// Raise the fence of the data key KEY to TOKEN (the token `unlock --force` printed), so
+    /// fenced writes with a lower token are refused: an evicted holder's late writes. A fence
+    /// at TOKEN or higher is left as it is (never lowered); a fence key that holds something
+    /// else is an error, left untouched.
+    Raise {
+        /// The data key the fenced writes guard (its fence key is `{KEY}:fence`, or
+        /// `KEY:fence` when KEY has a hash tag).
+        key: String,
+        /// The fencing token, e.g. the one `unlock --force` printed.
+        token: u64,
+        /// The Redis that holds the data (not necessarily the locks' store), e.g.
+        /// `redis://data.internal:6379/0`.
+        #[arg(long, value_name = "URL")]
+        data_url: String,
+    },
+}
+
+/// How long `fence raise` waits to connect to the data's Redis, and for its answer.
+const DATA_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a command ended.
 enum Outcome {
@@ -93,6 +125,8 @@ enum Outcome {
 /// Why a command failed.
 enum Failure {
     Lock(LockError),
+    /// The data's Redis failed (`fence raise`), or refused the key (not a fence).
+    Data(redis::RedisError),
     /// Writing the output failed for another reason than a reader gone (a full disk, say).
     Output(std::io::Error),
 }
@@ -149,6 +183,10 @@ fn main() -> ExitCode {
             complain(&why);
             ExitCode::from(2)
         }
+        Err(Failure::Data(err)) => {
+            complain(&format!("the data's Redis: {err}"));
+            ExitCode::from(3)
+        }
         Err(Failure::Output(err)) => {
             complain(&format!("cannot write the output: {err}"));
             ExitCode::from(3)
@@ -164,6 +202,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: &Cli) -> Result<Outcome, Failure> {
+    if let Command::Fence { command } = &cli.command {
+        // The locks' store plays no part (nor its options and variables): the fence lives
+        // beside the data.
+        return fence(command, cli.json).await;
+    }
     let client = Client::new(cli.store.config()?)?;
     match &cli.command {
         Command::Status { key } => {
@@ -241,5 +284,41 @@ async fn run(cli: &Cli) -> Result<Outcome, Failure> {
                 tokio::time::sleep(*interval).await;
             }
         }
+        Command::Fence { command } => fence(command, cli.json).await,
     }
+}
+
+/// `fence raise`: connects to the data's Redis and raises `key`'s fence to `token`.
+async fn fence(command: &FenceCommand, json: bool) -> Result<Outcome, Failure> {
+    let FenceCommand::Raise {
+        key,
+        token,
+        data_url,
+    } = command;
+    let token = FencingToken::from_raw(*token);
+    // The library's URL check names the bad part of a URL (exit 2) and readies TLS for
+    // `rediss://`; nothing connects.
+    let _checked = Config::from_url(data_url).map_err(|err| match err {
+        LockError::Config(why) => LockError::Config(format!("--data-url: {why}")),
+        other => other,
+    })?;
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(DATA_TIMEOUT))
+        .set_response_timeout(Some(DATA_TIMEOUT));
+    let mut conn = redis::Client::open(data_url.as_str())
+        .map_err(Failure::Data)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(Failure::Data)?;
+    let raised = distlock::fenced::raise(&mut conn, key, token)
+        .await
+        .map_err(Failure::Data)?;
+    if json {
+        print_line(&output::json(&output::JsonFenceRaise::new(
+            key, token, raised,
+        )))?;
+    } else {
+        print_line(&output::fence_raise_text(key, token, raised))?;
+    }
+    Ok(Outcome::Done)
 }

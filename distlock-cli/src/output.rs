@@ -4,7 +4,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use distlock::{ForcedUnlock, Holder, LockMode, LockState};
+use distlock::fenced::FenceRaise;
+use distlock::{FencingToken, ForcedUnlock, Holder, LockMode, LockState};
 use serde::Serialize;
 
 /// One holder, as `--json` shows it.
@@ -99,6 +100,9 @@ pub struct JsonForced {
     evicted: Vec<JsonHolder>,
     /// Hand this to the fenced store: every evicted holder's token is below it.
     token: u64,
+    /// The command that raises a Redis fence to `token` ([`next_command`]); null when
+    /// nothing was evicted.
+    next: Option<String>,
 }
 
 impl From<&ForcedUnlock> for JsonForced {
@@ -107,7 +111,88 @@ impl From<&ForcedUnlock> for JsonForced {
             key: forced.key.clone(),
             evicted: forced.evicted.iter().map(JsonHolder::from).collect(),
             token: forced.token.get(),
+            next: (!forced.evicted.is_empty()).then(|| next_command(forced)),
         }
+    }
+}
+
+/// What to run after a forced unlock: `distlock fence raise KEY TOKEN --data-url DATA_URL`,
+/// with the lock's name as the data key (the usual case: the lock `order:42` guards the key
+/// `order:42`; the text says to change it otherwise). `DATA_URL` is left for the operator to
+/// fill in: only they know which Redis holds the data; pasted as it is, the command fails
+/// with a usage error and changes nothing.
+pub fn next_command(forced: &ForcedUnlock) -> String {
+    format!(
+        "distlock fence raise {} {} --data-url DATA_URL",
+        shell_word(&forced.key),
+        forced.token
+    )
+}
+
+/// `word` as one shell word: as it is when it has only characters no shell treats
+/// specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:/@%+=,".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// `fence raise`, as `--json` shows it.
+#[derive(Debug, Serialize)]
+pub struct JsonFenceRaise {
+    key: String,
+    fence_key: String,
+    /// The token asked for.
+    token: u64,
+    /// Whether the fence was lower (or absent) and now holds `token`.
+    raised: bool,
+    /// The fence's token before, null when there was none.
+    previous: Option<u64>,
+    /// The fence's token now: `token`, or the higher one it held.
+    fence: u64,
+}
+
+impl JsonFenceRaise {
+    pub fn new(key: &str, token: FencingToken, raise: FenceRaise) -> Self {
+        let (raised, previous) = match raise {
+            FenceRaise::Raised { previous } => (true, previous.map(FencingToken::get)),
+            FenceRaise::AlreadyAtLeast { highest } => (false, Some(highest.get())),
+        };
+        Self {
+            key: key.to_owned(),
+            fence_key: distlock::fenced::fence_key(key),
+            token: token.get(),
+            raised,
+            previous,
+            fence: raise.highest(token).get(),
+        }
+    }
+}
+
+/// `fence raise` for people.
+pub fn fence_raise_text(key: &str, token: FencingToken, raise: FenceRaise) -> String {
+    let fence_key = distlock::fenced::fence_key(key);
+    match raise {
+        FenceRaise::Raised {
+            previous: Some(previous),
+        } => format!(
+            "{key}: fence {fence_key} raised from {previous} to {token}; fenced writes with a \
+             lower token are refused"
+        ),
+        FenceRaise::Raised { previous: None } => format!(
+            "{key}: fence {fence_key} set to {token} (there was none); fenced writes with a \
+             lower token are refused"
+        ),
+        FenceRaise::AlreadyAtLeast { highest } => format!(
+            "{key}: fence {fence_key} already at {highest}, not below {token}: left as it was \
+             (a fence is never lowered)"
+        ),
     }
 }
 
@@ -191,6 +276,14 @@ pub fn forced_text(forced: &ForcedUnlock) -> String {
     text.push_str(&format!(
         "\n  fencing token {}: every evicted holder's token is below it; give it to your \
          fenced store so their late writes are rejected",
+        forced.token
+    ));
+    text.push_str(&format!(
+        "\n  next: raise the fence of each key the lock guards (DATA_URL: the Redis holding \
+         the data; change the key if it is not the lock's name):\n    {}\n  (SQL: UPDATE … \
+         SET fence = {} WHERE … AND fence < {})",
+        next_command(forced),
+        forced.token,
         forced.token
     ));
     text

@@ -459,3 +459,134 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
     }
     runtime.block_on(guard.release()).expect("release");
 }
+
+/// The fenced-write connection to the data's Redis, as an application holds one.
+async fn data_connection(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The command `unlock --force` printed, run with the data's URL in place of `DATA_URL`.
+fn run_next(next: &str, data_url: &str, json: bool) -> Output {
+    let mut args: Vec<&str> = next
+        .split_whitespace()
+        .map(|word| if word == "DATA_URL" { data_url } else { word })
+        .collect();
+    assert_eq!(args.remove(0), "distlock", "{next}");
+    if json {
+        args.insert(0, "--json");
+    }
+    distlock(&args, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_unlock_force_the_printed_fence_raise_refuses_the_evicted_holders_write() {
+    use distlock::fenced::{self, FencedWrite};
+
+    let (locks, data) = (RedisServer::start(), RedisServer::start());
+    let (url, data_url) = (locks.url(), data.url());
+    let hung = client(&url, "hung-job");
+    let guard = hung.lock("order:7").acquire().await.unwrap();
+    let evicted = guard.fencing_token().unwrap();
+    let mut conn = data_connection(&data).await;
+    let written = fenced::set(&mut conn, "order:7", "paid", evicted).await;
+    assert_eq!(written.unwrap(), FencedWrite::Applied(()));
+
+    let forced = json(&distlock(
+        &["--url", &url, "--json", "unlock", "order:7", "--force"],
+        &[],
+    ));
+    let token = forced["token"].as_u64().unwrap();
+    let next = forced["next"].as_str().expect("the command to run next");
+    assert_eq!(
+        next,
+        format!("distlock fence raise order:7 {token} --data-url DATA_URL")
+    );
+    // Nothing has written a newer token yet: the evicted holder's late write still passes.
+    let late = fenced::set(&mut conn, "order:7", "late", evicted).await;
+    assert!(late.unwrap().is_applied(), "not fenced before the raise");
+
+    let raised = run_next(next, &data_url, true);
+    assert_exit(&raised, 0);
+    let raised = json(&raised);
+    assert_eq!(raised["raised"], true, "{raised}");
+    assert_eq!(raised["previous"], evicted.get(), "{raised}");
+    assert_eq!(raised["fence"], token, "{raised}");
+    assert_eq!(raised["fence_key"], "{order:7}:fence", "{raised}");
+
+    let refused = fenced::set(&mut conn, "order:7", "later", evicted).await;
+    assert_eq!(
+        refused.unwrap(),
+        FencedWrite::Stale {
+            highest: FencingToken::from_raw(token)
+        },
+        "the evicted holder's write is refused once the fence is raised"
+    );
+    // The next holder's token is above the raised fence: its writes pass.
+    let next_holder = hung.lock("order:7").acquire().await.unwrap();
+    let next_token = next_holder.fencing_token().unwrap();
+    let written = fenced::set(&mut conn, "order:7", "shipped", next_token).await;
+    assert!(written.unwrap().is_applied());
+
+    // The text form prints the same command; raising again with an older token changes
+    // nothing and says so.
+    let text = distlock(&["--url", &url, "unlock", "order:7", "--force"], &[]);
+    assert_exit(&text, 0);
+    assert!(
+        stdout(&text).contains("next: raise the fence")
+            && stdout(&text).contains("distlock fence raise order:7 "),
+        "{}",
+        stdout(&text)
+    );
+    let again = distlock(
+        &[
+            "fence",
+            "raise",
+            "order:7",
+            &token.to_string(),
+            "--data-url",
+            &data_url,
+        ],
+        &[],
+    );
+    assert_exit(&again, 0);
+    assert!(
+        stdout(&again).contains(&format!("already at {next_token}")),
+        "{}",
+        stdout(&again)
+    );
+    // Pasted without filling in DATA_URL: a usage error, nothing done.
+    assert_exit(&run_next(next, "DATA_URL", false), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_raise_leaves_a_key_that_holds_no_fence_and_exits_3() {
+    let data = RedisServer::start();
+    let mut conn = data_connection(&data).await;
+    let () = redis::cmd("HSET")
+        .arg("{profile}:fence")
+        .arg("name")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let refused = distlock(
+        &["fence", "raise", "profile", "42", "--data-url", &data.url()],
+        &[],
+    );
+    assert_exit(&refused, 3);
+    assert!(
+        stderr(&refused).contains("{profile}:fence") && stderr(&refused).contains("hash"),
+        "{}",
+        stderr(&refused)
+    );
+    let kind: String = redis::cmd("TYPE")
+        .arg("{profile}:fence")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash", "left untouched");
+}

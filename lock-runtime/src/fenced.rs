@@ -3,16 +3,26 @@
 //! still holds the lock and writes. A store that remembers the highest token it has accepted
 //! and refuses lower ones turns that late write into a refusal. This module is that check for
 //! data kept in Redis ([`set`], and [`pipe`] for any write commands: one Lua script,
-//! `scripts/fenced/write.lua`), and, in these docs, the same pattern for SQL databases. Tokens
+//! `scripts/fenced/write.lua`), the operator's [`raise`] of a fence after a forced unlock
+//! (`scripts/fenced/raise.lua`), and, in these docs, the same patterns for SQL databases. Tokens
 //! come from the lock side: [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) or,
 //! inside an annotated fn, [`current`](crate::current).
 //!
 //! # Redis
 //!
+//! Send fenced writes on a [`redis::aio::ConnectionManager`] (the `redis` crate's
+//! `connection-manager` feature): it reconnects by itself when the data's Redis restarts or the
+//! connection drops, where a `MultiplexedConnection` stays broken until the application makes a
+//! new one.
+//!
 //! ```no_run
 //! use distlock::fenced::{self, FencedWrite};
 //!
-//! # async fn example(mut conn: redis::aio::MultiplexedConnection) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! // Once, at start-up; clones share the connection.
+//! let mut conn = redis::Client::open("redis://data.internal:6379")?
+//!     .get_connection_manager()
+//!     .await?;
 //! let guard = distlock::lock("order:42").acquire().await?;
 //! let token = guard.fencing_token().expect("fencing is on by default");
 //! // … a long pause here may let the lease run out and another holder write …
@@ -43,17 +53,34 @@
 //! - **Its lifetime:** the fence key takes the data key's time to live after each write, so an
 //!   expiring value takes its fence along (after that, a stale holder's write is accepted as a
 //!   first write would be). A value without a TTL, or deleted by the write, keeps its fence
-//!   for good, so a stale holder cannot write it back.
+//!   for good, so a stale holder cannot write it back. The fence is as durable as the data: a
+//!   Redis that restarts empty has lost both.
 //! - **Use one lock per fenced key.** Tokens increase per lock name; two locks guarding one key
 //!   would compare unrelated tokens.
 //! - **Failures:** a command that fails (e.g. `WRONGTYPE`) is a [`redis::RedisError`]; as in
 //!   `MULTI`/`EXEC`, commands that ran before it are not undone. A fence key that holds no
 //!   token is an error naming it.
+//! - **When the data's Redis restarts** (or the connection drops): the write in flight fails
+//!   with the connection's error, and may or may not have run (as any Redis command). On a
+//!   `ConnectionManager` the next writes reconnect by themselves — one or a few fail while it
+//!   does — and the script, gone from the restarted server's cache, is sent again with its
+//!   source. Retrying a failed write with the same token is safe for the fence (an equal token
+//!   passes); retry only writes that are safe to run twice (a `SET`, not an `INCR`).
 //! - **Any connection:** every function takes a [`FencedConnection`]: any
-//!   [`redis::aio::ConnectionLike`] of the `redis` crate distlock uses (1.x) — a multiplexed
-//!   connection, a `ConnectionManager`, a Cluster connection of your own. A connection of
-//!   another major version of `redis` is refused at compile time with a message that says so. It is a separate
-//!   connection from distlock's: the data may live on another Redis than the locks.
+//!   [`redis::aio::ConnectionLike`] of the `redis` crate distlock uses (1.x) — a
+//!   `ConnectionManager` (recommended), a multiplexed connection, a Cluster connection (which
+//!   follows failovers itself). A connection of another major version of `redis` is refused at
+//!   compile time with a message that says so. It is a separate connection from distlock's:
+//!   the data may live on another Redis than the locks.
+//!
+//! ## After a forced unlock
+//!
+//! [`Client::force_unlock`](crate::Client::force_unlock) (`distlock unlock --force`) frees a
+//! lock whose holders may still be running; it returns a token above every one they hold.
+//! Until something writes with a newer token, their late writes still pass the fence. [`raise`]
+//! the fence of each key the lock guards to that token (`distlock fence raise KEY TOKEN
+//! --data-url URL`): from then on their writes are [`FencedWrite::Stale`], and the next holder's
+//! (whose token is higher still) pass.
 //!
 //! # SQL databases
 //!
@@ -81,6 +108,16 @@
 //!
 //! `examples/fenced_sqlite.rs` runs this on SQLite (rusqlite) with a holder paused past its
 //! lease, whose late `UPDATE` finds 0 rows.
+//!
+//! The counterpart of [`raise`], after a forced unlock: raise the fence column to the returned
+//! token, never lower it. 0 rows updated means the fence already held that token or a higher
+//! one (or the row does not exist).
+//!
+//! ```sql
+//! UPDATE stock SET fence = $1 WHERE sku = $2 AND fence < $1;  -- PostgreSQL
+//! UPDATE stock SET fence = ?1 WHERE sku = ?2 AND fence < ?1;  -- SQLite
+//! UPDATE stock SET fence = ? WHERE sku = ? AND fence < ?;     -- MySQL (token twice)
+//! ```
 
 use std::sync::LazyLock;
 
@@ -93,13 +130,16 @@ use crate::protocol::FencingToken;
 static WRITE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("../scripts/fenced/write.lua")));
 
+static RAISE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("../scripts/fenced/raise.lua")));
+
 /// What became of a fenced write.
 ///
 /// `#[must_use]`: ignoring a [`Stale`](FencedWrite::Stale) outcome is exactly the bug fencing
 /// exists to catch.
 ///
 /// ```no_run
-/// # async fn example(conn: &mut redis::aio::MultiplexedConnection, token: distlock::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn example(conn: &mut redis::aio::ConnectionManager, token: distlock::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
 /// use distlock::fenced::{self, FencedWrite};
 ///
 /// let outcome = fenced::pipe("counter", token)
@@ -186,7 +226,7 @@ impl<C: redis::aio::ConnectionLike> FencedConnection for C {}
 /// `SET key value`, only if `token` is current for `key` (see the module's "Behavior").
 ///
 /// ```no_run
-/// # async fn example(conn: &mut redis::aio::MultiplexedConnection, token: distlock::FencingToken) -> redis::RedisResult<()> {
+/// # async fn example(conn: &mut redis::aio::ConnectionManager, token: distlock::FencingToken) -> redis::RedisResult<()> {
 /// let outcome = distlock::fenced::set(conn, "inventory:apples", 41, token).await?;
 /// assert!(outcome.is_applied(), "lost the lock while selling");
 /// # Ok(()) }
@@ -211,11 +251,114 @@ where
     })
 }
 
+/// What [`raise`] found, and did.
+#[must_use = "a fence already at least the token was left as it was; say what was found"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceRaise {
+    /// The fence was below the token, or absent (`previous` is `None`), and now holds the
+    /// token: every lower token is stale from now on.
+    Raised {
+        /// The token the fence held before, if any.
+        previous: Option<FencingToken>,
+    },
+    /// The fence already held the token or a higher one, and was left as it was (a fence is
+    /// never lowered). Lower tokens were stale already.
+    AlreadyAtLeast {
+        /// The token the fence holds.
+        highest: FencingToken,
+    },
+}
+
+impl FenceRaise {
+    /// The token the fence holds now: the one raised to, or the higher one it held.
+    pub fn highest(&self, token: FencingToken) -> FencingToken {
+        match *self {
+            FenceRaise::Raised { .. } => token,
+            FenceRaise::AlreadyAtLeast { highest } => highest,
+        }
+    }
+}
+
+/// Raises the fence of `key` ([`fence_key`]`(key)`) to `token` if it is lower or absent,
+/// so every fenced write of `key` with a lower token is refused from then on; a fence at
+/// `token` or higher is left as it was (never lowered). The operator's move after
+/// [`Client::force_unlock`](crate::Client::force_unlock), with the token it returned (see the
+/// module's "After a forced unlock"). The fence then lives as after a fenced write: with the
+/// data's time to live, or for good when the data has none.
+///
+/// # Errors
+///
+/// The connection's errors, and a fence key that holds something other than a fencing token
+/// (another type, or a string that is no decimal number): an error naming the key, and
+/// nothing is changed.
+///
+/// ```no_run
+/// # async fn example(conn: &mut redis::aio::ConnectionManager) -> Result<(), Box<dyn std::error::Error>> {
+/// use distlock::fenced::{self, FenceRaise};
+///
+/// let forced = distlock::Client::new(distlock::Config::from_env()?)?
+///     .force_unlock("order:42")
+///     .await?;
+/// match fenced::raise(conn, "order:42", forced.token).await? {
+///     FenceRaise::Raised { previous } => println!("fence raised from {previous:?}"),
+///     FenceRaise::AlreadyAtLeast { highest } => println!("fence already at {highest}"),
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn raise<C: FencedConnection>(
+    conn: &mut C,
+    key: &str,
+    token: FencingToken,
+) -> RedisResult<FenceRaise> {
+    let mut call = RAISE.prepare_invoke();
+    call.key(fence_key(key)).key(key).arg(token.get());
+    let reply: Value = call.invoke_async(conn).await?;
+    read_raise_reply(reply)
+}
+
+/// Reads `raise.lua`'s reply: `{1, previous or nil}` raised, `{0, highest}` left.
+fn read_raise_reply(reply: Value) -> RedisResult<FenceRaise> {
+    let unexpected = |what: String| {
+        RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "fence raise: unexpected reply from the script",
+            what,
+        ))
+    };
+    let Value::Array(items) = reply else {
+        return Err(unexpected(format!("{reply:?}")));
+    };
+    let mut items = items.into_iter();
+    let (Some(done), found) = (items.next(), items.next()) else {
+        return Err(unexpected("an empty array".to_owned()));
+    };
+    let found = match found {
+        None | Some(Value::Nil) => None,
+        Some(value) => Some(parse_token(redis::from_redis_value::<String>(value)?)?),
+    };
+    match (done, found) {
+        (Value::Int(1), previous) => Ok(FenceRaise::Raised { previous }),
+        (Value::Int(0), Some(highest)) => Ok(FenceRaise::AlreadyAtLeast { highest }),
+        (other, found) => Err(unexpected(format!("{other:?} with {found:?}"))),
+    }
+}
+
+/// A token as the scripts return it: a decimal u64 string.
+fn parse_token(text: String) -> RedisResult<FencingToken> {
+    text.parse::<u64>().map(FencingToken).map_err(|_| {
+        RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "fenced write: unexpected reply from the script",
+            format!("a token out of the u64 range: {text}"),
+        ))
+    })
+}
+
 /// Starts a [`FencedPipeline`]: write commands on `key` (and keys in its hash slot) that run
 /// only if `token` is current for `key`.
 ///
 /// ```no_run
-/// # async fn example(conn: &mut redis::aio::MultiplexedConnection, token: distlock::FencingToken) -> redis::RedisResult<()> {
+/// # async fn example(conn: &mut redis::aio::ConnectionManager, token: distlock::FencingToken) -> redis::RedisResult<()> {
 /// use distlock::fenced::{self, FencedWrite};
 ///
 /// let outcome = fenced::pipe("order:42", token)
@@ -257,7 +400,7 @@ pub fn pipe(key: &str, token: FencingToken) -> FencedPipeline {
 ///   mirrors the guarded key's TTL.
 ///
 /// ```no_run
-/// # async fn example(conn: &mut redis::aio::MultiplexedConnection, token: distlock::FencingToken) -> redis::RedisResult<()> {
+/// # async fn example(conn: &mut redis::aio::ConnectionManager, token: distlock::FencingToken) -> redis::RedisResult<()> {
 /// // An expiring value: the fence key takes the same time to live.
 /// let outcome = distlock::fenced::pipe("session:7", token)
 ///     .cmd(redis::cmd("SET").arg("session:7").arg("data").arg("EX").arg(3600))
@@ -397,11 +540,8 @@ fn read_reply<T: FromRedisValue>(reply: Value) -> RedisResult<FencedWrite<T>> {
                 Some(value) => redis::from_redis_value(value)?,
                 None => return Err(unexpected("a refusal without the highest token".to_owned())),
             };
-            let highest = highest.parse::<u64>().map_err(|_| {
-                unexpected(format!("a highest token out of the u64 range: {highest}"))
-            })?;
             Ok(FencedWrite::Stale {
-                highest: FencingToken(highest),
+                highest: parse_token(highest)?,
             })
         }
         other => Err(unexpected(format!("{other:?}"))),
@@ -453,5 +593,30 @@ mod tests {
         ]))
         .is_err());
         assert!(read_reply::<()>(Value::Nil).is_err());
+    }
+
+    #[test]
+    fn raise_replies_read_as_raised_or_already_at_least() {
+        let token = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        assert_eq!(
+            read_raise_reply(Value::Array(vec![Value::Int(1), Value::Nil])).expect("raised"),
+            FenceRaise::Raised { previous: None }
+        );
+        assert_eq!(
+            read_raise_reply(Value::Array(vec![Value::Int(1), token("7")])).expect("raised"),
+            FenceRaise::Raised {
+                previous: Some(FencingToken(7))
+            }
+        );
+        let kept = read_raise_reply(Value::Array(vec![Value::Int(0), token("9")])).expect("kept");
+        assert_eq!(
+            kept,
+            FenceRaise::AlreadyAtLeast {
+                highest: FencingToken(9)
+            }
+        );
+        assert_eq!(kept.highest(FencingToken(8)), FencingToken(9));
+        assert!(read_raise_reply(Value::Array(vec![Value::Int(0), Value::Nil])).is_err());
+        assert!(read_raise_reply(Value::Array(vec![])).is_err());
     }
 }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use distlock::fenced::{self, FencedWrite};
+use distlock::fenced::{self, FenceRaise, FencedWrite};
 use distlock::{
     BackendError, BackendErrorKind, Client, Config, Election, FencingToken, ForcedUnlock, Holder,
     LeaderChanges, LeaderInfo, Leadership, LockError, LockGuard, LockInfo, LockMode, LockRequest,
@@ -58,6 +58,21 @@ async fn the_fenced_writes(
         FencedWrite::Stale { highest } => Some(highest),
     };
     let _: String = fenced::fence_key("k");
+    Ok(())
+}
+
+/// `fenced::raise(conn, key, token)`, `FenceRaise::Raised { previous }` /
+/// `AlreadyAtLeast { highest }`, with `ForcedUnlock::token`, over the `ConnectionManager` the
+/// docs recommend: compiled, never run.
+#[allow(dead_code)]
+async fn the_fence_raise(
+    conn: &mut redis::aio::ConnectionManager,
+    forced: ForcedUnlock,
+) -> redis::RedisResult<()> {
+    let _: Option<FencingToken> = match fenced::raise(conn, "k", forced.token).await? {
+        FenceRaise::Raised { previous } => previous,
+        FenceRaise::AlreadyAtLeast { highest } => Some(highest),
+    };
     Ok(())
 }
 

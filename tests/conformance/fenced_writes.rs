@@ -4,13 +4,16 @@
 //! works on Redis Cluster; and the scenario fencing exists for — a holder paused past its lease
 //! while the next holder writes — ends with the late write refused, by the Redis guard and by
 //! the SQL pattern. Each scenario also runs without the fence, to show it does lose the next
-//! holder's write there: the test can tell the difference.
+//! holder's write there: the test can tell the difference. Then the day-two cases: writes
+//! through a `ConnectionManager` resume after the data's Redis restarts (a plain multiplexed
+//! connection does not), and an operator's raise of the fence after a forced unlock — on Redis
+//! (`fenced::raise`) and in SQL — makes the evicted holder's late write stale.
 
 use std::time::Duration;
 
 use crate::support::cluster::shared_cluster;
 use crate::support::RedisServer;
-use distlock::fenced::{self, FencedWrite};
+use distlock::fenced::{self, FenceRaise, FencedWrite};
 use distlock::{Client, Config, FencingToken};
 
 /// The lease of the paused holder: short, so the scenario is quick.
@@ -489,4 +492,247 @@ async fn fenced_writes_run_on_a_cluster_for_keys_with_and_without_hash_tags() {
             .expect("GET");
         assert_eq!(value, "new", "{key}");
     }
+}
+
+// ---- a restart of the data's Redis ------------------------------------------------------
+
+/// How long a write may keep failing while the connection comes back: the server restarts at
+/// once; a `ConnectionManager` reconnects within its first backoff steps (milliseconds).
+const RECONNECT_WITHIN: Duration = Duration::from_secs(15);
+
+/// A leader writes through a `ConnectionManager` to a data Redis apart from the locks' Redis;
+/// the data's Redis restarts mid-leadership. The test only retries a failed write (bounded):
+/// no reconnect code. A write succeeds again, with the leader's epoch as its token. A
+/// `MultiplexedConnection` made before the restart stays broken, which is what this guards
+/// against.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_through_a_connection_manager_resume_after_the_data_redis_restarts() {
+    let locks = RedisServer::start();
+    let mut data = RedisServer::start();
+    let leadership = client(&locks)
+        .election("ledger-writer")
+        .campaign()
+        .await
+        .expect("campaign");
+    let token = leadership.epoch();
+    let redis_client = redis::Client::open(data.url()).expect("url");
+    let mut managed = redis_client
+        .get_connection_manager()
+        .await
+        .expect("connection manager");
+    let mut multiplexed = connection(&data).await;
+    let before = fenced::set(&mut managed, "ledger", "before", token).await;
+    assert!(before.expect("set").is_applied());
+    let before = fenced::set(&mut multiplexed, "ledger", "before", token).await;
+    assert!(before.expect("set").is_applied());
+
+    data.restart();
+
+    let started = std::time::Instant::now();
+    let mut failures = 0;
+    let resumed = loop {
+        match fenced::set(&mut managed, "ledger", "after", token).await {
+            Ok(outcome) => break outcome,
+            Err(err) => {
+                failures += 1;
+                assert!(
+                    started.elapsed() < RECONNECT_WITHIN,
+                    "no write succeeded within {RECONNECT_WITHIN:?} of the restart ({failures} \
+                     failures); the last: {err}"
+                );
+                // A pause between retries, as an application's retry would have.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(
+        resumed,
+        FencedWrite::Applied(()),
+        "after {failures} failures"
+    );
+    assert!(
+        leadership.is_leader(),
+        "still leading: the locks' Redis never went away"
+    );
+    let value: String = redis::cmd("GET")
+        .arg("ledger")
+        .query_async(&mut managed)
+        .await
+        .expect("GET");
+    assert_eq!(value, "after");
+    // The script was gone with the restarted server's cache: sent again with its source.
+    let again = fenced::set(&mut managed, "ledger", "again", token).await;
+    assert!(again.expect("set").is_applied());
+
+    // The plain multiplexed connection does not come back by itself.
+    assert!(
+        fenced::set(&mut multiplexed, "ledger", "lost", token)
+            .await
+            .is_err(),
+        "a MultiplexedConnection stays broken after its server restarts"
+    );
+    leadership.resign().await.expect("resign");
+}
+
+// ---- raising a fence after a forced unlock ----------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_forced_unlock_a_raised_fence_refuses_the_evicted_holders_write() {
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut conn = connection(&server).await;
+    let hung = locks.lock("report").acquire().await.expect("acquire");
+    let evicted = hung.fencing_token().expect("fenced");
+    let first = fenced::set(&mut conn, "report", "draft", evicted).await;
+    assert!(first.expect("set").is_applied());
+
+    let forced = locks.force_unlock("report").await.expect("force_unlock");
+    assert!(forced.token > evicted);
+    // What the issue found: nothing has written a newer token, so the late write passes.
+    let late = fenced::set(&mut conn, "report", "late", evicted).await;
+    assert!(late.expect("set").is_applied(), "unfenced before the raise");
+
+    let raised = fenced::raise(&mut conn, "report", forced.token).await;
+    assert_eq!(
+        raised.expect("raise"),
+        FenceRaise::Raised {
+            previous: Some(evicted)
+        }
+    );
+    let refused = fenced::set(&mut conn, "report", "later", evicted).await;
+    assert_eq!(
+        refused.expect("set"),
+        FencedWrite::Stale {
+            highest: forced.token
+        }
+    );
+    assert_eq!(get(&mut conn, "report").await.as_deref(), Some("late"));
+
+    // The next holder's token is above the raised fence.
+    let next = locks.lock("report").acquire().await.expect("acquire");
+    let next_token = next.fencing_token().expect("fenced");
+    let written = fenced::set(&mut conn, "report", "final", next_token).await;
+    assert!(written.expect("set").is_applied());
+    assert!(!hung.release().await.expect("release"), "it was evicted");
+    assert!(next.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raising_a_fence_never_lowers_it_and_leaves_a_key_that_holds_no_fence() {
+    let server = RedisServer::start();
+    let mut conn = connection(&server).await;
+    let t = tokens(&client(&server), "stock", 3).await;
+    let fence = fenced::fence_key("stock");
+
+    let raised = fenced::raise(&mut conn, "stock", t[1])
+        .await
+        .expect("raise");
+    assert_eq!(raised, FenceRaise::Raised { previous: None });
+    assert_eq!(raised.highest(t[1]), t[1]);
+    for lower_or_equal in [t[0], t[1]] {
+        let kept = fenced::raise(&mut conn, "stock", lower_or_equal).await;
+        assert_eq!(
+            kept.expect("raise"),
+            FenceRaise::AlreadyAtLeast { highest: t[1] },
+            "never lowered"
+        );
+    }
+    assert_eq!(get(&mut conn, &fence).await, Some(t[1].to_string()));
+    assert_eq!(pttl(&mut conn, &fence).await, -1, "no data, no TTL: kept");
+
+    // An expiring value: the raised fence takes its time to live, as after a write.
+    let () = redis::cmd("SET")
+        .arg("stock")
+        .arg(1)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let raised = fenced::raise(&mut conn, "stock", t[2]).await;
+    assert_eq!(
+        raised.expect("raise"),
+        FenceRaise::Raised {
+            previous: Some(t[1])
+        }
+    );
+    let ttl = pttl(&mut conn, &fence).await;
+    assert!((50_000..=60_000).contains(&ttl), "{ttl} ms");
+
+    // A fence key of another type, or a string that is no token: an error, left untouched.
+    let () = redis::cmd("HSET")
+        .arg(fenced::fence_key("profile"))
+        .arg("name")
+        .arg("x")
+        .query_async(&mut conn)
+        .await
+        .expect("HSET");
+    let err = fenced::raise(&mut conn, "profile", t[2])
+        .await
+        .expect_err("a hash is no fence");
+    assert!(
+        err.to_string().contains("{profile}:fence") && err.to_string().contains("hash"),
+        "{err}"
+    );
+    let () = redis::cmd("SET")
+        .arg(fenced::fence_key("note"))
+        .arg("hello")
+        .query_async(&mut conn)
+        .await
+        .expect("SET");
+    let err = fenced::raise(&mut conn, "note", t[2])
+        .await
+        .expect_err("text is no fence");
+    assert!(
+        err.to_string().contains("does not hold a fencing token"),
+        "{err}"
+    );
+    assert_eq!(
+        get(&mut conn, &fenced::fence_key("note")).await.as_deref(),
+        Some("hello")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_forced_unlock_the_sql_fence_raised_refuses_the_evicted_holders_update() {
+    /// The SQL counterpart of `fenced::raise` (docs/fenced-writes.md), as documented.
+    const RAISE: &str = "UPDATE stock SET fence = ?1 WHERE sku = ?2 AND fence < ?1";
+
+    let server = RedisServer::start();
+    let locks = client(&server);
+    let mut stock = Stock::sqlite(10);
+    let hung = locks.lock("stock").acquire().await.expect("acquire");
+    let evicted = hung.fencing_token().expect("fenced");
+    assert!(stock.write(9, evicted, true).await);
+
+    let forced = locks.force_unlock("stock").await.expect("force_unlock");
+    let Stock::Sqlite(db) = &stock else {
+        unreachable!("a SQLite stock")
+    };
+    let raise = |token: FencingToken| {
+        db.execute(RAISE, rusqlite::params![token.as_i64().expect("fits"), SKU])
+            .expect("UPDATE")
+    };
+    assert_eq!(raise(forced.token), 1, "raised");
+    assert_eq!(raise(evicted), 0, "never lowered");
+    assert_eq!(raise(forced.token), 0, "already there");
+    let fence: i64 = db
+        .query_row("SELECT fence FROM stock WHERE sku = ?1", [SKU], |row| {
+            row.get(0)
+        })
+        .expect("SELECT");
+    assert_eq!(fence, forced.token.as_i64().expect("fits"));
+
+    assert!(
+        !stock.write(7, evicted, true).await,
+        "the evicted holder's UPDATE finds 0 rows"
+    );
+    assert_eq!(stock.read().await, 9);
+    let next = locks.lock("stock").acquire().await.expect("acquire");
+    assert!(
+        stock
+            .write(8, next.fencing_token().expect("fenced"), true)
+            .await
+    );
+    assert!(next.release().await.expect("release"));
 }
