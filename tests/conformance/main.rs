@@ -28,6 +28,7 @@ mod health;
 mod inspect;
 mod jobs;
 mod layers;
+mod leadership_seen;
 mod multi_key;
 mod observability_doc;
 mod paused_time;
