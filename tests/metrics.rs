@@ -1,6 +1,7 @@
 //! distlock's metrics (feature `metrics`), read back from the text a Prometheus exporter
 //! renders: acquire latency and wait histograms, timeouts, leases lost, locks held, renewals
-//! and wake-ups, labelled by store — against a real `redis-server` and the in-process store.
+//! and wake-ups, labelled by store, and an election's leader gauge and its changes by cause —
+//! against a real `redis-server` and the in-process store.
 //!
 //! One recorder per process, so one test: the steps run in order and each reads the deltas
 //! it caused.
@@ -218,6 +219,50 @@ async fn metrics_are_exported_per_store() {
         1.0,
         "{text}"
     );
+
+    // Leadership: `distlock_leader` is 1 while this process leads and 0 after; each change is
+    // counted by its cause.
+    let election = client
+        .election("m:leader")
+        .lease(Duration::from_millis(300));
+    let leader = [("election", "m:leader")];
+    let changes = |text: &str, cause: &str| {
+        sample(
+            text,
+            "distlock_leadership_changes_total",
+            &[("election", "m:leader"), ("cause", cause)],
+        )
+    };
+    let leading = election.campaign().await.expect("leads");
+    let text = render(&handle);
+    assert_eq!(sample(&text, "distlock_leader", &leader), 1.0, "{text}");
+    assert_eq!(changes(&text, "gained"), 1.0, "{text}");
+    assert!(leading.resign().await.expect("resign"));
+    let text = render(&handle);
+    assert_eq!(sample(&text, "distlock_leader", &leader), 0.0, "{text}");
+    assert_eq!(changes(&text, "resigned"), 1.0, "{text}");
+    // Lost: the election's lock deleted behind the leader's back.
+    let leading = election.campaign().await.expect("leads again");
+    assert_eq!(sample(&render(&handle), "distlock_leader", &leader), 1.0);
+    let _: i64 = redis::cmd("DEL")
+        .arg("distlock:{m:leader}")
+        .query(&mut server.connection())
+        .expect("DEL");
+    tokio::time::timeout(Duration::from_secs(5), leading.lost())
+        .await
+        .expect("noticed within a lease");
+    // Counted when the lease is lost, before `lost()` completes.
+    let text = render(&handle);
+    assert_eq!(sample(&text, "distlock_leader", &leader), 0.0, "{text}");
+    assert_eq!(changes(&text, "lost"), 1.0, "{text}");
+    assert_eq!(changes(&text, "gained"), 2.0, "{text}");
+    drop(leading);
+    assert_eq!(
+        changes(&render(&handle), "resigned"),
+        1.0,
+        "a lost leadership dropped is not also resigned"
+    );
+    assert!(text.contains("# HELP distlock_leader "), "{text}");
 
     // Another store has its own label.
     let memory = Client::new(Config::in_memory()).expect("client");

@@ -204,7 +204,12 @@ where
     }
     let (held, grant) = match (take(&client, &target, spec).await, skipped) {
         (Ok(taken), _) => taken,
-        (Err(NotTaken::Failed(LockError::Timeout { .. })), Some(skipped)) => return skipped(),
+        (Err(NotTaken::Failed(LockError::Timeout { .. })), Some(skipped)) => {
+            // At INFO, unlike `try_acquire`'s busy (DEBUG): a skipped run of a job is what an
+            // operator reads the log for ("did the job run here?").
+            tracing::info!(target: crate::telemetry::LOG_TARGET, key = %label, "job skipped: the lock is held elsewhere (on_busy = \"skip\")");
+            return skipped();
+        }
         (Err(err), _) => return into(err.for_key(&label)),
     };
     let leases: Vec<Arc<Lease>> = held.iter().map(|held| held.lease.clone()).collect();

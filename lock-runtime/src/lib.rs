@@ -48,7 +48,7 @@ pub use config::{
     ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, MAX_LEASE, MAX_NODE_TIMEOUT,
     MAX_TOKEN_LEAD, MIN_LEASE,
 };
-pub use election::{election, Election, LeaderChanges, Leadership};
+pub use election::{election, Election, LeaderChanges, LeaderStates, Leadership};
 pub use error::{BackendError, BackendErrorKind, LockError};
 pub use global::{
     init, inspect, is_locked, lock, lock_all, ping, read_lock, semaphore, shutdown, try_init,

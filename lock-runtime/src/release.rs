@@ -56,11 +56,12 @@ impl Releaser {
             self.give_back_in_background(lease.clone(), Ended::Released);
             return Ok(false);
         }
-        self.stop_renewing(lease, Ended::Released);
+        // Within its `hold_at_least` window the release keeps the lock: the log says so, not
+        // "released".
+        let holding = lease.holding_now();
+        self.stop_renewing(lease, ended_as(holding, Ended::Released));
         let _gate = lease.gate.lock().await;
-        let release = self
-            .store
-            .release(lease.holding_now(), &lease.key, &lease.owner);
+        let release = self.store.release(holding, &lease.key, &lease.owner);
         lease.clock.send(&self.io, release).await
     }
 
@@ -73,7 +74,7 @@ impl Releaser {
 
     /// Stops renewing `lease` (it ended `how`) and deletes its key in the background.
     fn give_back_in_background(self: &Arc<Self>, lease: Arc<Lease>, how: Ended) {
-        self.stop_renewing(&lease, how);
+        self.stop_renewing(&lease, ended_as(lease.holding_now(), how));
         if lease.clock == Clock::Tokio && self.release_in_memory_now(&lease) {
             return;
         }
@@ -130,7 +131,11 @@ impl Releaser {
         let Some(released) = release.now_or_never() else {
             return false;
         };
-        tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %lease.key.name, ?released, "released a dropped guard's lock");
+        if let Holding::KeptFor(left) = lease.holding_now() {
+            tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %lease.key.name, ?released, "kept a dropped guard's lock until its hold_at_least window ends, in {left:?}");
+        } else {
+            tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %lease.key.name, ?released, "released a dropped guard's lock");
+        }
         true
     }
 
@@ -153,7 +158,11 @@ impl Releaser {
         loop {
             match self.store.release(holding, key, owner).await {
                 Ok(true) => {
-                    tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %key.name, "released {what}");
+                    if let Holding::KeptFor(left) = holding {
+                        tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %key.name, "kept {what} until its hold_at_least window ends, in {left:?}");
+                    } else {
+                        tracing::debug!(target: crate::telemetry::LOG_TARGET, key = %key.name, "released {what}");
+                    }
                     return;
                 }
                 Ok(false) => {
@@ -173,5 +182,14 @@ impl Releaser {
                 }
             }
         }
+    }
+}
+
+/// How a grant given back `how` ended, as a release of `holding` gives it back: kept, within
+/// its `hold_at_least` window.
+fn ended_as(holding: Holding, how: Ended) -> Ended {
+    match holding {
+        Holding::KeptFor(left) => Ended::Kept(left),
+        _ => how,
     }
 }

@@ -16,9 +16,20 @@
 //!   `cluster`, `redlock`, `memory`) and most with `mode` (`write`, `read`, `semaphore`): see
 //!   [`METRICS`].
 //!
+//! - **Elections** (`telemetry/leadership.rs`): this process's leadership (a gauge, a counter
+//!   of changes by cause, INFO events) and what observers see.
+//!
+//! Every span, event and metric is listed in `docs/observability.md`; the conformance test
+//! `observability_doc` fails when the code and the page disagree.
+//!
 //! Without a subscriber or a recorder all of this costs a few relaxed loads per request.
 
+mod leadership;
+
+pub(crate) use leadership::{observed_leader, observed_vacancy, Term, TermEnd};
+
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tracing::field::Empty;
@@ -44,6 +55,8 @@ pub const LOG_TARGET: &str = "distlock";
 /// | `distlock_wakeups_total` | counter | store | waits ended early by a release announcement |
 /// | `distlock_acquire_retries_total` | counter | store, mode | tries sent again after a failure that may pass ([`Config::retry`](crate::Config::retry)) |
 /// | `distlock_acquire_busy_total` | counter | store, mode | requests that found the lock held and skipped ([`LockRequest::try_acquire`](crate::LockRequest::try_acquire), `on_busy = "skip"`) |
+/// | `distlock_leader` | gauge | election | 1 while this process leads the election, 0 otherwise |
+/// | `distlock_leadership_changes_total` | counter | election, cause | changes of this process's leadership: `gained`, `lost`, `resigned` |
 pub const METRICS: &[&str] = &[
     ACQUIRE_SECONDS,
     WAIT_SECONDS,
@@ -56,6 +69,8 @@ pub const METRICS: &[&str] = &[
     WAKEUPS,
     ACQUIRE_RETRIES,
     ACQUIRE_BUSY,
+    leadership::LEADER,
+    leadership::LEADERSHIP_CHANGES,
 ];
 
 const ACQUIRE_SECONDS: &str = "distlock_acquire_seconds";
@@ -106,6 +121,7 @@ pub(crate) fn describe() {
             "Tries sent again after a failure that may pass (a connection refused or reset, a \
              server not ready, too few Redlock masters)."
         );
+        leadership::describe();
     }
 }
 
@@ -219,14 +235,11 @@ impl Acquire {
         self.span.record("outcome", outcome);
         #[cfg(feature = "metrics")]
         {
-            let labels = [
-                ("store", self.store),
-                ("mode", self.mode),
-                ("outcome", outcome),
-            ];
-            metrics::histogram!(ACQUIRE_SECONDS, &labels).record(waited.as_secs_f64());
+            metrics::histogram!(ACQUIRE_SECONDS, "store" => self.store, "mode" => self.mode, "outcome" => outcome)
+                .record(waited.as_secs_f64());
             if let Some(refused) = self.first_refused {
-                metrics::histogram!(WAIT_SECONDS, &labels).record(refused.elapsed().as_secs_f64());
+                metrics::histogram!(WAIT_SECONDS, "store" => self.store, "mode" => self.mode, "outcome" => outcome)
+                    .record(refused.elapsed().as_secs_f64());
             }
         }
         waited
@@ -302,6 +315,9 @@ pub(crate) enum Ended {
     Lost,
     /// [`Client::shutdown`](crate::Client::shutdown) gave it back.
     Shutdown,
+    /// Released or dropped within its `hold_at_least` window: the lock is kept, unrenewed,
+    /// for this much longer, then expires.
+    Kept(Duration),
 }
 
 impl Ended {
@@ -311,6 +327,7 @@ impl Ended {
             Ended::Dropped => "dropped",
             Ended::Lost => "lost",
             Ended::Shutdown => "shutdown",
+            Ended::Kept(_) => "kept",
         }
     }
 }
@@ -325,6 +342,8 @@ pub(crate) struct Hold {
     /// When the grant was made; `None` when nothing observes it.
     since: Option<Instant>,
     renewals: AtomicU64,
+    /// The election term this grant is, if it is a leader's ([`lead`](Self::lead)).
+    term: OnceLock<Term>,
 }
 
 impl Hold {
@@ -350,6 +369,7 @@ impl Hold {
             mode: acquire.mode,
             since: acquire.started.map(|_| Instant::now()),
             renewals: AtomicU64::new(0),
+            term: OnceLock::new(),
         }
     }
 
@@ -362,6 +382,7 @@ impl Hold {
             mode: "write",
             since: None,
             renewals: AtomicU64::new(0),
+            term: OnceLock::new(),
         }
     }
 
@@ -377,9 +398,27 @@ impl Hold {
         metrics::counter!(RENEWALS, "store" => self.store).increment(1);
     }
 
+    /// This grant is the leader's lock of an election from now on: its end ends the `term`.
+    /// `still_held`: whether the lease was still held once the term was attached (a lease
+    /// that ended just before is ended here, as lost).
+    pub(crate) fn lead(&self, term: Term, still_held: impl FnOnce() -> bool) {
+        let term = self.term.get_or_init(|| term);
+        if !still_held() {
+            term.ended(TermEnd::Lost);
+        }
+    }
+
     /// The grant stopped being held, `how`. Called once per grant, by the lease as it leaves
     /// its held state.
     pub(crate) fn ended(&self, how: Ended) {
+        if let Some(term) = self.term.get() {
+            term.ended(match how {
+                Ended::Lost => TermEnd::Lost,
+                Ended::Released | Ended::Dropped | Ended::Shutdown | Ended::Kept(_) => {
+                    TermEnd::Resigned
+                }
+            });
+        }
         let Some(since) = self.since else {
             return;
         };
@@ -398,16 +437,25 @@ impl Hold {
                     .increment(1);
             }
         }
-        if how != Ended::Lost {
+        let held_ms = held.as_millis() as u64;
+        let parent = &self.span;
+        match how {
             // A loss has its own WARN event, with the reason (`Lease::mark_lost`).
-            tracing::debug!(
-                target: LOG_TARGET,
-                parent: &self.span,
-                held_ms = held.as_millis() as u64,
-                renewals,
-                "lock {}",
-                how.name()
-            );
+            Ended::Lost => {}
+            Ended::Released => {
+                tracing::debug!(target: LOG_TARGET, parent: parent, held_ms, renewals, "lock released");
+            }
+            Ended::Dropped => {
+                tracing::debug!(target: LOG_TARGET, parent: parent, held_ms, renewals, "lock dropped");
+            }
+            Ended::Shutdown => {
+                tracing::debug!(target: LOG_TARGET, parent: parent, held_ms, renewals, "lock given back at shutdown");
+            }
+            Ended::Kept(left) => {
+                let kept_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+                tracing::debug!(target: LOG_TARGET, parent: parent, held_ms, renewals, kept_ms,
+                    "lock kept until its hold_at_least window ends, in {left:?}");
+            }
         }
     }
 }

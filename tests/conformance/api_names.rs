@@ -315,3 +315,19 @@ async fn every_client_name_the_docs_mention() {
     client.ping().await.expect("ping");
     let _: usize = client.shutdown().await.expect("shutdown");
 }
+
+/// docs/observability.md: `observe().with_vacancies()`, a `LeaderStates` stream of
+/// `Option<LeaderInfo>` (`None`: nobody leads).
+#[tokio::test]
+async fn the_observability_pages_names() {
+    let client = Client::in_memory();
+    let mut states: distlock::LeaderStates =
+        client.election("api:vacancies").observe().with_vacancies();
+    fn is_a_stream_of_states(_: &impl futures_util::Stream<Item = Option<LeaderInfo>>) {}
+    is_a_stream_of_states(&states);
+    let first: Option<Option<LeaderInfo>> =
+        tokio::time::timeout(Duration::from_secs(10), states.next())
+            .await
+            .expect("the state at the start");
+    assert!(first.expect("the stream goes on").is_none(), "nobody leads");
+}

@@ -5,7 +5,9 @@
 //! every API name the docs mention (`api_names`) — and what the stores keep beside
 //! their locks: read/write layout and wake-ups, fencing keys and fenced writes, shutdown, a
 //! paused clock. Beside them, `promise_ledger` checks that every test `docs/promises.md` names
-//! exists, and `layers` that the imports of `lock-runtime/src` keep ARCHITECTURE.md's layers.
+//! exists, `layers` that the imports of `lock-runtime/src` keep ARCHITECTURE.md's layers, and
+//! `observability_doc` that `docs/observability.md` lists every span, event and metric the code
+//! emits, and no other.
 //!
 //! One Sentinel setup, one Cluster and one set of Redlock masters serve every test of the
 //! binary, each test under a key prefix of its own. Process-wide state: the global client is
@@ -26,7 +28,9 @@ mod health;
 mod inspect;
 mod jobs;
 mod layers;
+mod leadership_seen;
 mod multi_key;
+mod observability_doc;
 mod paused_time;
 mod promise_ledger;
 mod read_write;

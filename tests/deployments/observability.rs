@@ -2,7 +2,8 @@
 //! (so `RUST_LOG=distlock=debug` shows them), an `acquire` span per request with its
 //! attempts, wait, token and outcome, a `hold` span per grant with how long it was held, its
 //! renewals and how it ended, the attribute's body running inside that `hold` span, and events
-//! for timeouts, lost leases and Redlock quorum failures — against real `redis-server`s.
+//! for timeouts, lost leases and Redlock quorum failures, a skipped job at INFO, and a release
+//! within `hold_at_least` logged as "kept", not "released" — against real `redis-server`s.
 
 use std::time::Duration;
 
@@ -252,4 +253,59 @@ async fn a_client_logs_the_servers_it_uses_without_the_password() {
     assert_eq!(created[0].level, tracing::Level::INFO);
     assert_eq!(created[0].field("store"), Some("redis"));
     assert!(!format!("{created:?}").contains("SECRET"));
+}
+
+/// A call of a run-once job skipped because another process holds its lock, as an operator
+/// reading INFO sees it (issue 37): no DEBUG subscriber needed.
+#[distlock::distributed_lock(key = "obs:job:{name}", client = client, on_busy = "skip")]
+async fn run_once(client: &Client, name: &str) -> Result<(), LockError> {
+    let _ = name;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_job_is_an_info_event() {
+    let captured = capture::install();
+    let server = RedisServer::start();
+    let client = redis(&server);
+    let key = "obs:job:nightly";
+    let elsewhere = client.lock(key).acquire().await.expect("a free lock");
+    run_once(&client, "nightly")
+        .await
+        .expect("skipped, no error");
+    elsewhere.release().await.expect("release");
+
+    let records = captured.about("key", key);
+    let skipped = events(&records, "job skipped: the lock is held elsewhere");
+    assert_eq!(skipped.len(), 1, "{records:#?}");
+    assert_eq!(skipped[0].level, tracing::Level::INFO);
+}
+
+/// A release within `hold_at_least` keeps the lock to the end of the window: the log says
+/// "kept until …", never "released" (issue 37), and the hold span's `ended` is `kept`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_within_hold_at_least_is_logged_as_kept_not_released() {
+    let captured = capture::install();
+    let server = RedisServer::start();
+    let client = redis(&server);
+    let key = "obs:kept";
+    let guard = client
+        .lock(key)
+        .hold_at_least(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a free lock");
+    assert!(guard.release().await.expect("release"));
+    assert!(client.is_locked(key).await.expect("read"), "kept");
+
+    let hold = closed_span(&captured, key, "hold").await;
+    assert_eq!(hold.field("ended"), Some("kept"), "{hold:?}");
+    let records = captured.about("key", key);
+    let kept = events(&records, "lock kept until its hold_at_least window ends");
+    assert_eq!(kept.len(), 1, "{records:#?}");
+    assert!(number(kept[0], "kept_ms") > 4_000, "{:?}", kept[0]);
+    assert!(
+        events(&records, "released").is_empty(),
+        "nothing says released while the lock is kept: {records:#?}"
+    );
 }

@@ -18,7 +18,7 @@ mod proclaim;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use observe::LeaderChanges;
+pub use observe::{LeaderChanges, LeaderStates};
 
 use crate::client::Client;
 use crate::election_scripts::{Proclaim, Withdraw};
@@ -236,8 +236,10 @@ impl Election {
             .await;
         match written {
             Ok(true) => {
-                tracing::info!(target: crate::telemetry::LOG_TARGET, election = %self.name, epoch = epoch.get(),
-                    "leading");
+                // Leading from here: the gauge, the counter and the INFO event; the grant's end
+                // (resigned, dropped, lost) ends the term as the lease leaves its held state.
+                let term = crate::telemetry::Term::gained(self.name.clone(), epoch.get());
+                lease.hold.lead(term, || lease.is_held());
                 Ok(Some(Leadership {
                     guard: Some(guard),
                     client: client.clone(),
@@ -282,7 +284,9 @@ impl Election {
     /// election's lease besides (a leader that died is noticed when its lease ends, and a lost
     /// announcement costs at most that); a store without wake-ups (in-process) is read at
     /// that period, at most every 100 ms. A leader that came and went between two reads is
-    /// not shown. Failures to read are logged at WARN and tried again; the stream ends only
+    /// not shown. It yields leaders only; [`LeaderChanges::with_vacancies`] also yields `None`
+    /// when the observer sees that nobody leads ([`LeaderStates`]), and each change seen is
+    /// logged at INFO. Failures to read are logged at WARN and tried again; the stream ends only
     /// when the election cannot be read at all (no client, an invalid name or lease: logged
     /// at ERROR), and stays ended.
     ///

@@ -6,7 +6,10 @@
 //! an expiry) and stands in for a lost message. The in-process store has no channel: there it
 //! reads at that period, at most every 100 ms. Only a greater epoch than the last one yielded,
 //! or the same epoch with a later revision (a `Leadership::proclaim`), is a change, so each
-//! leader and each of its values is yielded at most once, and never one older than the last.
+//! leader and each of its values is yielded at most once, and never one older than the last; a
+//! read that finds nobody leading after a leader (or at the start) is a vacancy, which
+//! [`LeaderStates`] ([`LeaderChanges::with_vacancies`]) yields as `None`. Each change seen is
+//! logged at INFO (`telemetry/leadership.rs`).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -31,9 +34,47 @@ const IN_PROCESS_PERIOD: Duration = Duration::from_millis(100);
 /// It ends only when the election cannot be read at all (no global client, an invalid name or
 /// lease: logged at ERROR), and then stays ended; failures that may pass are logged at WARN and
 /// read again.
+///
+/// It yields leaders only: a time when nobody leads (a leader resigned or died, and no other
+/// has written its record yet) is not an item here. To be told of it, turn the stream into
+/// [`LeaderStates`] with [`with_vacancies`](Self::with_vacancies). Either way, each new leader
+/// and each vacancy the observer sees is logged at INFO ("observed a new leader", "observed
+/// that nobody leads").
 #[must_use = "a stream does nothing unless polled"]
 pub struct LeaderChanges {
-    changes: Pin<Box<dyn Stream<Item = LeaderInfo> + Send>>,
+    states: LeaderStates,
+    /// The epoch and revision yielded last: a leader seen again after a vacancy is not
+    /// yielded twice.
+    last: Option<(FencingToken, u64)>,
+}
+
+/// The states of an election's leadership as an observer sees them
+/// ([`LeaderChanges::with_vacancies`]): a [`Stream`](futures_util::Stream) of
+/// `Option<LeaderInfo>` — what [`Election::leader`] returns — yielding each change once:
+/// `Some(leader)` for a new leader (in epoch order, as [`LeaderChanges`]), `None` when the
+/// observer sees that nobody leads (a leader resigned, or died and its lease ran out, and no
+/// other has written its record yet). The first item is the state when it starts: the leader,
+/// or `None` if nobody leads. Two vacancies always have a leader between them, and a leader
+/// seen again after a vacancy (the same epoch: its record was unreadable for a moment) is
+/// yielded again, so the last item is always the state as last read. A leader, or a vacancy,
+/// that came and went between two reads is not shown. It ends as [`LeaderChanges`] ends.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::Client::in_memory();
+/// let election = client.election("scheduler");
+/// let mut states = election.observe().with_vacancies();
+/// assert!(states.next().await.expect("the state at the start").is_none(), "nobody leads");
+/// let leadership = election.campaign().await?;
+/// let leader = states.next().await.expect("a change").expect("a leader");
+/// assert_eq!(leader.epoch(), leadership.epoch());
+/// leadership.resign().await?;
+/// assert!(states.next().await.expect("a change").is_none(), "nobody leads again");
+/// # Ok(()) }
+/// ```
+#[must_use = "a stream does nothing unless polled"]
+pub struct LeaderStates {
+    changes: Pin<Box<dyn Stream<Item = Option<LeaderInfo>> + Send>>,
 }
 
 impl LeaderChanges {
@@ -41,6 +82,7 @@ impl LeaderChanges {
         let watch = Watch {
             election,
             last: None,
+            vacant: false,
             registration: None,
             failing: false,
         };
@@ -53,7 +95,10 @@ impl LeaderChanges {
             },
         ));
         Self {
-            changes: Box::pin(changes),
+            states: LeaderStates {
+                changes: Box::pin(changes),
+            },
+            last: None,
         }
     }
 
@@ -62,13 +107,57 @@ impl LeaderChanges {
     pub async fn next(&mut self) -> Option<LeaderInfo> {
         futures_util::StreamExt::next(self).await
     }
+
+    /// The same observation, also telling when nobody leads: see [`LeaderStates`]. Call it
+    /// before the first item (the state at the start is the first item it yields then).
+    pub fn with_vacancies(self) -> LeaderStates {
+        self.states
+    }
 }
 
 impl Stream for LeaderChanges {
     type Item = LeaderInfo;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderInfo>> {
+        loop {
+            match self.states.changes.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Some(leader))) => {
+                    if self.last.is_none_or(|last| leader.published() > last) {
+                        self.last = Some(leader.published());
+                        return Poll::Ready(Some(leader));
+                    }
+                }
+                // A vacancy is not an item of this stream.
+                Poll::Ready(Some(None)) => {}
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl LeaderStates {
+    /// The next change: `Some(Some(leader))` a new leader, `Some(None)` nobody leads, `None`
+    /// the stream ended; the same as `StreamExt::next`, without importing it.
+    pub async fn next(&mut self) -> Option<Option<LeaderInfo>> {
+        futures_util::StreamExt::next(self).await
+    }
+}
+
+impl Stream for LeaderStates {
+    type Item = Option<LeaderInfo>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Option<LeaderInfo>>> {
         self.changes.as_mut().poll_next(cx)
+    }
+}
+
+impl std::fmt::Debug for LeaderStates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderStates").finish_non_exhaustive()
     }
 }
 
@@ -83,6 +172,8 @@ struct Watch {
     election: Election,
     /// The epoch and revision yielded last ([`LeaderInfo::published`]).
     last: Option<(FencingToken, u64)>,
+    /// The last change yielded was a vacancy.
+    vacant: bool,
     /// Made, and its channel subscribed, before the first read, so a change announced after
     /// a read wakes the wait after it.
     registration: Option<WaitRegistration>,
@@ -91,7 +182,8 @@ struct Watch {
 }
 
 impl Watch {
-    async fn next_change(&mut self) -> Option<LeaderInfo> {
+    /// The next change: `Some(Some(leader))`, `Some(None)` a vacancy, `None` the end.
+    async fn next_change(&mut self) -> Option<Option<LeaderInfo>> {
         let client = match self.election.client() {
             Ok(client) => client,
             Err(err) => return self.give_up(err),
@@ -120,11 +212,8 @@ impl Watch {
             match self.election.leader().await {
                 Ok(leader) => {
                     self.failing = false;
-                    if let Some(leader) =
-                        leader.filter(|l| self.last.is_none_or(|last| l.published() > last))
-                    {
-                        self.last = Some(leader.published());
-                        return Some(leader);
+                    if let Some(change) = self.change(leader) {
+                        return Some(change);
                     }
                 }
                 Err(err) => {
@@ -144,7 +233,37 @@ impl Watch {
         }
     }
 
-    fn give_up(&self, err: LockError) -> Option<LeaderInfo> {
+    /// What a read that found `leader` changes, if anything: a greater epoch than the last
+    /// one yielded, the last one again after a vacancy, or a vacancy after a leader (or at
+    /// the start).
+    fn change(&mut self, leader: Option<LeaderInfo>) -> Option<Option<LeaderInfo>> {
+        let name = &self.election.name;
+        match leader {
+            Some(leader) => {
+                let epoch = leader.epoch();
+                let published = leader.published();
+                let new = match self.last {
+                    None => true,
+                    Some(last) => published > last || (self.vacant && published == last),
+                };
+                if !new {
+                    return None;
+                }
+                self.last = Some(published);
+                self.vacant = false;
+                crate::telemetry::observed_leader(name, epoch.get());
+                Some(Some(leader))
+            }
+            None if self.vacant => None,
+            None => {
+                self.vacant = true;
+                crate::telemetry::observed_vacancy(name, self.last.map(|(epoch, _)| epoch.get()));
+                Some(None)
+            }
+        }
+    }
+
+    fn give_up(&self, err: LockError) -> Option<Option<LeaderInfo>> {
         tracing::error!(target: crate::telemetry::LOG_TARGET, election = %self.election.name, error = %err,
             "cannot observe the election");
         None
