@@ -128,10 +128,18 @@ use crate::script::LuaScript;
 use crate::protocol::FencingToken;
 
 static WRITE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("../scripts/fenced/write.lua")));
+    LazyLock::new(|| fenced_script(include_str!("../scripts/fenced/write.lua")));
 
 static RAISE: LazyLock<LuaScript> =
-    LazyLock::new(|| LuaScript::new(include_str!("../scripts/fenced/raise.lua")));
+    LazyLock::new(|| fenced_script(include_str!("../scripts/fenced/raise.lua")));
+
+/// A fenced script: its body after what a token is (`scripts/fenced/token.lua`).
+fn fenced_script(body: &str) -> LuaScript {
+    LuaScript::new(&format!(
+        "{}\n{body}",
+        include_str!("../scripts/fenced/token.lua")
+    ))
+}
 
 /// What became of a fenced write.
 ///

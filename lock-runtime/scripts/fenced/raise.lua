@@ -11,17 +11,7 @@
 -- one, left exactly as it was (never lowered). A fence key holding anything but a token (another
 -- type, or a string that is no decimal number) is an error reply, and nothing is changed.
 
--- Tokens are u64, compared as decimal strings, as in `write.lua`.
-local function below(a, b)
-  if #a ~= #b then
-    return #a < #b
-  end
-  return a < b
-end
-
-local function is_token(s)
-  return s == '0' or string.match(s, '^[1-9]%d*$') ~= nil
-end
+-- `below` and `is_token` come from `token.lua`, put before this script.
 
 local token = ARGV[1]
 if not is_token(token) then

@@ -14,18 +14,7 @@
 -- one are not undone (the fence, raised first, then already holds the caller's token, which
 -- was current).
 
--- Tokens are u64: beyond 2^53 a Lua number loses digits, so they are compared as decimal
--- strings (a longer one is larger; of equal length, the byte order is the numeric order).
-local function below(a, b)
-  if #a ~= #b then
-    return #a < #b
-  end
-  return a < b
-end
-
-local function is_token(s)
-  return s == '0' or string.match(s, '^[1-9]%d*$') ~= nil
-end
+-- `below` and `is_token` come from `token.lua`, put before this script.
 
 local token = ARGV[1]
 if not is_token(token) then
