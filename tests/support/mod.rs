@@ -8,7 +8,9 @@
 //! and `monitor` inject and observe faults between a client and one server, `silent` is a
 //! server that takes connections and never answers; `stores` is the list of stores the
 //! conformance suites run on; `capture` keeps what distlock logs, for the tests of its spans
-//! and events; `panics` counts the panics of the library and the `redis` crate.
+//! and events; `panics` counts the panics of the library and the `redis` crate. `postgres`
+//! starts PostgreSQL servers the same way, watcher and all (`initdb` and `postgres`, run as the
+//! `postgres` system user when the tests run as root), for the Postgres store.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 pub mod acl;
@@ -17,6 +19,7 @@ pub mod cluster;
 pub mod masters;
 pub mod monitor;
 pub mod panics;
+pub mod postgres;
 pub mod proxy;
 pub mod sentinel;
 pub mod silent;
