@@ -43,10 +43,10 @@ pub use client::Client;
 pub use config::{
     Config, DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAIR_HEARTBEAT, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_NODE_TIMEOUT,
-    DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_INTERVAL,
-    DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_REDIS_URL, ENV_REDLOCK_URLS,
-    ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS, MAX_LEASE, MAX_NODE_TIMEOUT,
-    MAX_TOKEN_LEAD, MIN_LEASE,
+    DEFAULT_POSTGRES_SCHEMA, DEFAULT_REDIS_URL, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_ATTEMPTS,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_POSTGRES_URL,
+    ENV_REDIS_URL, ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS, FAIR_HEARTBEAT_BOUNDS,
+    MAX_LEASE, MAX_NODE_TIMEOUT, MAX_TOKEN_LEAD, MIN_LEASE,
 };
 pub use election::{election, Election, LeaderChanges, LeaderStates, Leadership};
 pub use error::{BackendError, BackendErrorKind, LockError};
@@ -59,6 +59,13 @@ pub use inspect::{ForcedUnlock, Holder, LeaderInfo, LockState};
 pub use protocol::{FencingToken, LockMode, MAX_KEY_LEN};
 pub use request::LockRequest;
 pub use telemetry::{LOG_TARGET, METRICS};
+
+/// The SQL of the PostgreSQL store's objects in `schema` (idempotent), for teams that run their
+/// own migrations (`distlock schema` prints it; `Config::postgres_create_schema(false)`).
+#[cfg(feature = "postgres")]
+pub fn postgres_schema_sql(schema: &str) -> String {
+    store::postgres::ddl(schema)
+}
 
 /// What the attribute macro expands to. Not a public API: no stability promise.
 #[doc(hidden)]

@@ -15,7 +15,7 @@ use crate::script::{LuaScript, ScriptCall};
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::key_operation::{quorum_answered, KeyOperation, NoAgreement};
-use crate::kind::twins::{clock_micros, State};
+use crate::kind::twins::State;
 use crate::kind::{millis, Tokens, TwinEntry};
 use crate::protocol::LockMode;
 use crate::protocol::{Announce, LockKey, RawRecord};
@@ -202,13 +202,7 @@ impl KeyOperation for Inspect<'_> {
     fn twin(&self, state: &mut State, now: Instant) -> RawView {
         let key = self.0;
         let mut view = state.with_entry(&key.lock, |entry| entry.view(now));
-        // No token so far exceeds the live counter or the clock (`next_token`).
-        let counter = state
-            .fences
-            .get(&key.fence())
-            .filter(|fence| fence.expires_at > now)
-            .map_or(0, |fence| fence.last);
-        view.token_ceiling = counter.max(clock_micros());
+        view.token_ceiling = state.token_ceiling(&key.fence(), now);
         view.record = state.records.get(&key.lock).cloned();
         view
     }

@@ -18,7 +18,9 @@ use super::RedisServer;
 pub struct Harness {
     pub config: Config,
     _server: Option<RedisServer>,
-    /// Whether waiters listen for releases (every Redis store; the in-process store polls).
+    /// Whether waiters listen for releases on a channel of the lock's own, so that `inspect`
+    /// counts them (every Redis store; the in-process store polls, PostgreSQL notifies on
+    /// one channel for every key).
     pub pub_sub: bool,
     /// The key prefix of this test's locks.
     pub prefix: String,
@@ -92,6 +94,19 @@ impl Harness {
             .node_timeout(Duration::from_secs(1));
         let nodes = Nodes::Masters(masters.iter().map(RedisServer::url).collect());
         Self::tuned(config, None, true, prefix, nodes)
+    }
+
+    /// PostgreSQL: one server for the test binary (`support/postgres.rs`), a key prefix per
+    /// test; no Redis behind it, so [`Harness::raw`] runs nothing there. Its waiters are
+    /// woken by `NOTIFY` on one channel for every key, so no count of a key's waiting
+    /// processes is kept (`pub_sub: false`).
+    pub fn postgres() -> Self {
+        let server = super::postgres::shared_postgres();
+        let prefix = own_prefix();
+        let config = Config::postgres(&server.url())
+            .expect("valid url")
+            .key_prefix(&prefix);
+        Self::tuned(config, None, false, prefix, Nodes::None)
     }
 
     pub fn in_memory() -> Self {
@@ -176,7 +191,7 @@ macro_rules! store_tests {
 }
 
 /// The tests named, each on every store: a module per store (`redis_store`, `sentinel_store`,
-/// `cluster_store`, `redlock_store`, `in_memory_store`).
+/// `cluster_store`, `redlock_store`, `in_memory_store`, `postgres_store`).
 #[allow(unused_macros)] // each test binary uses its own part of the support
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
@@ -185,6 +200,7 @@ macro_rules! on_every_store {
         $crate::support::stores::store_tests!(cluster_store, cluster, [$($name),*]);
         $crate::support::stores::store_tests!(redlock_store, redlock, [$($name),*]);
         $crate::support::stores::store_tests!(in_memory_store, in_memory, [$($name),*]);
+        $crate::support::stores::store_tests!(postgres_store, postgres, [$($name),*]);
     };
 }
 

@@ -9,6 +9,8 @@ use super::Config;
 
 /// Environment variable with the single server's URL ([`Config::from_env`]).
 pub const ENV_REDIS_URL: &str = "REDIS_URL";
+/// Environment variable with a PostgreSQL URL ([`Config::postgres`]).
+pub const ENV_POSTGRES_URL: &str = "DISTLOCK_POSTGRES_URL";
 /// Environment variable with a Redis Cluster's node URLs, comma-separated.
 pub const ENV_CLUSTER_URLS: &str = "DISTLOCK_CLUSTER_URLS";
 /// Environment variable with the Sentinel URLs, comma-separated (with [`ENV_SENTINEL_MASTER`]).
@@ -44,8 +46,8 @@ impl Config {
         Self::read_env()?.ok_or_else(|| {
             LockError::Config(format!(
                 "none of {ENV_REDIS_URL}, {ENV_CLUSTER_URLS}, {ENV_SENTINEL_URLS} (with \
-                 {ENV_SENTINEL_MASTER}) or {ENV_REDLOCK_URLS} is set, so the environment names \
-                 no Redis deployment: set {ENV_REDIS_URL} to a URL like \
+                 {ENV_SENTINEL_MASTER}), {ENV_REDLOCK_URLS} or {ENV_POSTGRES_URL} is set, so \
+                 the environment names no store: set {ENV_REDIS_URL} to a URL like \
                  `redis://host:6379` (or one of the others), or use `Config::from_env_or(url)` \
                  to fall back to a given server on purpose"
             ))
@@ -97,7 +99,9 @@ impl Config {
         let master = var(ENV_SENTINEL_MASTER)?;
         let redlock = var(ENV_REDLOCK_URLS)?;
         let single = var(ENV_REDIS_URL)?;
+        let postgres = var(ENV_POSTGRES_URL)?;
         let set: Vec<&str> = [
+            (ENV_POSTGRES_URL, postgres.is_some()),
             (ENV_CLUSTER_URLS, cluster.is_some()),
             (ENV_SENTINEL_URLS, sentinel.is_some()),
             (ENV_REDLOCK_URLS, redlock.is_some()),
@@ -113,8 +117,11 @@ impl Config {
             )));
         }
         let app_name = var(ENV_APP_NAME)?;
-        let Some(config) = Self::from_env_deployment(cluster, sentinel, master, redlock, single)?
-        else {
+        let deployment = match postgres {
+            Some(url) => Some(Self::postgres(&url)?),
+            None => Self::from_env_deployment(cluster, sentinel, master, redlock, single)?,
+        };
+        let Some(config) = deployment else {
             return Ok(None);
         };
         Ok(Some(match app_name {

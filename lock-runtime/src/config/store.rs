@@ -29,6 +29,8 @@ impl StoreConfig {
             }
             StoreConfig::Redlock(masters) => format!("redlock over {}", list(masters)),
             StoreConfig::InMemory(_) => "in-process".to_owned(),
+            #[cfg(feature = "postgres")]
+            StoreConfig::Postgres(postgres) => postgres.describe(),
         }
     }
 }
@@ -49,6 +51,69 @@ pub(crate) enum StoreConfig {
     Redlock(Vec<redis::Client>),
     /// In this process; clients made from clones of one config share the store.
     InMemory(InProcessLocks),
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(Box<PostgresTarget>),
+}
+
+/// A PostgreSQL server as a [`Config`](super::Config) names it: how to connect, and the
+/// store's schema.
+#[cfg(feature = "postgres")]
+#[derive(Clone)]
+pub(crate) struct PostgresTarget {
+    pub(crate) connect: tokio_postgres::Config,
+    pub(crate) options: PostgresOptions,
+}
+
+/// The PostgreSQL store's schema and whether it may create what is missing there.
+#[cfg(feature = "postgres")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PostgresOptions {
+    /// The schema the store's objects live in (a lower-case SQL identifier).
+    pub(crate) schema: String,
+    /// Create what is missing on first use (the default), or only check it.
+    pub(crate) create: bool,
+}
+
+#[cfg(feature = "postgres")]
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            schema: super::DEFAULT_POSTGRES_SCHEMA.to_owned(),
+            create: true,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl PostgresTarget {
+    /// `postgres 127.0.0.1:5432/app (schema distlock)`: hosts, database and schema, no
+    /// credentials.
+    fn describe(&self) -> String {
+        use tokio_postgres::config::Host;
+        let hosts: Vec<String> = self
+            .connect
+            .get_hosts()
+            .iter()
+            .zip(
+                self.connect
+                    .get_ports()
+                    .iter()
+                    .chain(std::iter::repeat(&5432)),
+            )
+            .map(|(host, port)| match host {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                #[cfg(unix)]
+                Host::Unix(path) => format!("{}:{port}", path.display()),
+            })
+            .collect();
+        format!(
+            "postgres {}/{} (schema {})",
+            hosts.join(","),
+            self.connect.get_dbname().unwrap_or(""),
+            self.options.schema
+        )
+    }
 }
 
 /// The locks of one [`Config::in_memory`](super::Config::in_memory), shared by every client made from its clones. Made

@@ -29,6 +29,17 @@ impl Config {
                 )));
             }
         }
+        #[cfg(feature = "postgres")]
+        if let StoreConfig::Postgres(target) = &self.store {
+            let schema = &target.options.schema;
+            if !super::postgres::valid_schema(schema) {
+                return Err(LockError::Config(format!(
+                    "`postgres_schema` is {schema:?}; it must be a lower-case SQL identifier \
+                     (letters a-z, digits and `_`, not starting with a digit, at most 63 \
+                     characters)"
+                )));
+            }
+        }
         if self.node_timeout > MAX_NODE_TIMEOUT {
             return Err(LockError::Config(format!(
                 "`node_timeout` is {:?}; it must be at most {MAX_NODE_TIMEOUT:?} \

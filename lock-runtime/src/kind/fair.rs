@@ -159,6 +159,36 @@ impl FairQueue {
         ticket
     }
 
+    // For a store that keeps the queue in a database (PostgreSQL, a cargo feature).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// Each waiter: its id, its ticket and when it is dropped unless it tries again (for a
+    /// store that keeps the queue elsewhere: `store/postgres/rows.rs`).
+    pub(crate) fn waiters(&self) -> impl Iterator<Item = (&str, u64, Instant)> {
+        self.waiters
+            .iter()
+            .map(|(waiter, &(ticket, deadline))| (waiter.as_str(), ticket, deadline))
+    }
+
+    // For a store that keeps the queue in a database (PostgreSQL, a cargo feature).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// The queue of these waiters (id, ticket, deadline), as [`waiters`](Self::waiters)
+    /// listed them.
+    pub(crate) fn from_waiters(waiters: impl IntoIterator<Item = (String, u64, Instant)>) -> Self {
+        let mut queue = Self::default();
+        for (waiter, ticket, deadline) in waiters {
+            queue.order.insert((ticket, waiter.clone()));
+            queue.waiters.insert(waiter, (ticket, deadline));
+        }
+        queue
+    }
+
+    // For a store that keeps the queue in a database (PostgreSQL, a cargo feature).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// The waiter at the head of the queue, if any.
+    pub(crate) fn first(&self) -> Option<&str> {
+        self.head()
+    }
+
     fn leave(&mut self, waiter: &str) {
         if let Some((ticket, _)) = self.waiters.remove(waiter) {
             self.order.remove(&(ticket, waiter.to_owned()));

@@ -45,6 +45,23 @@ pub(crate) struct State {
     pub(crate) records: HashMap<String, RawRecord>,
     /// Grants left before the next sweep.
     pub(crate) grants_to_sweep: usize,
+    /// Where fencing tokens come from.
+    pub(crate) tokens: TokenSource,
+}
+
+/// Where a [`State`]'s fencing tokens come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenSource {
+    /// Its counters, never below the clock (the in-process store).
+    Counters,
+    // Taken by the PostgreSQL store, a cargo feature.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// The store that loaded this state takes them when it writes the grant (PostgreSQL: a
+    /// sequence, read by the statement that commits the grant). A twin that takes one gets
+    /// a placeholder, the count of tokens taken so far (1, 2, …), which the store replaces by
+    /// its own (ascending, in the same order); `last` is the highest token handed out before
+    /// the state was read, what an operator's view reports.
+    Store { taken: u64, last: u64 },
 }
 
 impl Default for State {
@@ -54,6 +71,7 @@ impl Default for State {
             fences: HashMap::new(),
             records: HashMap::new(),
             grants_to_sweep: MIN_SWEEP_AFTER,
+            tokens: TokenSource::Counters,
         }
     }
 }
@@ -67,7 +85,10 @@ pub(crate) struct Fence {
 impl State {
     /// The token a read grant carries: the latest of `key`'s live counter, else the clock
     /// (above every earlier write token, below every later one).
-    pub(crate) fn current_token(&self, key: &str, now: Instant) -> u64 {
+    pub(crate) fn current_token(&mut self, key: &str, now: Instant) -> u64 {
+        if let Some(placeholder) = self.store_token() {
+            return placeholder;
+        }
         self.fences
             .get(key)
             .filter(|fence| fence.expires_at > now)
@@ -87,6 +108,9 @@ impl State {
     /// The next fencing token of `key`: above its live counter, and never below the clock in
     /// microseconds, so that a counter forgotten after it expired does not restart low.
     pub(crate) fn next_token(&mut self, key: &str, lease: Duration, now: Instant) -> u64 {
+        if let Some(placeholder) = self.store_token() {
+            return placeholder;
+        }
         let expires_at = counter_expiry(lease, now);
         let live = self
             .fences
@@ -102,6 +126,30 @@ impl State {
             },
         );
         token
+    }
+
+    /// A placeholder for the token the store takes, when it takes them ([`TokenSource::Store`]).
+    fn store_token(&mut self) -> Option<u64> {
+        match &mut self.tokens {
+            TokenSource::Counters => None,
+            TokenSource::Store { taken, .. } => {
+                *taken += 1;
+                Some(*taken)
+            }
+        }
+    }
+
+    /// No token handed out for `key` so far is above this: its live counter, else the clock;
+    /// the store's highest where the store takes them.
+    pub(crate) fn token_ceiling(&self, key: &str, now: Instant) -> u64 {
+        if let TokenSource::Store { last, .. } = self.tokens {
+            return last;
+        }
+        self.fences
+            .get(key)
+            .filter(|fence| fence.expires_at > now)
+            .map_or(0, |fence| fence.last)
+            .max(clock_micros())
     }
 
     pub(crate) fn entries(&self) -> usize {

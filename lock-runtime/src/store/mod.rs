@@ -22,7 +22,8 @@
 //! The stores: [`redis`] (the Redis store, over a [`transport`]: one server through
 //! [`connection`] — also the primary found through Sentinel, and each master of Redlock — or a
 //! Redis Cluster through [`cluster`]), [`redlock`] (a quorum of independent masters, each a
-//! [`redis`] store on one server) and [`memory`] (in-process).
+//! [`redis`] store on one server), [`memory`] (in-process) and, with the `postgres` feature,
+//! `postgres` (PostgreSQL, running the kinds' twins under its own statements).
 
 pub(crate) mod cluster;
 pub(crate) mod connection;
@@ -32,6 +33,8 @@ pub(crate) mod glob;
 mod guarded;
 pub(crate) mod memory;
 mod open;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod primaries;
 mod probe;
 pub(crate) mod pubsub;
@@ -223,6 +226,9 @@ pub(crate) enum AnyStore {
     Cluster(Box<cluster::ClusterStore>),
     Redlock(Box<redlock::RedlockStore>),
     Memory(memory::MemoryStore),
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(Box<postgres::PostgresStore>),
 }
 
 /// Runs `$body` with `$store` bound to the store `$any` holds, whichever it is.
@@ -233,6 +239,8 @@ macro_rules! dispatch {
             AnyStore::Cluster($store) => $body,
             AnyStore::Redlock($store) => $body,
             AnyStore::Memory($store) => $body,
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres($store) => $body,
         }
     };
 }

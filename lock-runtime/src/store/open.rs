@@ -54,6 +54,16 @@ impl AnyStore {
                 io,
             ))),
             StoreConfig::InMemory(locks) => AnyStore::Memory(MemoryStore::new(locks.state())),
+            #[cfg(feature = "postgres")]
+            StoreConfig::Postgres(target) => {
+                AnyStore::Postgres(Box::new(super::postgres::PostgresStore::new(
+                    target.connect.clone(),
+                    target.options.clone(),
+                    config.connect_timeout,
+                    config.response_timeout,
+                    io,
+                )?))
+            }
         })
     }
 
@@ -65,6 +75,8 @@ impl AnyStore {
             StoreConfig::Cluster(_) => "cluster",
             StoreConfig::Redlock(_) => "redlock",
             StoreConfig::InMemory(_) => "memory",
+            #[cfg(feature = "postgres")]
+            StoreConfig::Postgres(_) => "postgres",
         }
     }
 }

@@ -1,0 +1,397 @@
+//! PostgreSQL as a store: every kind's rules run as their twins (`kind/`, the reference
+//! statement of the rules) on the state of the keys they touch, read from the database and
+//! written back in two statements, each its own transaction (`postgres/statements.rs`):
+//! a read of the rows with the database's clock, the twin at that time, and a write of the
+//! rows it changed that holds only if none changed since the read (else read again). A key's
+//! state is one row (`postgres/rows.rs`), its times on the database's clock
+//! (`clock_timestamp()` of the read), never a client's. Fencing tokens come from a sequence,
+//! taken by the statement that commits the grant: strictly increasing across holders and
+//! durable, with no clock in the argument (`docs/guarantees.md`). Waiters are woken by
+//! `NOTIFY` at the commit of the change that frees what they wait for
+//! (`postgres/listener.rs`), with the backoff as the fallback. A statement that got no answer
+//! has its backend terminated before the failure is reported (`postgres/connections.rs`), so
+//! the clean-up of an ambiguous try cannot be overtaken by the try. The store's objects live
+//! in a schema of its own (`postgres/schema.rs`), created or checked before the first
+//! statement. Neighbours: the store contract (`store/mod.rs`), the twins (`kind/twins.rs`,
+//! `kind/multi.rs`, the key operations' `twin`s).
+
+mod connections;
+mod listener;
+mod rows;
+mod schema;
+mod statements;
+mod transaction;
+mod turns;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::runtime::Handle;
+
+use self::connections::{Connections, Failure};
+use self::listener::{Listener, ListenerFeed};
+use self::rows::{announcements, decode, encode, KeyState, Timeline};
+pub use self::schema::ddl;
+use self::transaction::{Loaded, Shared, Transaction, Write};
+use self::turns::Turns;
+use super::glob::glob_matches;
+use super::{Found, Store};
+use crate::clock::Clock;
+use crate::config::PostgresOptions;
+use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::key_operation::KeyOperation;
+use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::twins::{State, TokenSource};
+use crate::kind::{Holding, Renewal, Try};
+use crate::operator_scripts::{ForceUnlock, RawHolder};
+use crate::protocol::{AcquireReply, FencingToken, LockKey, Renewed};
+use crate::wake::{ReleaseListener, Waiters};
+
+/// The PostgreSQL store of one client.
+pub(crate) struct PostgresStore {
+    shared: Arc<Shared>,
+    listener: Arc<Listener>,
+    waker: ReleaseListener,
+    turns: Turns,
+}
+
+impl PostgresStore {
+    pub(crate) fn new(
+        config: tokio_postgres::Config,
+        options: PostgresOptions,
+        connect_timeout: std::time::Duration,
+        response_timeout: std::time::Duration,
+        io: Handle,
+    ) -> Result<Self, LockError> {
+        let waiters = Waiters::default();
+        let listener = Listener::new(
+            config.clone(),
+            io.clone(),
+            options.schema.clone(),
+            waiters.clone(),
+            connect_timeout,
+        );
+        let waker = ReleaseListener::new(waiters, ListenerFeed(listener.clone()));
+        let connections = Connections::new(config, io.clone(), connect_timeout, response_timeout)?;
+        Ok(Self {
+            shared: Arc::new(Shared::new(connections, options, io)),
+            listener,
+            waker,
+            turns: Turns::default(),
+        })
+    }
+
+    /// Runs `twin` on the state of `keys` as the database has it, and writes back what it
+    /// changed, in one transaction holding the keys' turns (`postgres/transaction.rs`; read
+    /// again should a key have changed anyway — a sweep — within the response timeout and
+    /// `cut`): the twin's answer, and the tokens it took (its placeholders 1, 2, … are the
+    /// positions in that list). The client's own tasks take turns on a key before the
+    /// database's turn (`postgres/turns.rs`), so that they do not hold all its connections
+    /// waiting there.
+    async fn transact<T>(
+        &self,
+        operation: &'static str,
+        keys: &[&LockKey],
+        cut: Option<Instant>,
+        mut twin: impl FnMut(&mut State, &Timeline) -> Result<T, LockError>,
+    ) -> Result<(T, Vec<u64>), LockError> {
+        let names: Vec<&str> = keys.iter().map(|key| key.lock.as_str()).collect();
+        let _turn = self.turns.take(&names).await;
+        let give_up = Instant::now() + self.shared.connections.response_timeout();
+        loop {
+            let transaction = match Transaction::open(&self.shared, operation, &names, cut).await {
+                Ok(transaction) => transaction,
+                Err(Failure::Changed) if Instant::now() < give_up => continue,
+                Err(failure) => return Err(failure.into()),
+            };
+            let (answer, write) = self.run_twin(operation, keys, &transaction.loaded, &mut twin)?;
+            let Some(write) = write else {
+                transaction.finish();
+                return Ok((answer, Vec::new()));
+            };
+            match transaction.write(operation, write).await {
+                Ok(tokens) => return Ok((answer, tokens)),
+                Err(Failure::Changed) if Instant::now() < give_up => {}
+                Err(Failure::Changed) => {
+                    return Err(BackendError::new(
+                        operation,
+                        BackendErrorKind::Timeout,
+                        "the keys kept changing between a read and its write for the whole \
+                         response timeout",
+                    )
+                    .into())
+                }
+                Err(Failure::Error(err)) => return Err(err),
+            }
+        }
+    }
+
+    /// The twin on the loaded state: its answer, and what to write (`None`: nothing changed
+    /// and no token was taken).
+    fn run_twin<T>(
+        &self,
+        operation: &'static str,
+        keys: &[&LockKey],
+        loaded: &Loaded,
+        twin: &mut impl FnMut(&mut State, &Timeline) -> Result<T, LockError>,
+    ) -> Result<(T, Option<Write>), LockError> {
+        let time = &loaded.time;
+        let mut state = State {
+            tokens: TokenSource::Store {
+                taken: 0,
+                last: loaded.last_token,
+            },
+            ..State::default()
+        };
+        let mut before = HashMap::new();
+        for key in keys {
+            let (_, row) = &loaded.rows[&key.lock];
+            let Some(row) = row else {
+                before.insert(key.lock.clone(), KeyState::default());
+                continue;
+            };
+            let read = |row| {
+                decode(row, time).map_err(|err| {
+                    LockError::from(BackendError::new(
+                        operation,
+                        BackendErrorKind::Server,
+                        format!(
+                            "the row of `{}` in the PostgreSQL table `{}.locks` is not a \
+                             distlock lock ({}); it was left untouched",
+                            key.name, self.shared.options.schema, err.0
+                        ),
+                    ))
+                })
+            };
+            let KeyState { entry, record } = read(row)?;
+            state.locks.insert(key.lock.clone(), entry);
+            if let Some(record) = record {
+                state.records.insert(key.lock.clone(), record);
+            }
+            before.insert(key.lock.clone(), read(row)?);
+        }
+        let answer = twin(&mut state, time)?;
+        let TokenSource::Store { taken, .. } = state.tokens else {
+            unreachable!("the state was made with the store's tokens")
+        };
+        let mut write = Write {
+            tokens: i32::try_from(taken).unwrap_or(i32::MAX),
+            ..Write::default()
+        };
+        let mut done = std::collections::HashSet::new();
+        for key in keys {
+            if !done.insert(key.lock.as_str()) {
+                continue;
+            }
+            let after = KeyState {
+                entry: state.locks.remove(&key.lock).unwrap_or_default(),
+                record: state.records.remove(&key.lock),
+            };
+            let (version, old) = &loaded.rows[&key.lock];
+            let new = (!after.is_empty()).then(|| encode(&after, time));
+            if new == *old {
+                continue;
+            }
+            let channel = key.channel();
+            for payload in announcements(&before[&key.lock], &after) {
+                write.notes.push(format!("{payload} {channel}"));
+            }
+            write.names.push(key.lock.clone());
+            write.versions.push(*version);
+            write
+                .expires
+                .push(after.expires().map(|at| time.micros(at)));
+            write.states.push(new);
+        }
+        if write.names.is_empty() && write.tokens == 0 {
+            return Ok((answer, None));
+        }
+        Ok((answer, Some(write)))
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.listener.stop();
+    }
+}
+
+/// The token a placeholder stands for (`TokenSource::Store`).
+fn token(placeholder: u64, tokens: &[u64]) -> Result<FencingToken, LockError> {
+    usize::try_from(placeholder)
+        .ok()
+        .and_then(|i| tokens.get(i.checked_sub(1)?))
+        .map(|&token| FencingToken(token))
+        .ok_or_else(|| {
+            BackendError::new(
+                "acquire",
+                BackendErrorKind::Server,
+                "PostgreSQL handed out fewer tokens than the grant took",
+            )
+            .into()
+        })
+}
+
+impl Store for PostgresStore {
+    async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
+        let (reply, tokens) = self
+            .transact("acquire", &[attempt.key], attempt.cut, |state, time| {
+                let mut attempt = *attempt;
+                if let Some(seat) = attempt.seat.as_mut().filter(|seat| seat.place == 0) {
+                    // A new fair waiter's place: the database's clock, as on Redis.
+                    seat.place = u64::try_from(time.db_micros).unwrap_or(1).max(1);
+                }
+                state.try_grant(&attempt, time.now)
+            })
+            .await?;
+        match reply {
+            AcquireReply::Acquired(Some(FencingToken(placeholder))) => {
+                Ok(AcquireReply::Acquired(Some(token(placeholder, &tokens)?)))
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn release(
+        &self,
+        holding: Holding,
+        key: &LockKey,
+        owner: &str,
+    ) -> Result<bool, LockError> {
+        let (was_ours, _) = self
+            .transact("release", &[key], None, |state, time| {
+                Ok(state.give_back(holding, key, owner, time.now))
+            })
+            .await?;
+        Ok(was_ours)
+    }
+
+    /// Every lease in one read and one write.
+    async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
+        let keys: Vec<&LockKey> = leases.iter().map(|renewal| renewal.key).collect();
+        let (renewed, _) = self
+            .transact("renew", &keys, None, |state, time| {
+                Ok(leases
+                    .iter()
+                    .map(|renewal| state.renew(renewal, time.now))
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        Ok(renewed)
+    }
+
+    /// Every key read and written in one statement each: all or none.
+    async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
+        let keys: Vec<&LockKey> = attempt.keys.iter().collect();
+        let (reply, tokens) = self
+            .transact("acquire", &keys, attempt.cut, |state, time| {
+                Ok(state.try_grant_all(attempt, time.now))
+            })
+            .await?;
+        match reply {
+            MultiReply::Acquired(placeholders) => Ok(MultiReply::Acquired(
+                placeholders
+                    .into_iter()
+                    .map(|p| p.map(|FencingToken(p)| token(p, &tokens)).transpose())
+                    .collect::<Result<_, _>>()?,
+            )),
+            other => Ok(other),
+        }
+    }
+
+    async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
+        let (all, _) = self
+            .transact("release", keys, None, |state, time| {
+                Ok(state.give_back_all(keys, owner, time.now))
+            })
+            .await?;
+        Ok(all)
+    }
+
+    /// The operation's twin, on the key's row.
+    async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
+        let (output, _) = self
+            .transact(O::NAME, &[operation.key()], None, |state, time| {
+                Ok(operation.twin(state, time.now))
+            })
+            .await?;
+        Ok(output)
+    }
+
+    /// The twin of [`ForceUnlock`], with its token from the sequence.
+    async fn force_unlock(&self, key: &LockKey) -> Result<(Vec<RawHolder>, u64), LockError> {
+        let ((evicted, placeholder), tokens) = self
+            .transact(ForceUnlock::NAME, &[key], None, |state, time| {
+                Ok(ForceUnlock(key).twin(state, time.now))
+            })
+            .await?;
+        Ok((evicted, token(placeholder, &tokens)?.0))
+    }
+
+    /// The keys in use matching `pattern` (read by its literal start, then matched here).
+    async fn scan_into(&self, pattern: &str, found: &mut Found) -> Result<(), LockError> {
+        let (connection, _) = self.shared.checkout(None).await?;
+        let literal: String = pattern
+            .chars()
+            .take_while(|c| !matches!(c, '*' | '?' | '[' | '\\'))
+            .flat_map(|c| match c {
+                '%' | '_' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        let sql = statements::scan(&self.shared.options.schema);
+        let limit = i64::try_from(found.wanted().saturating_mul(16).max(1024)).unwrap_or(i64::MAX);
+        let like = format!("{literal}%");
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&like, &limit];
+        let rows = tokio::time::timeout(
+            self.shared.connections.response_timeout(),
+            connection.query(&sql, &params),
+        )
+        .await
+        .map_err(|_| timed_out("scan"))?
+        .map_err(|err| LockError::from(connections::store_error("scan", &err)))?;
+        let wanted = found.wanted();
+        found.extend(
+            rows.iter()
+                .map(|row| row.get::<_, String>(0))
+                .filter(|name| glob_matches(pattern.as_bytes(), name.as_bytes()))
+                .take(wanted),
+        );
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), LockError> {
+        let (connection, _) = self.shared.checkout(None).await?;
+        tokio::time::timeout(
+            self.shared.connections.response_timeout(),
+            connection.batch_execute("SELECT 1"),
+        )
+        .await
+        .map_err(|_| timed_out("ping"))?
+        .map_err(|err| LockError::from(connections::store_error("ping", &err)))
+    }
+
+    fn waker(&self) -> Option<&ReleaseListener> {
+        Some(&self.waker)
+    }
+
+    /// Leases run on the database's clock, in real time.
+    fn clock(&self) -> Clock {
+        Clock::Real
+    }
+
+    /// Each statement of a try ends at its cut.
+    fn cuts_tries(&self) -> bool {
+        true
+    }
+}
+
+fn timed_out(operation: &'static str) -> LockError {
+    BackendError::new(
+        operation,
+        BackendErrorKind::Timeout,
+        "no answer from PostgreSQL within the response timeout",
+    )
+    .into()
+}

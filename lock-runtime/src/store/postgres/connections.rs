@@ -1,0 +1,381 @@
+//! The PostgreSQL store's connections: a small pool (`deadpool-postgres`, [`POOL_SIZE`]
+//! connections per client), each connection lent to one operation at a time, since an
+//! operation is a transaction of its own (`postgres.rs`). Connections are made on the client's
+//! I/O runtime, whatever runtime the caller is on ([`OnIo`]), with
+//! `idle_in_transaction_session_timeout` set, so that a client frozen inside a transaction
+//! (holding a key's turn) is cut off by the server. Every statement has the response timeout
+//! (a try's: at most what is left of its wait); a failure without an answer (timed out,
+//! connection lost) takes the connection out of the pool and terminates its backend
+//! (`pg_terminate_backend`, waiting for it to end) before the failure is reported, so nothing
+//! of it can commit later — the clean-up that follows an ambiguous try is never overtaken by
+//! the try. Errors read as [`BackendError`]s here ([`store_error`]). Neighbours: `postgres.rs`
+//! runs its transactions here; `schema.rs` is set up through the first connection.
+
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::error::{BackendError, BackendErrorKind, LockError};
+
+/// Connections per client: operations on distinct keys run side by side on this many; more
+/// wait for one (each operation holds one for two round trips).
+pub(crate) const POOL_SIZE: usize = 4;
+
+/// The SQLSTATE of `written_all` (`schema.rs`): a key changed since it was read.
+pub(crate) const CHANGED: &str = "DL001";
+
+pub(crate) struct Connections {
+    pool: Pool,
+    /// Each pooled connection's backend process id, read once (for `discard`).
+    pids: std::sync::Mutex<std::collections::HashMap<deadpool::managed::ObjectId, i32>>,
+    io: Handle,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+/// Why a statement failed.
+pub(crate) enum Failure {
+    /// A key changed since it was read (or two operations met in a deadlock the server
+    /// broke): read again.
+    Changed,
+    /// Anything else, as the caller reports it.
+    Error(LockError),
+}
+
+impl From<LockError> for Failure {
+    fn from(err: LockError) -> Self {
+        Failure::Error(err)
+    }
+}
+
+/// Makes the pool's connections on the client's I/O runtime (the pool would make them on the
+/// caller's, which a test or a short-lived runtime may drop with the connection in it).
+struct OnIo(Handle);
+
+impl deadpool_postgres::Connect for OnIo {
+    fn connect(
+        &self,
+        config: &Config,
+    ) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
+        let config = config.clone();
+        let io = self.0.clone();
+        Box::pin(async move {
+            let on_io = config.clone();
+            let connecting = io.clone().spawn(async move {
+                let (client, connection) = on_io.connect(NoTls).await?;
+                let task = io.spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok((client, task))
+            });
+            match connecting.await {
+                Ok(connected) => connected,
+                // The I/O runtime is shutting down: connect here, as the pool would.
+                Err(_) => {
+                    let (client, connection) = config.connect(NoTls).await?;
+                    Ok((
+                        client,
+                        tokio::spawn(async move {
+                            let _ = connection.await;
+                        }),
+                    ))
+                }
+            }
+        })
+    }
+}
+
+impl Connections {
+    pub(crate) fn new(
+        mut config: Config,
+        io: Handle,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Self, LockError> {
+        // A transaction of ours is two round trips apart at most; one left open longer is a
+        // client that stopped (frozen, partitioned) while holding a key's turn.
+        let idle = (response_timeout * 2).as_millis().max(100);
+        let options = format!(
+            "{} -c idle_in_transaction_session_timeout={idle}",
+            config.get_options().unwrap_or_default()
+        );
+        config.options(options.trim());
+        if config.get_application_name().is_none() {
+            config.application_name("distlock");
+        }
+        config.connect_timeout(connect_timeout);
+        let manager = Manager::from_connect(
+            config,
+            OnIo(io.clone()),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|err| LockError::Config(format!("the PostgreSQL pool: {err}")))?;
+        Ok(Self {
+            pool,
+            pids: std::sync::Mutex::default(),
+            io,
+            connect_timeout,
+            response_timeout,
+        })
+    }
+
+    /// The pool (for a task of its own).
+    pub(crate) fn pool(&self) -> Pool {
+        self.pool.clone()
+    }
+
+    /// The response timeout of every statement.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+
+    /// A connection of the pool for one operation, waiting at most the connect timeout (and
+    /// until `cut`).
+    pub(crate) async fn checkout(&self, cut: Option<Instant>) -> Result<Object, LockError> {
+        let pool = self.pool.clone();
+        let getting = self.io.spawn(async move { pool.get().await });
+        match tokio::time::timeout(budget(self.connect_timeout, cut), getting).await {
+            Ok(Ok(Ok(object))) => Ok(object),
+            Ok(Ok(Err(err))) => Err(connect_error(&err.to_string(), &err)),
+            Ok(Err(join)) => Err(BackendError::new(
+                "connect",
+                BackendErrorKind::Connection,
+                format!("the connect task ended: {join}"),
+            )
+            .into()),
+            Err(_) => Err(BackendError::new(
+                "connect",
+                BackendErrorKind::Connection,
+                format!(
+                    "no PostgreSQL connection within {:?}",
+                    budget(self.connect_timeout, cut)
+                ),
+            )
+            .connect_timed_out(true)
+            .into()),
+        }
+    }
+
+    /// The backend process id of `connection`, read on its first use.
+    pub(crate) async fn pid(&self, connection: &Object) -> Result<i32, LockError> {
+        let id = Object::id(connection);
+        let known = self
+            .pids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .copied();
+        if let Some(pid) = known {
+            return Ok(pid);
+        }
+        let asked = connection.query_one("SELECT pg_backend_pid()", &[]);
+        let row = match tokio::time::timeout(self.response_timeout, asked).await {
+            Ok(Ok(row)) => row,
+            Ok(Err(err)) => return Err(store_error("connect", &err).into()),
+            Err(_) => {
+                return Err(BackendError::new(
+                    "connect",
+                    BackendErrorKind::Connection,
+                    "a new PostgreSQL connection did not answer within the response timeout",
+                )
+                .into())
+            }
+        };
+        let pid: i32 = row.get(0);
+        let mut pids = self
+            .pids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pids.len() > 4 * POOL_SIZE {
+            // Entries of connections the pool dropped on its own (closed ones).
+            pids.clear();
+        }
+        pids.insert(id, pid);
+        Ok(pid)
+    }
+
+    /// How long the statements of one round trip may take: the response timeout, and no
+    /// later than `cut`.
+    pub(crate) fn budget(&self, cut: Option<Instant>) -> Duration {
+        budget(self.response_timeout, cut)
+    }
+
+    /// What a round trip came to (`outcome`: its statements run within `budget`). A failure
+    /// with no answer ends the connection: it leaves the pool and its backend (`pid`) is
+    /// terminated before this returns. After the server's refusal the transaction is rolled
+    /// back.
+    pub(crate) async fn settle<T>(
+        &self,
+        connection: &mut Option<Object>,
+        pid: i32,
+        operation: &'static str,
+        budget: Duration,
+        outcome: Result<Result<T, tokio_postgres::Error>, tokio::time::error::Elapsed>,
+    ) -> Result<T, Failure> {
+        let pid = Some(pid);
+        match outcome {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(err)) if err.code().is_some() => {
+                // The server said no: the transaction is aborted; end it (or the connection).
+                self.roll_back(connection, pid).await;
+                if is_retry(&err) {
+                    return Err(Failure::Changed);
+                }
+                Err(Failure::Error(store_error(operation, &err).into()))
+            }
+            Ok(Err(err)) => {
+                self.discard(connection, pid).await;
+                Err(Failure::Error(
+                    store_error(operation, &err).maybe_applied(true).into(),
+                ))
+            }
+            Err(_) => {
+                self.discard(connection, pid).await;
+                Err(Failure::Error(
+                    BackendError::new(
+                        operation,
+                        BackendErrorKind::Timeout,
+                        format!("no answer from PostgreSQL within {budget:?}"),
+                    )
+                    .maybe_applied(true)
+                    .into(),
+                ))
+            }
+        }
+    }
+
+    /// Ends the connection's transaction, or the connection when that fails.
+    pub(crate) async fn roll_back(&self, connection: &mut Option<Object>, pid: Option<i32>) {
+        let Some(object) = connection.as_ref() else {
+            return;
+        };
+        let rolled_back =
+            tokio::time::timeout(self.response_timeout, object.batch_execute("ROLLBACK")).await;
+        if !matches!(rolled_back, Ok(Ok(()))) {
+            self.discard(connection, pid).await;
+        }
+    }
+
+    /// Takes the connection out of the pool (it is closed), and terminates its backend `pid`
+    /// from another connection, waiting (at most the response timeout) for it to end.
+    async fn discard(&self, connection: &mut Option<Object>, pid: Option<i32>) {
+        if let Some(object) = connection.take() {
+            self.pids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(&Object::id(&object));
+            drop(Object::take(object));
+        }
+        let Some(pid) = pid else {
+            return;
+        };
+        let millis = i64::try_from(self.response_timeout.as_millis()).unwrap_or(i64::MAX);
+        let terminate = async {
+            let other = self.checkout(None).await?;
+            other
+                .query("SELECT pg_terminate_backend($1, $2)", &[&pid, &millis])
+                .await
+                .map_err(|err| LockError::from(store_error("terminate a stalled backend", &err)))
+        };
+        let ended = tokio::time::timeout(self.response_timeout * 2, terminate).await;
+        if let Ok(Err(err)) = ended {
+            tracing::debug!(
+                target: crate::telemetry::LOG_TARGET,
+                pid,
+                %err,
+                "could not terminate a stalled PostgreSQL backend"
+            );
+        }
+    }
+}
+
+/// `limit`, or less when `cut` comes first.
+fn budget(limit: Duration, cut: Option<Instant>) -> Duration {
+    cut.map_or(limit, |cut| {
+        limit.min(cut.saturating_duration_since(Instant::now()))
+    })
+}
+
+/// A failure that only means "again": a key changed since it was read, or the server broke
+/// a deadlock between two operations (keys locked in different orders by a hash collision).
+fn is_retry(err: &tokio_postgres::Error) -> bool {
+    err.code().is_some_and(|code| {
+        code.code() == CHANGED
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
+fn connect_error(message: &str, err: &(dyn std::error::Error + 'static)) -> LockError {
+    let mut source = err.source();
+    while let Some(inner) = source {
+        if let Some(pg) = inner.downcast_ref::<tokio_postgres::Error>() {
+            if pg.code().is_some() {
+                return store_error("connect", pg).into();
+            }
+        }
+        source = inner.source();
+    }
+    BackendError::new("connect", BackendErrorKind::Connection, message.to_owned()).into()
+}
+
+/// A PostgreSQL failure as a [`BackendError`]: what the server said (read-only, refused
+/// credentials, missing privileges), or a lost connection.
+pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) -> BackendError {
+    let Some(db) = err.as_db_error() else {
+        return BackendError::new(operation, BackendErrorKind::Connection, err.to_string());
+    };
+    let code = db.code();
+    let (kind, advice) = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        (
+            BackendErrorKind::Unavailable,
+            "the server is read-only (a hot standby, say after a failover): point the URL at \
+             the primary",
+        )
+    } else if *code == SqlState::INVALID_PASSWORD
+        || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    {
+        (
+            BackendErrorKind::Authentication,
+            "check the user and password in the URL",
+        )
+    } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+        (
+            BackendErrorKind::Server,
+            "the role lacks a privilege on distlock's schema (docs/postgres.md, \"Role\")",
+        )
+    } else if *code == SqlState::LOCK_NOT_AVAILABLE || *code == SqlState::QUERY_CANCELED {
+        (
+            BackendErrorKind::Timeout,
+            "the key's turn did not come within the time left",
+        )
+    } else if *code == SqlState::ADMIN_SHUTDOWN
+        || *code == SqlState::CANNOT_CONNECT_NOW
+        || *code == SqlState::CRASH_SHUTDOWN
+    {
+        (
+            BackendErrorKind::Connection,
+            "the server is shutting down or starting",
+        )
+    } else {
+        (BackendErrorKind::Server, "")
+    };
+    let said = format!("{} {}: {}", db.severity(), code.code(), db.message());
+    let message = if advice.is_empty() {
+        said
+    } else {
+        format!("{said}: {advice}")
+    };
+    BackendError::new(operation, kind, message)
+}

@@ -1,0 +1,97 @@
+//! The PostgreSQL store's statements. An operation is one transaction of three: [`turns`]
+//! takes the keys' turns (advisory locks held to the end of the transaction, so operations on
+//! a key run one after another), [`read`] reads their rows with the database's clock
+//! (`clock_timestamp()`, never the transaction's start), and [`write`] writes back the rows the
+//! twin changed, each only if its version is still the one read (a safety net: a sweep does
+//! not take turns; all or none, a key changed aborts the statement with `DL001` and the store
+//! reads again), takes the fencing tokens the twin asked for from the sequence after the rows
+//! are written — so the next grant of a key, whose turn comes after this transaction
+//! commits, takes a greater token — and notifies the waiters at commit. Neighbours:
+//! `postgres.rs` runs them through `connections.rs`; `schema.rs` makes what they use.
+
+/// Takes the turns of the keys `$1` (`text[]`) for the rest of the transaction: an advisory
+/// lock each (`pg_advisory_xact_lock`, of the two-key space, the schema's hash first), in one
+/// order, so that two operations on common keys never wait on each other in a circle. The
+/// read that follows runs on a snapshot taken once they are held. (Two keys of one hash share
+/// a turn: harmless.)
+pub(crate) fn turns(schema: &str) -> String {
+    format!(
+        "SELECT count(pg_advisory_xact_lock(hashtext('{schema}'), h)) \
+         FROM (SELECT DISTINCT hashtext(n) AS h FROM unnest($1::text[]) AS n ORDER BY 1) AS keys"
+    )
+}
+
+/// Reads the rows of the keys `$1` (`text[]`): one row with the database's clock
+/// (microseconds since the epoch) and the highest token handed out, and for each key that has
+/// a row its name, version and state (none: `name` is null).
+pub(crate) fn read(schema: &str) -> String {
+    format!(
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, \
+                (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {schema}.tokens), \
+                l.name, l.version, l.state \
+         FROM (SELECT 1) AS one LEFT JOIN {schema}.locks l ON l.name = ANY($1::text[])"
+    )
+}
+
+/// Writes the rows `$1` (names) with, for each, the version read (`$2`, 0: no row), its new
+/// state (`$3`, null: delete the row) and when it may be swept (`$4`, microseconds; null:
+/// never); notifies `$5` (each `<payload> <lock channel>`) on `channel`; takes `$6` tokens.
+/// Answers the tokens, ascending.
+pub(crate) fn write(schema: &str, channel: &str) -> String {
+    format!(
+        "WITH input AS ( \
+             SELECT * FROM unnest($1::text[], $2::int8[], $3::jsonb[], $4::int8[]) \
+                 AS i(name, version, state, expires) \
+         ), updated AS ( \
+             UPDATE {schema}.locks l SET version = nextval('{schema}.tokens'), state = i.state, \
+                 expires_at = to_timestamp(i.expires / 1000000.0) \
+             FROM input i \
+             WHERE l.name = i.name AND i.version <> 0 AND i.state IS NOT NULL \
+                 AND l.version = i.version \
+             RETURNING 1 \
+         ), deleted AS ( \
+             DELETE FROM {schema}.locks l USING input i \
+             WHERE l.name = i.name AND i.version <> 0 AND i.state IS NULL \
+                 AND l.version = i.version \
+             RETURNING 1 \
+         ), inserted AS ( \
+             INSERT INTO {schema}.locks (name, version, state, expires_at) \
+             SELECT i.name, nextval('{schema}.tokens'), i.state, \
+                 to_timestamp(i.expires / 1000000.0) \
+             FROM input i WHERE i.version = 0 AND i.state IS NOT NULL \
+             ON CONFLICT (name) DO NOTHING \
+             RETURNING 1 \
+         ), written AS ( \
+             SELECT {schema}.written_all( \
+                 (SELECT count(*) FROM updated) + (SELECT count(*) FROM deleted) \
+                     + (SELECT count(*) FROM inserted), \
+                 cardinality($1::text[])) AS n \
+         ), notified AS ( \
+             SELECT count(pg_notify('{channel}', note)) AS n \
+             FROM written, unnest($5::text[]) AS note \
+         ) \
+         SELECT notified.n, ARRAY( \
+             SELECT t FROM (SELECT nextval('{schema}.tokens') AS t \
+                 FROM written, generate_series(1, $6::int)) AS taken ORDER BY t) \
+         FROM notified"
+    )
+}
+
+/// Deletes up to 1,000 rows whose every part ran out more than a second ago (a holder that
+/// crashed and a key nobody asked for again): the table follows the locks in use.
+pub(crate) fn sweep(schema: &str) -> String {
+    format!(
+        "DELETE FROM {schema}.locks WHERE name IN ( \
+             SELECT name FROM {schema}.locks \
+             WHERE expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)"
+    )
+}
+
+/// The names of the keys in use that match the `LIKE` pattern `$1`, at most `$2`.
+pub(crate) fn scan(schema: &str) -> String {
+    format!(
+        "SELECT name FROM {schema}.locks \
+         WHERE name LIKE $1 AND (expires_at IS NULL OR expires_at > clock_timestamp()) \
+         ORDER BY name LIMIT $2"
+    )
+}

@@ -1,0 +1,358 @@
+//! One operation's transaction, run by a task of its own on the client's I/O runtime
+//! ([`Transaction::open`]): it checks a connection out, takes the keys' turns and reads their
+//! rows in one round trip, hands the rows to the operation ([`Loaded`]), and then either
+//! writes back what the operation's twin changed and commits in a second round trip
+//! ([`Transaction::write`]), or commits at once ([`Transaction::finish`]). The operation's own
+//! future is the caller's: should it stop being polled (a frozen or cancelled request) between
+//! the two round trips, the task rolls back after [`NEXT_STEP_WITHIN`] — the keys' turns are
+//! never held by a future nobody polls. Neighbours: `postgres.rs` runs the twins between the
+//! two round trips; `connections.rs` lends the connection and settles failures;
+//! `statements.rs` is what is sent.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Object;
+use serde_json::Value;
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, OnceCell};
+
+use super::connections::{Connections, Failure};
+use super::rows::Timeline;
+use super::{schema, statements};
+use crate::config::PostgresOptions;
+use crate::error::{BackendError, BackendErrorKind, LockError};
+
+/// How long the task waits for the operation's next step once the rows are handed over (a
+/// twin takes microseconds): past it, it rolls back, and a late write reads again.
+pub(crate) const NEXT_STEP_WITHIN: Duration = Duration::from_millis(100);
+
+/// Writes between two sweeps of rows that ran out.
+const SWEEP_EVERY: u64 = 1024;
+
+/// What every transaction of one client shares.
+pub(crate) struct Shared {
+    pub(crate) connections: Connections,
+    pub(crate) options: PostgresOptions,
+    turns_sql: String,
+    read_sql: String,
+    write_sql: String,
+    /// Set once the schema is there (created or checked).
+    ready: OnceCell<()>,
+    writes: AtomicU64,
+    io: Handle,
+}
+
+impl Shared {
+    pub(crate) fn new(connections: Connections, options: PostgresOptions, io: Handle) -> Self {
+        Self {
+            turns_sql: statements::turns(&options.schema),
+            read_sql: statements::read(&options.schema),
+            write_sql: statements::write(&options.schema, &options.schema),
+            connections,
+            options,
+            ready: OnceCell::new(),
+            writes: AtomicU64::new(0),
+            io,
+        }
+    }
+
+    /// A connection of the pool, once the schema is there, and its backend's process id.
+    pub(crate) async fn checkout(&self, cut: Option<Instant>) -> Result<(Object, i32), LockError> {
+        let connection = self.connections.checkout(cut).await?;
+        self.ready
+            .get_or_try_init(|| schema::ensure(&connection, &self.options))
+            .await?;
+        let pid = self.connections.pid(&connection).await?;
+        Ok((connection, pid))
+    }
+}
+
+/// The database's clock and highest token as a read found them, and each key's row.
+pub(crate) struct Loaded {
+    pub(crate) time: Timeline,
+    pub(crate) last_token: u64,
+    /// Each key's version (0: no row) and state.
+    pub(crate) rows: HashMap<String, (i64, Option<Value>)>,
+}
+
+/// The rows a transaction writes back, as the write statement's parameters.
+#[derive(Default)]
+pub(crate) struct Write {
+    pub(crate) names: Vec<String>,
+    pub(crate) versions: Vec<i64>,
+    pub(crate) states: Vec<Option<Value>>,
+    pub(crate) expires: Vec<Option<i64>>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) tokens: i32,
+}
+
+/// What the operation asks of its transaction once it has the rows.
+enum Step {
+    /// Write these rows, commit, and say what came of it (the tokens taken).
+    Write(Write, oneshot::Sender<Result<Vec<u64>, Failure>>),
+    /// Nothing to write: commit.
+    Finish,
+}
+
+/// An open transaction holding its keys' turns, with the rows it read.
+pub(crate) struct Transaction {
+    pub(crate) loaded: Loaded,
+    step: oneshot::Sender<Step>,
+}
+
+impl Transaction {
+    /// Opens a transaction on `names` (lock keys) and reads their rows.
+    pub(crate) async fn open(
+        shared: &Arc<Shared>,
+        operation: &'static str,
+        names: &[&str],
+        cut: Option<Instant>,
+    ) -> Result<Transaction, Failure> {
+        let (rows_to, rows) = oneshot::channel();
+        let (step, next) = oneshot::channel();
+        let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
+        let task = shared.clone();
+        shared.io.spawn(async move {
+            task.run(operation, names, cut, rows_to, next).await;
+        });
+        let loaded = rows.await.map_err(|_| gone(operation))??;
+        Ok(Transaction { loaded, step })
+    }
+
+    /// Writes back `write` and commits: the tokens taken.
+    pub(crate) async fn write(
+        self,
+        operation: &'static str,
+        write: Write,
+    ) -> Result<Vec<u64>, Failure> {
+        let (reply, answer) = oneshot::channel();
+        if self.step.send(Step::Write(write, reply)).is_err() {
+            // Rolled back for want of the step: as a key that changed, read again.
+            return Err(Failure::Changed);
+        }
+        answer.await.map_err(|_| gone(operation))?
+    }
+
+    /// Ends the transaction (nothing to write): the caller does not wait for the commit.
+    pub(crate) fn finish(self) {
+        let _ = self.step.send(Step::Finish);
+    }
+}
+
+fn gone(operation: &'static str) -> Failure {
+    Failure::Error(
+        BackendError::new(
+            operation,
+            BackendErrorKind::Connection,
+            "the client's I/O runtime ended the PostgreSQL transaction (the client is shutting \
+             down)",
+        )
+        .into(),
+    )
+}
+
+impl Shared {
+    /// The transaction's task: both round trips, and the roll-back when the operation's next
+    /// step does not come.
+    async fn run(
+        self: Arc<Self>,
+        operation: &'static str,
+        names: Vec<String>,
+        cut: Option<Instant>,
+        rows_to: oneshot::Sender<Result<Loaded, Failure>>,
+        next: oneshot::Receiver<Step>,
+    ) {
+        let (object, pid) = match self.checkout(cut).await {
+            Ok(checked_out) => checked_out,
+            Err(err) => {
+                let _ = rows_to.send(Err(Failure::Error(err)));
+                return;
+            }
+        };
+        let mut connection = Some(object);
+        let loaded = self
+            .load(&mut connection, pid, operation, &names, cut)
+            .await;
+        let failed = loaded.is_err();
+        if rows_to.send(loaded).is_err() || failed {
+            self.connections.roll_back(&mut connection, Some(pid)).await;
+            return;
+        }
+        match tokio::time::timeout(NEXT_STEP_WITHIN, next).await {
+            Ok(Ok(Step::Write(write, reply))) => {
+                let written = self
+                    .write(&mut connection, pid, operation, &write, cut)
+                    .await;
+                let _ = reply.send(written);
+            }
+            Ok(Ok(Step::Finish)) => {
+                if let Some(object) = connection.as_ref() {
+                    let committed = object.batch_execute("COMMIT");
+                    if !matches!(
+                        tokio::time::timeout(self.connections.response_timeout(), committed).await,
+                        Ok(Ok(()))
+                    ) {
+                        self.connections.roll_back(&mut connection, Some(pid)).await;
+                    }
+                }
+            }
+            // Dropped, or not polled in time: nothing was written.
+            Ok(Err(_)) | Err(_) => self.connections.roll_back(&mut connection, Some(pid)).await,
+        }
+    }
+
+    /// Takes the turns of `names` and reads their rows with the database's clock, in one
+    /// round trip: `BEGIN`, the turns (transaction-level advisory locks, in one order, waiting
+    /// at most what is left of the budget), the read.
+    async fn load(
+        &self,
+        connection: &mut Option<Object>,
+        pid: i32,
+        operation: &'static str,
+        names: &[String],
+        cut: Option<Instant>,
+    ) -> Result<Loaded, Failure> {
+        let object = connection.as_ref().ok_or_else(lent)?;
+        let budget = self.connections.budget(cut);
+        let begin = format!(
+            "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+            budget.as_millis().max(1)
+        );
+        let statements = async {
+            let (turns, read) = futures_util::future::join(
+                object.prepare_cached(&self.turns_sql),
+                object.prepare_cached(&self.read_sql),
+            )
+            .await;
+            let (turns, read) = (turns?, read?);
+            let (begun, taken, rows) = futures_util::future::join3(
+                object.batch_execute(&begin),
+                object.query(&turns, &[&names]),
+                object.query(&read, &[&names]),
+            )
+            .await;
+            begun?;
+            taken?;
+            rows
+        };
+        let outcome = tokio::time::timeout(budget, statements).await;
+        let rows = self
+            .connections
+            .settle(connection, pid, operation, budget, outcome)
+            .await?;
+        let now = Instant::now();
+        let first = rows.first().ok_or_else(|| {
+            Failure::Error(
+                BackendError::new(
+                    operation,
+                    BackendErrorKind::Server,
+                    "PostgreSQL answered the read with no row",
+                )
+                .into(),
+            )
+        })?;
+        let db_micros: i64 = first.get(0);
+        let last: i64 = first.get(1);
+        let mut loaded = Loaded {
+            time: Timeline { db_micros, now },
+            last_token: u64::try_from(last).unwrap_or(0),
+            rows: names.iter().map(|name| (name.clone(), (0, None))).collect(),
+        };
+        for row in &rows {
+            if let Some(name) = row.get::<_, Option<String>>(2) {
+                let version: i64 = row.get(3);
+                let state: Value = row.get(4);
+                loaded.rows.insert(name, (version, Some(state)));
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Writes back what changed and commits, in one round trip.
+    async fn write(
+        &self,
+        connection: &mut Option<Object>,
+        pid: i32,
+        operation: &'static str,
+        write: &Write,
+        cut: Option<Instant>,
+    ) -> Result<Vec<u64>, Failure> {
+        let object = connection.as_ref().ok_or_else(lent)?;
+        let budget = self.connections.budget(cut);
+        let statements = async {
+            let statement = object.prepare_cached(&self.write_sql).await?;
+            let (rows, committed) = futures_util::future::join(
+                object.query(
+                    &statement,
+                    &[
+                        &write.names,
+                        &write.versions,
+                        &write.states,
+                        &write.expires,
+                        &write.notes,
+                        &write.tokens,
+                    ],
+                ),
+                object.batch_execute("COMMIT"),
+            )
+            .await;
+            let rows = rows?;
+            committed?;
+            Ok(rows)
+        };
+        let outcome = tokio::time::timeout(budget, statements).await;
+        let rows = self
+            .connections
+            .settle(connection, pid, operation, budget, outcome)
+            .await?;
+        if self.writes.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.sweep();
+        }
+        let tokens: Vec<i64> = rows.first().map(|row| row.get(1)).unwrap_or_default();
+        Ok(tokens
+            .into_iter()
+            .map(|token| u64::try_from(token).unwrap_or(0))
+            .collect())
+    }
+
+    /// Deletes rows that ran out, in the background.
+    fn sweep(&self) {
+        let sql = statements::sweep(&self.options.schema);
+        let pool = self.connections.pool();
+        let timeout = self.connections.response_timeout();
+        self.io.spawn(async move {
+            if let Ok(connection) = pool.get().await {
+                let _ = tokio::time::timeout(timeout, connection.batch_execute(&sql)).await;
+            }
+        });
+    }
+}
+
+/// A connection used after it was given up: a bug, reported rather than a panic.
+fn lent() -> Failure {
+    Failure::Error(
+        BackendError::new(
+            "acquire",
+            BackendErrorKind::Server,
+            "a PostgreSQL connection was used after it was given up",
+        )
+        .into(),
+    )
+}
+
+impl From<Failure> for LockError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Error(err) => err,
+            Failure::Changed => BackendError::new(
+                "acquire",
+                BackendErrorKind::Server,
+                "a key changed between a read and its write",
+            )
+            .into(),
+        }
+    }
+}
