@@ -290,11 +290,12 @@ impl Connections {
         };
         let ended = tokio::time::timeout(self.response_timeout * 2, terminate).await;
         if let Ok(Err(err)) = ended {
-            tracing::debug!(
+            tracing::warn!(
                 target: crate::telemetry::LOG_TARGET,
                 pid,
                 %err,
-                "could not terminate a stalled PostgreSQL backend"
+                "could not terminate a stalled PostgreSQL backend; the server ends its \
+                 transaction by idle_in_transaction_session_timeout"
             );
         }
     }
