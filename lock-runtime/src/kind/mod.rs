@@ -146,7 +146,30 @@ impl Holding {
     }
 }
 
+/// Where a key's state keeps a grant of a kind ([`TwinEntry`]'s parts): what a store that
+/// keeps the entry in its own form renews in place (PostgreSQL's one-statement renewal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HolderSlot {
+    /// The writer (`TwinEntry::writer`).
+    Writer,
+    /// One of the readers (`TwinEntry::readers`).
+    Reader,
+    /// One of the permit holders (`TwinEntry::permits`).
+    Permit,
+}
+
 impl Kind {
+    /// Where a grant of this kind is kept in a key's state ([`HolderSlot`]), as
+    /// [`TwinEntry::extend`] finds it.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn holder_slot(self) -> HolderSlot {
+        match self {
+            Kind::Write => HolderSlot::Writer,
+            Kind::Read => HolderSlot::Reader,
+            Kind::Semaphore(_) => HolderSlot::Permit,
+        }
+    }
+
     /// Which fencing token a grant of this kind takes ([`TokenRule`]): the one rule every
     /// store follows (the scripts follow it too).
     pub(crate) fn token_rule(self) -> TokenRule {

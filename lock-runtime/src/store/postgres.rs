@@ -43,7 +43,7 @@ use crate::error::{BackendError, BackendErrorKind, LockError};
 use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::twins::{State, TokenSource};
-use crate::kind::{Holding, Renewal, Try};
+use crate::kind::{HolderSlot, Holding, Renewal, Try};
 use crate::operator_scripts::{ForceUnlock, RawHolder};
 use crate::protocol::{AcquireReply, FencingToken, LockKey, Renewed};
 use crate::wake::{ReleaseListener, Waiters};
@@ -267,18 +267,28 @@ impl Store for PostgresStore {
         Ok(was_ours)
     }
 
-    /// Every lease in one read and one write.
+    /// Every lease in one statement (one per grant of a key renewed twice), with no turn:
+    /// the statement changes a grant only where it is still its owner's and unexpired.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
-        let keys: Vec<&LockKey> = leases.iter().map(|renewal| renewal.key).collect();
-        let (renewed, _) = self
-            .transact("renew", &keys, None, |state, time| {
-                Ok(leases
-                    .iter()
-                    .map(|renewal| state.renew(renewal, time.now))
-                    .collect::<Vec<_>>())
+        let renewals: Vec<(String, String, &'static str, i64)> = leases
+            .iter()
+            .map(|renewal| {
+                let side = match renewal.kind.holder_slot() {
+                    HolderSlot::Writer => "w",
+                    HolderSlot::Reader => "r",
+                    HolderSlot::Permit => "p",
+                };
+                let lease = i64::try_from(renewal.lease.as_micros()).unwrap_or(i64::MAX);
+                (
+                    renewal.key.lock.clone(),
+                    renewal.owner.to_owned(),
+                    side,
+                    lease,
+                )
             })
-            .await?;
-        Ok(renewed)
+            .collect();
+        let renewed = self.shared.renew(&renewals).await?;
+        Ok(renewed.into_iter().map(Renewed::from).collect())
     }
 
     /// Every key read and written in one statement each: all or none.

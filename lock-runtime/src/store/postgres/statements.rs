@@ -77,6 +77,42 @@ pub(crate) fn write(schema: &str, channel: &str) -> String {
     )
 }
 
+/// Renews leases in one statement of its own (no turn: it changes a row only where the grant
+/// is still its owner's and unexpired, and its new version makes any operation that read the
+/// row before read it again): for each `$1` name, `$2` owner, `$3` side (`w` the writer, `r` a
+/// reader, `p` a permit holder) and `$4` lease in microseconds, the grant's end set to the
+/// database's clock plus the lease. Answers the positions (1-based) of the grants renewed.
+/// A name appears once per statement (a row is changed once by one statement).
+pub(crate) fn renew(schema: &str) -> String {
+    format!(
+        "WITH input AS ( \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) \
+                 WITH ORDINALITY AS i(name, owner, side, lease, n) \
+         ), clock AS ( \
+             SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us \
+         ), renewed AS ( \
+             UPDATE {schema}.locks l SET \
+                 state = CASE i.side \
+                     WHEN 'w' THEN jsonb_set(l.state, '{{w,1}}', to_jsonb(clock.us + i.lease)) \
+                     WHEN 'r' THEN jsonb_set(l.state, ARRAY['r', i.owner], \
+                         to_jsonb(clock.us + i.lease)) \
+                     ELSE jsonb_set(l.state, ARRAY['p', 'h', i.owner], \
+                         to_jsonb(clock.us + i.lease)) END, \
+                 version = nextval('{schema}.tokens'), \
+                 expires_at = greatest(l.expires_at, \
+                     to_timestamp((clock.us + i.lease) / 1000000.0)) \
+             FROM input i, clock \
+             WHERE l.name = i.name AND CASE i.side \
+                 WHEN 'w' THEN l.state->'w'->>0 = i.owner \
+                     AND (l.state->'w'->>1)::bigint > clock.us \
+                 WHEN 'r' THEN (l.state->'r'->>i.owner)::bigint > clock.us \
+                 ELSE (l.state->'p'->'h'->>i.owner)::bigint > clock.us END \
+             RETURNING i.n \
+         ) \
+         SELECT n FROM renewed"
+    )
+}
+
 /// Deletes up to 1,000 rows whose every part ran out more than a second ago (a holder that
 /// crashed and a key nobody asked for again): the table follows the locks in use.
 pub(crate) fn sweep(schema: &str) -> String {

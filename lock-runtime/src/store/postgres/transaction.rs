@@ -39,6 +39,7 @@ pub(crate) struct Shared {
     turns_sql: String,
     read_sql: String,
     write_sql: String,
+    renew_sql: String,
     /// Set once the schema is there (created or checked).
     ready: OnceCell<()>,
     writes: AtomicU64,
@@ -51,6 +52,7 @@ impl Shared {
             turns_sql: statements::turns(&options.schema),
             read_sql: statements::read(&options.schema),
             write_sql: statements::write(&options.schema, &options.schema),
+            renew_sql: statements::renew(&options.schema),
             connections,
             options,
             ready: OnceCell::new(),
@@ -328,6 +330,63 @@ impl Shared {
                 let _ = tokio::time::timeout(timeout, connection.batch_execute(&sql)).await;
             }
         });
+    }
+}
+
+impl Shared {
+    /// Renews leases in one statement (`statements::renew`) per round of distinct keys, the
+    /// rounds sent together: `renewals` are (name, owner, side, lease in microseconds); the
+    /// positions renewed.
+    pub(crate) async fn renew(
+        &self,
+        renewals: &[(String, String, &'static str, i64)],
+    ) -> Result<Vec<bool>, LockError> {
+        // Rounds in which each key appears once.
+        let mut rounds: Vec<Vec<usize>> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, (name, ..)) in renewals.iter().enumerate() {
+            let round = seen.entry(name.as_str()).or_insert(0);
+            if rounds.len() <= *round {
+                rounds.push(Vec::new());
+            }
+            rounds[*round].push(i);
+            *round += 1;
+        }
+        let (object, pid) = self.checkout(None).await?;
+        let mut connection = Some(object);
+        let budget = self.connections.budget(None);
+        let object = connection.as_ref().ok_or_else(|| LockError::from(lent()))?;
+        let statements = async {
+            let statement = object.prepare_cached(&self.renew_sql).await?;
+            let sent = rounds.iter().map(|round| {
+                let names: Vec<&str> = round.iter().map(|&i| renewals[i].0.as_str()).collect();
+                let owners: Vec<&str> = round.iter().map(|&i| renewals[i].1.as_str()).collect();
+                let sides: Vec<&str> = round.iter().map(|&i| renewals[i].2).collect();
+                let leases: Vec<i64> = round.iter().map(|&i| renewals[i].3).collect();
+                let statement = &statement;
+                async move {
+                    object
+                        .query(statement, &[&names, &owners, &sides, &leases])
+                        .await
+                }
+            });
+            futures_util::future::try_join_all(sent).await
+        };
+        let outcome = tokio::time::timeout(budget, statements).await;
+        let answers = self
+            .connections
+            .settle(&mut connection, pid, "renew", budget, outcome)
+            .await?;
+        let mut renewed = vec![false; renewals.len()];
+        for (round, rows) in rounds.iter().zip(answers) {
+            for row in rows {
+                let n: i64 = row.get(0);
+                if let Some(&i) = usize::try_from(n - 1).ok().and_then(|n| round.get(n)) {
+                    renewed[i] = true;
+                }
+            }
+        }
+        Ok(renewed)
     }
 }
 
