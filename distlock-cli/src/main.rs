@@ -21,11 +21,12 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use distlock::{Client, Config, FencingToken, LockError};
 
-/// Inspect and steer distlock's locks in Redis.
+/// Inspect and steer distlock's locks in Redis or PostgreSQL.
 ///
-/// The store comes from --url, --cluster, --sentinel/--master or --redlock, else from the
-/// environment as the library reads it (REDIS_URL, DISTLOCK_CLUSTER_URLS,
-/// DISTLOCK_SENTINEL_URLS with DISTLOCK_SENTINEL_MASTER, DISTLOCK_REDLOCK_URLS).
+/// The store comes from --url, --cluster, --sentinel/--master, --redlock or --postgres, else
+/// from the environment as the library reads it (REDIS_URL, DISTLOCK_CLUSTER_URLS,
+/// DISTLOCK_SENTINEL_URLS with DISTLOCK_SENTINEL_MASTER, DISTLOCK_REDLOCK_URLS,
+/// DISTLOCK_POSTGRES_URL).
 ///
 /// `fence raise` talks to the data's Redis instead (--data-url).
 ///
@@ -82,6 +83,10 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Print the SQL that makes distlock's objects on PostgreSQL (its schema, table, sequence
+    /// and function; idempotent), for teams that run their own migrations and set
+    /// `Config::postgres_create_schema(false)`. Connects to nothing.
+    Schema,
     /// Fence keys of fenced writes (`distlock::fenced`), on the Redis that holds the data.
     Fence {
         #[command(subcommand)]
@@ -202,6 +207,27 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: &Cli) -> Result<Outcome, Failure> {
+    if let Command::Schema = &cli.command {
+        let schema = cli
+            .store
+            .postgres_schema
+            .as_deref()
+            .unwrap_or(distlock::DEFAULT_POSTGRES_SCHEMA);
+        // Checked as the library checks it: the schema goes into the SQL unquoted.
+        if !schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            || schema.is_empty()
+            || schema.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Ok(Outcome::Refused(format!(
+                "--postgres-schema {schema:?} is not a lower-case SQL identifier (letters a-z, \
+                 digits and `_`, not starting with a digit)"
+            )));
+        }
+        print_line(&distlock::postgres_schema_sql(schema))?;
+        return Ok(Outcome::Done);
+    }
     if let Command::Fence { command } = &cli.command {
         // The locks' store plays no part (nor its options and variables): the fence lives
         // beside the data.
@@ -285,6 +311,7 @@ async fn run(cli: &Cli) -> Result<Outcome, Failure> {
             }
         }
         Command::Fence { command } => fence(command, cli.json).await,
+        Command::Schema => Ok(Outcome::Done),
     }
 }
 

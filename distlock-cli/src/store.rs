@@ -1,6 +1,7 @@
-//! Which store the tool talks to: the `--url`, `--cluster`, `--sentinel`/`--master` or
-//! `--redlock` options, else the environment exactly as `distlock::Config::from_env` reads it
-//! (`REDIS_URL`, `DISTLOCK_CLUSTER_URLS`, …; none of them is an error). Neighbours: `main.rs` parses the options,
+//! Which store the tool talks to: the `--url`, `--cluster`, `--sentinel`/`--master`,
+//! `--redlock` or `--postgres` options, else the environment exactly as
+//! `distlock::Config::from_env` reads it (`REDIS_URL`, `DISTLOCK_CLUSTER_URLS`,
+//! `DISTLOCK_POSTGRES_URL`, …; none of them is an error). Neighbours: `main.rs` parses the options,
 //! `output.rs` prints what the client finds.
 
 use clap::Args;
@@ -10,10 +11,10 @@ use distlock::{Config, LockError};
 #[derive(Debug, Args)]
 pub struct StoreArgs {
     /// One Redis server, e.g. `redis://127.0.0.1:6379/0`.
-    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["cluster", "sentinel", "redlock"])]
+    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["cluster", "sentinel", "redlock", "postgres"])]
     url: Option<String>,
     /// Redis Cluster: seed node URLs, comma-separated.
-    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',', conflicts_with_all = ["sentinel", "redlock"])]
+    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',', conflicts_with_all = ["sentinel", "redlock", "postgres"])]
     cluster: Option<Vec<String>>,
     /// Sentinel: the sentinels' URLs, comma-separated (with `--master`).
     #[arg(
@@ -22,15 +23,28 @@ pub struct StoreArgs {
         value_name = "URL,URL",
         value_delimiter = ',',
         requires = "master",
-        conflicts_with = "redlock"
+        conflicts_with_all = ["redlock", "postgres"]
     )]
     sentinel: Option<Vec<String>>,
     /// Sentinel: the name of the master the sentinels monitor.
     #[arg(long, global = true, value_name = "NAME", requires = "sentinel")]
     master: Option<String>,
     /// Redlock: the independent masters' URLs, comma-separated (an odd number, at least 3).
-    #[arg(long, global = true, value_name = "URL,URL,URL", value_delimiter = ',')]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL,URL,URL",
+        value_delimiter = ',',
+        conflicts_with = "postgres"
+    )]
     redlock: Option<Vec<String>>,
+    /// PostgreSQL, e.g. `postgres://app@db.internal:5432/app`.
+    #[arg(long, global = true, value_name = "URL")]
+    postgres: Option<String>,
+    /// The schema of distlock's objects on PostgreSQL (`Config::postgres_schema`). Defaults
+    /// to `distlock`; `schema` prints the SQL for it.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub postgres_schema: Option<String>,
     /// The key prefix of the application's locks (`Config::key_prefix`). Defaults to
     /// `distlock:`.
     #[arg(long, global = true, value_name = "PREFIX")]
@@ -48,18 +62,24 @@ impl StoreArgs {
             Config::sentinel(sentinels, master)?
         } else if let Some(masters) = &self.redlock {
             Config::redlock(masters)?
+        } else if let Some(url) = &self.postgres {
+            Config::postgres(url)?
         } else {
             // No fallback to a local server: an operator whose variable is missing learns
             // so, rather than reading (or unlocking) whatever answers on this machine.
             Config::from_env().map_err(|err| match err {
                 LockError::Config(why) => LockError::Config(format!(
                     "{why} (or name the store with --url, --cluster, --sentinel with --master, \
-                     or --redlock)"
+                     --redlock or --postgres)"
                 )),
                 other => other,
             })?
         };
         let config = config.app_name("distlock-cli");
+        let config = match &self.postgres_schema {
+            Some(schema) => config.postgres_schema(schema),
+            None => config,
+        };
         Ok(match &self.prefix {
             Some(prefix) => config.key_prefix(prefix),
             None => config,

@@ -1,5 +1,5 @@
-//! The `distlock` binary end to end: the built executable run against real `redis-server`
-//! processes (started by the workspace's shared test support), with locks held by the library
+//! The `distlock` binary end to end: the built executable run against real `redis-server` and
+//! `postgres` processes (started by the workspace's shared test support), with locks held by the library
 //! in this test process, as an operator would meet them.
 
 #[path = "../../tests/support/mod.rs"]
@@ -8,9 +8,10 @@ mod support;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use distlock::{Client, Config, FencingToken};
+use distlock::{Client, Config, FencingToken, LockError};
 use serde_json::Value;
 use support::masters::start_masters;
+use support::postgres::PostgresServer;
 use support::RedisServer;
 
 /// Runs `distlock` with `args`, the environment cleared of distlock's variables (and `env`
@@ -23,6 +24,7 @@ fn distlock(args: &[&str], env: &[(&str, &str)]) -> Output {
         "DISTLOCK_SENTINEL_URLS",
         "DISTLOCK_SENTINEL_MASTER",
         "DISTLOCK_REDLOCK_URLS",
+        "DISTLOCK_POSTGRES_URL",
     ] {
         command.env_remove(var);
     }
@@ -277,6 +279,92 @@ async fn every_command_works_on_redlock() {
     assert!(forced["token"].as_u64().unwrap() > guard.fencing_token().unwrap().get());
     let next = app.lock("ledger:9").acquire().await.unwrap();
     assert!(next.fencing_token().unwrap().get() > forced["token"].as_u64().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_on_postgres() {
+    let server = PostgresServer::start();
+    let url = server.url();
+    let app = Client::new(Config::postgres(&url).unwrap().app_name("pg-app")).unwrap();
+    let guard = app.lock("ledger:9").acquire().await.unwrap();
+
+    let parsed = json(&distlock(
+        &["--postgres", &url, "--json", "status", "ledger:9"],
+        &[],
+    ));
+    assert_eq!(parsed["holders"][0]["app"], "pg-app");
+    let listed = distlock(&["--postgres", &url, "list", "ledger:*"], &[]);
+    assert_eq!(stdout(&listed), "ledger:9\n");
+    let from_env = distlock(&["list"], &[("DISTLOCK_POSTGRES_URL", &url)]);
+    assert_eq!(stdout(&from_env), "ledger:9\n");
+    let watched = distlock(
+        &[
+            "--postgres",
+            &url,
+            "watch",
+            "ledger:9",
+            "--count",
+            "2",
+            "--interval",
+            "10ms",
+        ],
+        &[],
+    );
+    assert_exit(&watched, 0);
+    assert!(stdout(&watched).contains("pg-app"), "{}", stdout(&watched));
+    let forced = json(&distlock(
+        &[
+            "--postgres",
+            &url,
+            "--json",
+            "unlock",
+            "ledger:9",
+            "--force",
+        ],
+        &[],
+    ));
+    assert!(forced["token"].as_u64().unwrap() > guard.fencing_token().unwrap().get());
+    let next = app.lock("ledger:9").acquire().await.unwrap();
+    assert!(next.fencing_token().unwrap().get() > forced["token"].as_u64().unwrap());
+}
+
+/// `distlock schema` prints SQL that, run by a migration tool, makes a schema a client that
+/// creates nothing (`postgres_create_schema(false)`) works with; before it, that client says
+/// what to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_prints_the_sql_a_client_that_creates_nothing_needs() {
+    let server = PostgresServer::start();
+    let config = Config::postgres(&server.url())
+        .unwrap()
+        .postgres_schema("locks_app")
+        .postgres_create_schema(false);
+    let before = Client::new(config.clone())
+        .unwrap()
+        .lock("k")
+        .acquire()
+        .await;
+    let err = before.expect_err("no schema yet");
+    assert!(
+        matches!(&err, LockError::Config(why) if why.contains("distlock schema")),
+        "{err:?}"
+    );
+    let printed = distlock(&["schema", "--postgres-schema", "locks_app"], &[]);
+    assert_exit(&printed, 0);
+    let sql = stdout(&printed);
+    assert!(
+        sql.contains("CREATE TABLE IF NOT EXISTS locks_app.locks"),
+        "{sql}"
+    );
+    server.psql(&sql);
+    let guard = Client::new(config)
+        .unwrap()
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.fencing_token().is_some());
+    let bad = distlock(&["schema", "--postgres-schema", "Bad-Name"], &[]);
+    assert_exit(&bad, 2);
 }
 
 #[test]
