@@ -32,6 +32,7 @@ impl Config {
     /// | `DISTLOCK_SENTINEL_URLS` and `DISTLOCK_SENTINEL_MASTER` | [`Config::sentinel`] |
     /// | `DISTLOCK_REDLOCK_URLS` | [`Config::redlock`], comma-separated master URLs |
     /// | `REDIS_URL` | [`Config::from_url`], one server |
+    /// | `DISTLOCK_POSTGRES_URL` | [`Config::postgres`] (the `postgres` feature) |
     ///
     /// `DISTLOCK_APP_NAME` sets [`Config::app_name`]. Setting more than one deployment is an
     /// error that names them, and so is setting none: a service deployed without its variable
