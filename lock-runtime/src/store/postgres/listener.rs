@@ -133,8 +133,10 @@ impl Feed for ListenerFeed {
             return None;
         }
         let mut listening = self.0.listening.subscribe();
+        // Bounded, so that waits while the server is down leave no task behind for long.
+        let within = self.0.connect_timeout;
         Some(self.0.io.spawn(async move {
-            let _ = listening.wait_for(|up| *up).await;
+            let _ = tokio::time::timeout(within, listening.wait_for(|up| *up)).await;
         }))
     }
 
