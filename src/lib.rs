@@ -36,7 +36,8 @@
 //! you ask for it.
 //!
 //! The resource side of fencing, for data in Redis (a write refused unless its token is
-//! current) and the pattern for SQL databases, is in [`fenced`].
+//! current) and the pattern for SQL databases, is in [`fenced`]; with the `postgres` feature,
+//! `fenced::postgres` also runs writes in a transaction that holds the lock itself.
 //!
 //! Misuse is a compile error at the offending token, e.g. a placeholder that names no
 //! parameter:

@@ -82,6 +82,16 @@
 //! --data-url URL`): from then on their writes are [`FencedWrite::Stale`], and the next holder's
 //! (whose token is higher still) pass.
 //!
+//! # PostgreSQL
+//!
+//! With the `postgres` feature, `fenced::postgres` has two helpers on `tokio-postgres`. When
+//! the locks are kept in PostgreSQL ([`Config::postgres`](crate::Config::postgres)) and the
+//! data lives in the same database, `postgres::begin(&guard, &mut client)` opens a
+//! transaction that holds the lock itself: it takes the key's turn for its length and
+//! confirms the grant still holds the lock, so its writes commit while the lock is held or
+//! not at all. For data in another database, `postgres::update(table, token)` is the fence
+//! column below as one call, telling a refused row from a missing one.
+//!
 //! # SQL databases
 //!
 //! Keep the highest accepted token in a column of the row it guards, and make the check part of
@@ -126,6 +136,10 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ToRedisArgs
 use crate::script::LuaScript;
 
 use crate::protocol::FencingToken;
+
+#[cfg(feature = "postgres")]
+#[path = "fenced_postgres.rs"]
+pub mod postgres;
 
 static WRITE: LazyLock<LuaScript> =
     LazyLock::new(|| fenced_script(include_str!("../scripts/fenced/write.lua")));

@@ -5,9 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::LockError;
+use crate::kind::Kind;
 use crate::lease::Lease;
+#[cfg(feature = "postgres")]
+use crate::protocol::LockKey;
 use crate::protocol::{FencingToken, LockMode};
 use crate::release::Releaser;
+#[cfg(feature = "postgres")]
+use crate::store::AnyStore;
 
 /// A held lock. Dropping it releases the lock in the background; prefer
 /// [`release`](LockGuard::release) so the next waiter does not wait on a background task.
@@ -63,6 +68,22 @@ impl LockGuard {
     /// Every lease of the grant: one, or one per key of a multi-key grant.
     pub(crate) fn leases(&self) -> impl Iterator<Item = &Arc<Lease>> {
         std::iter::once(&self.lease).chain(&self.more)
+    }
+
+    /// Each key of the grant as its store keeps it, with this grant's owner token there and
+    /// the kind it holds: what a check of the grant inside the store's own database compares
+    /// (`fenced::postgres`). The owner token never leaves the crate: whoever knows it can give
+    /// the grant back or renew it.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn held(&self) -> impl Iterator<Item = (&LockKey, &str, Kind)> {
+        self.leases()
+            .map(|lease| (&lease.key, lease.owner.as_str(), lease.kind()))
+    }
+
+    /// The store the grant is kept in (its client's).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn store(&self) -> &AnyStore {
+        self.releaser.store()
     }
 
     /// Every key this guard holds, in the order they were taken: the one key, or each key of a
@@ -144,7 +165,7 @@ impl LockGuard {
     /// ```
     pub fn permits(&self) -> Option<u32> {
         match self.lease.kind() {
-            crate::kind::Kind::Semaphore(permits) => Some(permits),
+            Kind::Semaphore(permits) => Some(permits),
             _ => None,
         }
     }

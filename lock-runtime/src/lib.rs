@@ -3,7 +3,8 @@
 //! kinds (`kind/`: write, read, semaphore, fair and multi-key, each its Lua scripts and
 //! in-process twin) and stores (`store/`: single Redis node, Sentinel, Cluster, Redlock,
 //! in-process), so a kind is written once and runs on every store. [`fenced`] is the other end of fencing tokens: writes to Redis that a stale holder
-//! cannot make, and the same pattern for SQL.
+//! cannot make, the same pattern for SQL, and (feature `postgres`) a PostgreSQL transaction that
+//! holds the lock itself.
 //!
 //! Users depend on the `distlock` facade, which re-exports everything public here; the
 //! attribute macro expands to calls into this crate through the facade.

@@ -44,6 +44,12 @@ impl Releaser {
         }
     }
 
+    /// The store the grants are kept in.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn store(&self) -> &AnyStore {
+        &self.store
+    }
+
     /// Stops the renewals of `lease`, lets a renewal in flight finish, then deletes its key if
     /// it is still ours: `Ok(true)` it was, `Ok(false)` it no longer was.
     pub(crate) async fn release(self: &Arc<Self>, lease: &Arc<Lease>) -> Result<bool, LockError> {

@@ -22,6 +22,8 @@ mod bad_input;
 mod behaviour;
 mod elections;
 mod fair;
+#[cfg(feature = "postgres")]
+mod fenced_postgres;
 mod fenced_writes;
 mod fencing_keys;
 mod health;

@@ -245,6 +245,30 @@ macro_rules! dispatch {
     };
 }
 
+impl AnyStore {
+    /// What the store is, as an error names it to a user.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn described(&self) -> &'static str {
+        match self {
+            AnyStore::Redis(_) => "Redis",
+            AnyStore::Cluster(_) => "Redis Cluster",
+            AnyStore::Redlock(_) => "Redlock",
+            AnyStore::Memory(_) => "the in-process store",
+            #[cfg(feature = "postgres")]
+            AnyStore::Postgres(_) => "PostgreSQL",
+        }
+    }
+
+    /// The PostgreSQL store; `None` for every other store.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres(&self) -> Option<&postgres::PostgresStore> {
+        match self {
+            AnyStore::Postgres(store) => Some(store),
+            _ => None,
+        }
+    }
+}
+
 impl Store for AnyStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
         dispatch!(self, store => store.acquire(attempt).await)

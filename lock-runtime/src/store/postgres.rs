@@ -33,6 +33,7 @@ use self::connections::{Connections, Failure};
 use self::listener::{Listener, ListenerFeed};
 use self::rows::{announcements, decode, encode, KeyState, Timeline};
 pub use self::schema::ddl;
+pub(crate) use self::statements::{holders, shared_turns};
 use self::transaction::{Loaded, Shared, Transaction, Write};
 use self::turns::Turns;
 use super::glob::glob_matches;
@@ -80,6 +81,16 @@ impl PostgresStore {
             waker,
             turns: Turns::default(),
         })
+    }
+
+    /// The schema its objects live in (`Config::postgres_schema`).
+    pub(crate) fn schema(&self) -> &str {
+        &self.shared.options.schema
+    }
+
+    /// How long one of its statements may go unanswered (`Config::response_timeout`).
+    pub(crate) fn response_timeout(&self) -> std::time::Duration {
+        self.shared.connections.response_timeout()
     }
 
     /// Runs `twin` on the state of `keys` as the database has it, and writes back what it

@@ -6,8 +6,10 @@
 //! not take turns; all or none, a key changed aborts the statement with `DL001` and the store
 //! reads again), takes the fencing tokens the twin asked for from the sequence after the rows
 //! are written — so the next grant of a key, whose turn comes after this transaction
-//! commits, takes a greater token — and notifies the waiters at commit. Neighbours:
-//! `postgres.rs` runs them through `connections.rs`; `schema.rs` makes what they use.
+//! commits, takes a greater token — and notifies the waiters at commit. A fenced transaction
+//! (`fenced_postgres.rs`) takes the same turns shared ([`shared_turns`]) and reads whether a
+//! grant still holds its key ([`holders`]). Neighbours: `postgres.rs` runs them through
+//! `connections.rs`; `schema.rs` makes what they use.
 
 /// Takes the turns of the keys `$1` (`text[]`) for the rest of the transaction: an advisory
 /// lock each (`pg_advisory_xact_lock`, of the two-key space, the schema's hash first), in one
@@ -18,6 +20,46 @@ pub(crate) fn turns(schema: &str) -> String {
     format!(
         "SELECT count(pg_advisory_xact_lock(hashtext('{schema}'), h)) \
          FROM (SELECT DISTINCT hashtext(n) AS h FROM unnest($1::text[]) AS n ORDER BY 1) AS keys"
+    )
+}
+
+/// Takes the turns of the keys `$1` (`text[]`) in shared mode for the rest of the transaction,
+/// in [`turns`]' order: a fenced transaction's (`fenced_postgres.rs`). The store's own
+/// operations take the turns exclusively, so none of them — a try, a renewal, a release, an
+/// expiry judged, a forced unlock — commits a change of those keys while it is open; fenced
+/// transactions of one key run side by side.
+pub(crate) fn shared_turns(schema: &str) -> String {
+    format!(
+        "SELECT count(pg_advisory_xact_lock_shared(hashtext('{schema}'), h)) \
+         FROM (SELECT DISTINCT hashtext(n) AS h FROM unnest($1::text[]) AS n ORDER BY 1) AS keys"
+    )
+}
+
+/// For each grant of `$1` (lock keys), `$2` (owner tokens) and `$3` (what it holds: `w` the
+/// write side, `r` a read grant, `p` a permit), in their order and read in the layout of
+/// `rows.rs`: the key, whether the grant holds it still on the database's clock (its entry is
+/// there and ends after `clock_timestamp()`), whether another grant does, and the highest
+/// token the sequence has handed out (null: none yet).
+pub(crate) fn holders(schema: &str) -> String {
+    format!(
+        "SELECT k.name, \
+                coalesce(CASE k.part \
+                    WHEN 'w' THEN l.state->'w'->>0 = k.owner \
+                        AND (l.state->'w'->>1)::bigint > clock.us \
+                    WHEN 'r' THEN (l.state->'r'->>k.owner)::bigint > clock.us \
+                    WHEN 'p' THEN (l.state->'p'->'h'->>k.owner)::bigint > clock.us \
+                END, false), \
+                coalesce(l.state->'w'->>0 <> k.owner AND (l.state->'w'->>1)::bigint > clock.us, \
+                    false) \
+                OR EXISTS (SELECT 1 FROM jsonb_each_text(coalesce(l.state->'r', '{{}}'::jsonb) \
+                        || coalesce(l.state->'p'->'h', '{{}}'::jsonb)) AS h(owner, until) \
+                    WHERE h.owner <> k.owner AND h.until::bigint > clock.us), \
+                (SELECT CASE WHEN is_called THEN last_value END FROM {schema}.tokens) \
+         FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY \
+             AS k(name, owner, part, position) \
+         CROSS JOIN (SELECT extract(epoch FROM clock_timestamp()) * 1e6 AS us) AS clock \
+         LEFT JOIN {schema}.locks AS l ON l.name = k.name \
+         ORDER BY k.position"
     )
 }
 
