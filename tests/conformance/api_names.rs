@@ -331,3 +331,32 @@ async fn the_observability_pages_names() {
             .expect("the state at the start");
     assert!(first.expect("the stream goes on").is_none(), "nobody leads");
 }
+
+/// The PostgreSQL names of docs/postgres.md, docs/fenced-writes.md and the README
+/// (`Config::postgres`, `postgres_schema`, `postgres_create_schema`, `postgres_schema_sql`,
+/// `DEFAULT_POSTGRES_SCHEMA`, `DISTLOCK_POSTGRES_URL`, `fenced::postgres::begin`, `update`,
+/// `FencedError`): compiled, never run.
+#[cfg(feature = "postgres")]
+#[allow(dead_code)]
+async fn the_postgres_names(
+    guard: &LockGuard,
+    db: &mut tokio_postgres::Client,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = Config::postgres("postgres://app@127.0.0.1:5432/app")?
+        .postgres_schema(distlock::DEFAULT_POSTGRES_SCHEMA)
+        .postgres_create_schema(false);
+    let _ = Client::new(config)?;
+    let _: &str = distlock::ENV_POSTGRES_URL;
+    let _: String = distlock::postgres_schema_sql("distlock");
+    match fenced::postgres::begin(guard, db).await {
+        Ok(transaction) => transaction.commit().await?,
+        Err(fenced::postgres::FencedError::NotHolder { .. }) => {}
+        Err(other) => return Err(other.into()),
+    }
+    let token = FencingToken::from_raw(7);
+    let _ = fenced::postgres::update("stock", token)
+        .set("qty = qty - 1")
+        .filter("sku = $1")
+        .fence_column("fence");
+    Ok(())
+}

@@ -200,6 +200,8 @@ macro_rules! on_every_store {
         $crate::support::stores::store_tests!(cluster_store, cluster, [$($name),*]);
         $crate::support::stores::store_tests!(redlock_store, redlock, [$($name),*]);
         $crate::support::stores::store_tests!(in_memory_store, in_memory, [$($name),*]);
+        // Without the `postgres` feature there is no PostgreSQL store to test.
+        #[cfg(feature = "postgres")]
         $crate::support::stores::store_tests!(postgres_store, postgres, [$($name),*]);
     };
 }
