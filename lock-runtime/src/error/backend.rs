@@ -22,6 +22,8 @@ pub struct BackendError {
     connect_timed_out: bool,
     /// What the server's ACL refused, when that is the failure (a `NOPERM` reply).
     pub(super) refused: Option<Refused>,
+    /// What to do, where the store that failed is not Redis (whose advice is the default).
+    advice: Option<&'static str>,
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
@@ -75,8 +77,17 @@ impl BackendError {
             maybe_applied: false,
             connect_timed_out: false,
             refused,
+            advice: None,
             source,
         }
+    }
+
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// Gives the advice the message ends with, for a store other than Redis (whose advice,
+    /// by the failure's kind, is the default).
+    pub(crate) fn advice(mut self, advice: &'static str) -> Self {
+        self.advice = Some(advice);
+        self
     }
 
     /// Reads what the server's ACL refused from `err`, the server's own error reply, for an
@@ -194,6 +205,7 @@ impl fmt::Display for BackendError {
             );
         }
         let advice = match self.kind {
+            _ if self.advice.is_some() => self.advice.unwrap_or_default(),
             // Refused at once means nothing listens; no answer in time is a server (or a path
             // to it) that takes the connection and then says nothing.
             BackendErrorKind::Connection | BackendErrorKind::Timeout if self.connect_timed_out => {
