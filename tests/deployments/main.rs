@@ -3,8 +3,9 @@
 //! scripts, ACL users that lack a command), the documented ACL user on each deployment, broken,
 //! stalled and redirected connections through the fault-injecting proxy, failures retried
 //! within a request's wait, servers that never answer, the eviction check, what an operator
-//! sees through `tracing`, and the test support's own deployments (Redis, and PostgreSQL for the
-//! Postgres store).
+//! sees through `tracing`, the PostgreSQL store's semantics and faults (`postgres_faults`, with
+//! the `postgres` feature), and the test support's own deployments (Redis, and PostgreSQL for
+//! the Postgres store).
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
 //! `acl`, `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
@@ -24,6 +25,8 @@ mod eviction_check_timing;
 mod eviction_warning;
 mod guarded_connections;
 mod observability;
+#[cfg(feature = "postgres")]
+mod postgres_faults;
 mod postgres_server;
 mod pubsub_faults;
 mod reconnect_faults;

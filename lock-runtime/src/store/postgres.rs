@@ -108,7 +108,15 @@ impl PostgresStore {
         mut twin: impl FnMut(&mut State, &Timeline) -> Result<T, LockError>,
     ) -> Result<(T, Vec<u64>), LockError> {
         let names: Vec<&str> = keys.iter().map(|key| key.lock.as_str()).collect();
-        let _turn = self.turns.take(&names).await;
+        let taking = self.turns.take(&names);
+        // A try ends at its cut also while another operation of this client on the key (a
+        // clean-up, a renewal) waits for the key's turn in the database.
+        let _turn = match cut {
+            Some(cut) => tokio::time::timeout_at(cut.into(), taking)
+                .await
+                .map_err(|_| turn_not_given(operation))?,
+            None => taking.await,
+        };
         let give_up = Instant::now() + self.shared.connections.response_timeout();
         loop {
             let transaction = match Transaction::open(&self.shared, operation, &names, cut).await {
@@ -406,6 +414,18 @@ impl Store for PostgresStore {
     fn cuts_tries(&self) -> bool {
         true
     }
+}
+
+/// A try whose cut came while another operation of this client held the key's turn: nothing
+/// was sent.
+fn turn_not_given(operation: &'static str) -> LockError {
+    BackendError::new(
+        operation,
+        BackendErrorKind::Timeout,
+        "another operation of this client on the key (a renewal, a release, a clean-up) held \
+         its turn for all the time left",
+    )
+    .into()
 }
 
 fn timed_out(operation: &'static str) -> LockError {

@@ -361,10 +361,13 @@ pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) 
             BackendErrorKind::Timeout,
             "the key's turn did not come within the time left",
         )
-    } else if *code == SqlState::ADMIN_SHUTDOWN
-        || *code == SqlState::CANNOT_CONNECT_NOW
-        || *code == SqlState::CRASH_SHUTDOWN
-    {
+    } else if *code == SqlState::ADMIN_SHUTDOWN {
+        (
+            BackendErrorKind::Connection,
+            "the server ended the session (it is shutting down, or an administrator \
+             terminated the backend)",
+        )
+    } else if *code == SqlState::CANNOT_CONNECT_NOW || *code == SqlState::CRASH_SHUTDOWN {
         (
             BackendErrorKind::Connection,
             "the server is shutting down or starting",

@@ -9,6 +9,7 @@
 //! same name with another shape. Neighbours: `postgres.rs` ensures the schema before its first
 //! statement; `connections.rs` runs these.
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 use crate::config::PostgresOptions;
@@ -81,11 +82,20 @@ enum Missing {
     Other(LockError),
 }
 
+/// Reads the store's objects from the catalogs, which every role may read: a role that lacks
+/// a privilege on them still sees them as they are (`information_schema` would hide them), so
+/// it is neither told they are missing nor sent to create them — its first statement says
+/// which privilege it lacks (`connections::store_error`).
 async fn check(client: &Client, schema: &str) -> Result<(), Missing> {
     let rows = client
         .query(
-            "SELECT column_name::text, data_type::text FROM information_schema.columns \
-             WHERE table_schema = $1 AND table_name = 'locks' ORDER BY ordinal_position",
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
+             FROM pg_catalog.pg_attribute a \
+             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = 'locks' AND c.relkind IN ('r', 'p') \
+                 AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
             &[&schema],
         )
         .await
@@ -94,8 +104,10 @@ async fn check(client: &Client, schema: &str) -> Result<(), Missing> {
     if found.is_empty() {
         return Err(Missing::Object(LockError::Config(format!(
             "the PostgreSQL schema `{schema}` has no `locks` table: create the store's objects \
-             (`distlock schema` prints them), or let the client create them \
-             (`Config::postgres_create_schema(true)`, the default) with a role that may"
+             by running their DDL (`distlock schema` prints it, \
+             `distlock::postgres_schema_sql(\"{schema}\")` returns it), or let the client \
+             create them (`Config::postgres_create_schema(true)`, the default) with a role \
+             that may"
         ))));
     }
     let expected: Vec<(String, String)> = COLUMNS
@@ -120,19 +132,23 @@ async fn check(client: &Client, schema: &str) -> Result<(), Missing> {
     }
     let objects = client
         .query_one(
-            "SELECT to_regclass($1) IS NOT NULL, to_regprocedure($2) IS NOT NULL",
-            &[
-                &format!("{schema}.tokens"),
-                &format!("{schema}.written_all(bigint,bigint)"),
-            ],
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE n.nspname = $1 AND c.relname = 'tokens' AND c.relkind = 'S'), \
+                 EXISTS (SELECT 1 FROM pg_catalog.pg_proc p \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                     WHERE n.nspname = $1 AND p.proname = 'written_all' \
+                         AND p.proargtypes = '20 20'::pg_catalog.oidvector)",
+            &[&schema],
         )
         .await
         .map_err(|err| Missing::Other(schema_error(schema, &err)))?;
     let (sequence, function): (bool, bool) = (objects.get(0), objects.get(1));
     if !sequence || !function {
         return Err(Missing::Object(LockError::Config(format!(
-            "the PostgreSQL schema `{schema}` lacks {}: create the store's objects \
-             (`distlock schema` prints them)",
+            "the PostgreSQL schema `{schema}` lacks {}: create the store's objects by running \
+             their DDL (`distlock schema` prints it, `distlock::postgres_schema_sql(\"{schema}\")` \
+             returns it)",
             if sequence {
                 "the function `written_all`"
             } else {
@@ -143,16 +159,27 @@ async fn check(client: &Client, schema: &str) -> Result<(), Missing> {
     Ok(())
 }
 
+/// A failure to check or create the store's objects, in the server's own words: a role that
+/// may not create them, a read-only server (a hot standby: `Unavailable`, as for any
+/// statement), anything else.
 fn schema_error(schema: &str, err: &tokio_postgres::Error) -> LockError {
-    let denied = err.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
-    let message = if denied {
+    let code = err.code();
+    if code == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) {
+        return super::connections::store_error("set up the PostgreSQL schema", err).into();
+    }
+    let said = err.as_db_error().map_or_else(
+        || err.to_string(),
+        |db| format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
+    );
+    let message = if code == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
         format!(
-            "the role may not create distlock's objects in schema `{schema}` ({err}): run \
-             `distlock schema` as a role that may and set `Config::postgres_create_schema(false)`, \
-             or grant CREATE on the database (docs/postgres.md, \"Role\")"
+            "the role may not create distlock's objects in schema `{schema}` ({said}): run \
+             their DDL (`distlock schema`) as a role that may and set \
+             `Config::postgres_create_schema(false)`, or grant CREATE on the database \
+             (docs/postgres.md, \"Role\")"
         )
     } else {
-        format!("setting up distlock's schema `{schema}` failed: {err}")
+        format!("setting up distlock's schema `{schema}` failed: {said}")
     };
     BackendError::new(
         "set up the PostgreSQL schema",
