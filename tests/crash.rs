@@ -1429,16 +1429,11 @@ const HANDOVER_SLACK: Duration = Duration::from_millis(700);
 /// round trips, the answer's wake-up, on this loaded machine).
 const GRANT_LATENCY: Duration = Duration::from_millis(300);
 /// What a request may overrun its wait by when the server is frozen, beyond [`WAIT_SLACK`]:
-/// not a promise but the store as it is (seen: 1.6 s). A statement with no answer has its
-/// backend terminated before the failure returns (`store/postgres/connections.rs`, `discard`),
-/// and the terminate, from another connection to the frozen server, is given up after twice
-/// the response timeout (2 × 500 ms here) — past the try's cut, which the store is trusted to
-/// keep (`Store::cuts_tries`). And the give-back of such an ambiguous try holds the client's
-/// in-process turn on the key (`store/postgres/turns.rs`, not bounded by any try's cut) while
-/// it waits to connect, up to the connect timeout (2 s), so the next try waits as long.
-/// `docs/postgres.md` ("is frozen or unreachable") and `docs/promises.md` say a request ends
-/// within its wait: this is zero once they hold.
-const FROZEN_OVERRUN: Duration = Duration::from_secs(2);
+/// nothing. A statement with no answer fails at its budget and its backend is terminated
+/// behind it, holding the client's turn on the key (`store/postgres/transaction.rs`); the next
+/// try waits for that turn at most to its cut (`store/postgres.rs`, `transact`). It was 2 s
+/// (1.6 s seen) while the terminate came before the failure and the turn had no bound.
+const FROZEN_OVERRUN: Duration = Duration::ZERO;
 
 /// A worker process (`worker:STORE`): takes the lock [`WORK_KEY`] (lease [`LEASE`], wait
 /// [`WORKER_WAIT`]) again and again until a line (or the end of input) comes on its standard

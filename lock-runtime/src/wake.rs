@@ -70,6 +70,16 @@ impl Waiters {
         }
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    /// Wakes this client's waiters on every channel as a release would: what a store does
+    /// when its notifications may have been lost (its listening connection was made again),
+    /// so that nobody sleeps a backoff step past a release it did not hear.
+    pub(crate) fn wake_all(&self) {
+        for channel in self.channels().values() {
+            channel.wake(b"");
+        }
+    }
+
     /// Whether a waiter (or an observer) of this client waits on `channel`.
     pub(crate) fn wants(&self, channel: &str) -> bool {
         self.channels().contains_key(channel)

@@ -166,7 +166,8 @@ async fn terminate(db: &tokio_postgres::Client, pids: &[i32]) {
 }
 
 /// Takes key `key`'s turn in `schema` on `db` as the store does, in a transaction the caller
-/// ends (`COMMIT`): every operation on the key waits meanwhile. (Watch the server from
+/// ends (`COMMIT`), and its row: every operation on the key, a renewal too, waits meanwhile.
+/// (Watch the server from
 /// another connection: inside a transaction `pg_stat_activity` is a snapshot.)
 async fn take_turn(db: &tokio_postgres::Client, schema: &str, key: &str) {
     // Bounded: a turn the store left held (a session lock) fails the test, not hangs it.
@@ -179,6 +180,13 @@ async fn take_turn(db: &tokio_postgres::Client, schema: &str, key: &str) {
     )
     .await
     .expect("take the key's turn");
+    // And its row, which a renewal (one statement, no turn) waits for.
+    db.execute(
+        &format!("SELECT 1 FROM {schema}.locks WHERE name = $1 FOR UPDATE"),
+        &[&row_of(key)],
+    )
+    .await
+    .expect("lock the key's row");
 }
 
 /// Advisory locks held by backends of `app` (the store's turns are transaction locks: none
@@ -882,7 +890,7 @@ async fn untils(db: &tokio_postgres::Client, keys: &[&str]) -> Vec<i64> {
 }
 
 /// Pitfall 2 (wolverine#2602): a holder's connections end under it. A renewal of two locks
-/// (one statement) is held up at a key's turn and its backend terminated, then every backend
+/// (one statement) is held up at a key's row and its backend terminated, then every backend
 /// of the holder's client, again and again: the renewals go on on new connections, the
 /// holder keeps both locks, and nobody else gets either meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -910,7 +918,8 @@ async fn a_holder_keeps_its_locks_when_its_backends_are_terminated_mid_renewal()
     let before = &untils(db, &keys).await;
 
     take_turn(blocker, SCHEMA, keys[0]).await;
-    let renewing = first_waiting(db, app, "advisory").await;
+    // A renewal takes no turn: it waits for the row.
+    let renewing = first_waiting(db, app, "transactionid").await;
     terminate(db, &[renewing]).await;
     blocker.batch_execute("COMMIT").await.expect("COMMIT");
     eventually(
@@ -1328,8 +1337,8 @@ async fn a_least_privilege_role_runs_every_kind() {
 // --- Pitfalls of lease tables -------------------------------------------------------------
 
 /// Pitfall 8 (openbao#2100): a renewal that arrives late must not take the lock back. The
-/// key's turn is held by hand while a holder's lease (3 s) runs out: another client's try
-/// and then the holder's renewal wait for it, in that order. The other gets the lock with a
+/// key's turn and row are held by hand while a holder's lease (3 s) runs out: another
+/// client's try (for the turn) and the holder's renewal (for the row) wait for them. The other gets the lock with a
 /// greater token; the renewal after it changes nothing; the holder learns it lost the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_cannot_take_back_a_lock_granted_to_another() {
@@ -1358,7 +1367,8 @@ async fn a_late_renewal_cannot_take_back_a_lock_granted_to_another() {
         async move { request.acquire().await }
     });
     first_waiting(db, other_app, "advisory").await;
-    first_waiting(db, holder_app, "advisory").await;
+    // A renewal takes no turn: it waits for the row.
+    first_waiting(db, holder_app, "transactionid").await;
     eventually(
         "the holder's lease to run out",
         Duration::from_secs(5),

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use tokio::runtime::Handle;
 
-use self::connections::{Connections, Failure};
+use self::connections::{pg_error, Connections, Failure};
 use self::listener::{Listener, ListenerFeed};
 use self::rows::{announcements, decode, encode, KeyState, Timeline};
 pub use self::schema::ddl;
@@ -40,7 +40,7 @@ use super::glob::glob_matches;
 use super::{Found, Store};
 use crate::clock::Clock;
 use crate::config::PostgresOptions;
-use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::error::{BackendErrorKind, LockError};
 use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
 use crate::kind::twins::{State, TokenSource};
@@ -106,23 +106,24 @@ impl PostgresStore {
         keys: &[&LockKey],
         cut: Option<Instant>,
         mut twin: impl FnMut(&mut State, &Timeline) -> Result<T, LockError>,
-    ) -> Result<(T, Vec<u64>), LockError> {
+    ) -> Result<(T, Vec<u64>), Failure> {
         let names: Vec<&str> = keys.iter().map(|key| key.lock.as_str()).collect();
-        let taking = self.turns.take(&names);
-        // A try ends at its cut also while another operation of this client on the key (a
-        // clean-up, a renewal) waits for the key's turn in the database.
-        let _turn = match cut {
-            Some(cut) => tokio::time::timeout_at(cut.into(), taking)
-                .await
-                .map_err(|_| turn_not_given(operation))?,
-            None => taking.await,
-        };
         let give_up = Instant::now() + self.shared.connections.response_timeout();
         loop {
-            let transaction = match Transaction::open(&self.shared, operation, &names, cut).await {
+            let taking = self.turns.take(&names);
+            // A try ends at its cut also while another operation of this client on the key
+            // (a clean-up, a renewal) holds its turn.
+            let turn = match cut {
+                Some(cut) => tokio::time::timeout_at(cut.into(), taking)
+                    .await
+                    .map_err(|_| Failure::TurnNotGiven)?,
+                None => taking.await,
+            };
+            let opened = Transaction::open(&self.shared, operation, &names, cut, turn).await;
+            let transaction = match opened {
                 Ok(transaction) => transaction,
                 Err(Failure::Changed) if Instant::now() < give_up => continue,
-                Err(failure) => return Err(failure.into()),
+                Err(failure) => return Err(failure),
             };
             let (answer, write) = self.run_twin(operation, keys, &transaction.loaded, &mut twin)?;
             let Some(write) = write else {
@@ -133,15 +134,17 @@ impl PostgresStore {
                 Ok(tokens) => return Ok((answer, tokens)),
                 Err(Failure::Changed) if Instant::now() < give_up => {}
                 Err(Failure::Changed) => {
-                    return Err(BackendError::new(
-                        operation,
-                        BackendErrorKind::Timeout,
-                        "the keys kept changing between a read and its write for the whole \
-                         response timeout",
-                    )
-                    .into())
+                    return Err(Failure::Error(
+                        pg_error(
+                            operation,
+                            BackendErrorKind::Timeout,
+                            "the keys kept changing between a read and its write for the whole \
+                             response timeout",
+                        )
+                        .into(),
+                    ))
                 }
-                Err(Failure::Error(err)) => return Err(err),
+                Err(failure) => return Err(failure),
             }
         }
     }
@@ -172,7 +175,7 @@ impl PostgresStore {
             };
             let read = |row| {
                 decode(row, time).map_err(|err| {
-                    LockError::from(BackendError::new(
+                    LockError::from(pg_error(
                         operation,
                         BackendErrorKind::Server,
                         format!(
@@ -243,7 +246,7 @@ fn token(placeholder: u64, tokens: &[u64]) -> Result<FencingToken, LockError> {
         .and_then(|i| tokens.get(i.checked_sub(1)?))
         .map(|&token| FencingToken(token))
         .ok_or_else(|| {
-            BackendError::new(
+            pg_error(
                 "acquire",
                 BackendErrorKind::Server,
                 "PostgreSQL handed out fewer tokens than the grant took",
@@ -254,7 +257,7 @@ fn token(placeholder: u64, tokens: &[u64]) -> Result<FencingToken, LockError> {
 
 impl Store for PostgresStore {
     async fn acquire(&self, attempt: &Try<'_>) -> Result<AcquireReply, LockError> {
-        let (reply, tokens) = self
+        let tried = self
             .transact("acquire", &[attempt.key], attempt.cut, |state, time| {
                 let mut attempt = *attempt;
                 if let Some(seat) = attempt.seat.as_mut().filter(|seat| seat.place == 0) {
@@ -263,7 +266,13 @@ impl Store for PostgresStore {
                 }
                 state.try_grant(&attempt, time.now)
             })
-            .await?;
+            .await;
+        let (reply, tokens) = match tried {
+            Ok(tried) => tried,
+            // Another operation had the key for all the time left: as a key held.
+            Err(Failure::TurnNotGiven) => return Ok(AcquireReply::Held(None)),
+            Err(failure) => return Err(failure.into()),
+        };
         match reply {
             AcquireReply::Acquired(Some(FencingToken(placeholder))) => {
                 Ok(AcquireReply::Acquired(Some(token(placeholder, &tokens)?)))
@@ -313,11 +322,16 @@ impl Store for PostgresStore {
     /// Every key read and written in one statement each: all or none.
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
         let keys: Vec<&LockKey> = attempt.keys.iter().collect();
-        let (reply, tokens) = self
+        let tried = self
             .transact("acquire", &keys, attempt.cut, |state, time| {
                 Ok(state.try_grant_all(attempt, time.now))
             })
-            .await?;
+            .await;
+        let (reply, tokens) = match tried {
+            Ok(tried) => tried,
+            Err(Failure::TurnNotGiven) => return Ok(MultiReply::Held(None, 0)),
+            Err(failure) => return Err(failure.into()),
+        };
         match reply {
             MultiReply::Acquired(placeholders) => Ok(MultiReply::Acquired(
                 placeholders
@@ -418,18 +432,8 @@ impl Store for PostgresStore {
 
 /// A try whose cut came while another operation of this client held the key's turn: nothing
 /// was sent.
-fn turn_not_given(operation: &'static str) -> LockError {
-    BackendError::new(
-        operation,
-        BackendErrorKind::Timeout,
-        "another operation of this client on the key (a renewal, a release, a clean-up) held \
-         its turn for all the time left",
-    )
-    .into()
-}
-
 fn timed_out(operation: &'static str) -> LockError {
-    BackendError::new(
+    pg_error(
         operation,
         BackendErrorKind::Timeout,
         "no answer from PostgreSQL within the response timeout",

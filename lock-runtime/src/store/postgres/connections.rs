@@ -38,8 +38,28 @@ pub(crate) struct Connections {
     response_timeout: Duration,
 }
 
+/// What must be done with a connection after a round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cleanup {
+    /// Nothing: it answered.
+    Nothing,
+    /// Its transaction was refused: roll it back.
+    RollBack,
+    /// It did not answer: its statements may still run; end its backend.
+    Terminate,
+}
+
+/// What a statement that got no answer advises.
+pub(crate) const TIMEOUT_ADVICE: &str = "PostgreSQL did not answer in time: it may be \
+    overloaded, or up but frozen (stopped, a paused VM or container), or a statement of \
+    another session holds what this one waits for; check `pg_stat_activity`, or raise the \
+    response timeout (or the request's wait) if it is just slow";
+
 /// Why a statement failed.
 pub(crate) enum Failure {
+    /// The key's turn did not come within the time left (`lock_timeout`): another operation
+    /// on it (or a fenced transaction) held it. A try reads it as the key held.
+    TurnNotGiven,
     /// A key changed since it was read (or two operations met in a deadlock the server
     /// broke): read again.
     Changed,
@@ -148,13 +168,13 @@ impl Connections {
         match tokio::time::timeout(budget(self.connect_timeout, cut), getting).await {
             Ok(Ok(Ok(object))) => Ok(object),
             Ok(Ok(Err(err))) => Err(connect_error(&err.to_string(), &err)),
-            Ok(Err(join)) => Err(BackendError::new(
+            Ok(Err(join)) => Err(pg_error(
                 "connect",
                 BackendErrorKind::Connection,
                 format!("the connect task ended: {join}"),
             )
             .into()),
-            Err(_) => Err(BackendError::new(
+            Err(_) => Err(pg_error(
                 "connect",
                 BackendErrorKind::Connection,
                 format!(
@@ -184,7 +204,7 @@ impl Connections {
             Ok(Ok(row)) => row,
             Ok(Err(err)) => return Err(store_error("connect", &err).into()),
             Err(_) => {
-                return Err(BackendError::new(
+                return Err(pg_error(
                     "connect",
                     BackendErrorKind::Connection,
                     "a new PostgreSQL connection did not answer within the response timeout",
@@ -211,47 +231,60 @@ impl Connections {
         budget(self.response_timeout, cut)
     }
 
-    /// What a round trip came to (`outcome`: its statements run within `budget`). A failure
-    /// with no answer ends the connection: it leaves the pool and its backend (`pid`) is
-    /// terminated before this returns. After the server's refusal the transaction is rolled
-    /// back.
-    pub(crate) async fn settle<T>(
+    /// What a round trip came to (`outcome`: its statements run within `budget`), and what
+    /// must be done with the connection before anything else uses the keys ([`Cleanup`]),
+    /// which the caller does once it has reported the failure: so a request fails at its
+    /// budget, and the clean-up goes on behind it.
+    pub(crate) fn settle<T>(
         &self,
-        connection: &mut Option<Object>,
-        pid: i32,
         operation: &'static str,
         budget: Duration,
         outcome: Result<Result<T, tokio_postgres::Error>, tokio::time::error::Elapsed>,
-    ) -> Result<T, Failure> {
-        let pid = Some(pid);
+    ) -> (Result<T, Failure>, Cleanup) {
         match outcome {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(err)) if err.code().is_some() => {
-                // The server said no: the transaction is aborted; end it (or the connection).
-                self.roll_back(connection, pid).await;
-                if is_retry(&err) {
-                    return Err(Failure::Changed);
-                }
-                Err(Failure::Error(store_error(operation, &err).into()))
+            Ok(Ok(answer)) => (Ok(answer), Cleanup::Nothing),
+            // The server said no: the transaction is aborted; it is rolled back.
+            Ok(Err(err)) if is_retry(&err) => (Err(Failure::Changed), Cleanup::RollBack),
+            Ok(Err(err)) if err.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                (Err(Failure::TurnNotGiven), Cleanup::RollBack)
             }
-            Ok(Err(err)) => {
-                self.discard(connection, pid).await;
+            Ok(Err(err)) if err.code().is_some() => (
+                Err(Failure::Error(store_error(operation, &err).into())),
+                Cleanup::RollBack,
+            ),
+            Ok(Err(err)) => (
                 Err(Failure::Error(
                     store_error(operation, &err).maybe_applied(true).into(),
-                ))
-            }
-            Err(_) => {
-                self.discard(connection, pid).await;
+                )),
+                Cleanup::Terminate,
+            ),
+            Err(_) => (
                 Err(Failure::Error(
-                    BackendError::new(
+                    pg_error(
                         operation,
                         BackendErrorKind::Timeout,
                         format!("no answer from PostgreSQL within {budget:?}"),
                     )
                     .maybe_applied(true)
                     .into(),
-                ))
-            }
+                )),
+                Cleanup::Terminate,
+            ),
+        }
+    }
+
+    /// Does what [`settle`](Self::settle) said must be done with `connection` (its backend
+    /// `pid`).
+    pub(crate) async fn clean_up(
+        &self,
+        connection: &mut Option<Object>,
+        pid: i32,
+        cleanup: Cleanup,
+    ) {
+        match cleanup {
+            Cleanup::Nothing => {}
+            Cleanup::RollBack => self.roll_back(connection, Some(pid)).await,
+            Cleanup::Terminate => self.discard(connection, Some(pid)).await,
         }
     }
 
@@ -328,14 +361,34 @@ fn connect_error(message: &str, err: &(dyn std::error::Error + 'static)) -> Lock
         }
         source = inner.source();
     }
-    BackendError::new("connect", BackendErrorKind::Connection, message.to_owned()).into()
+    pg_error("connect", BackendErrorKind::Connection, message.to_owned()).into()
 }
+
+/// A failure of the PostgreSQL store as a [`BackendError`], with advice about PostgreSQL
+/// for its kind (the default advice names Redis).
+pub(crate) fn pg_error(
+    operation: &'static str,
+    kind: BackendErrorKind,
+    message: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> BackendError {
+    let advice = match kind {
+        BackendErrorKind::Timeout => TIMEOUT_ADVICE,
+        BackendErrorKind::Connection => CONNECT_ADVICE,
+        _ => "check PostgreSQL's log",
+    };
+    BackendError::new(operation, kind, message).advice(advice)
+}
+
+/// What a connection that could not be made advises.
+const CONNECT_ADVICE: &str = "check that PostgreSQL is running and reachable at the configured \
+    URL (`psql` with the same URL), and that it accepts this client (`pg_hba.conf`)";
 
 /// A PostgreSQL failure as a [`BackendError`]: what the server said (read-only, refused
 /// credentials, missing privileges), or a lost connection.
 pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) -> BackendError {
     let Some(db) = err.as_db_error() else {
-        return BackendError::new(operation, BackendErrorKind::Connection, err.to_string());
+        return BackendError::new(operation, BackendErrorKind::Connection, err.to_string())
+            .advice(CONNECT_ADVICE);
     };
     let code = db.code();
     let (kind, advice) = if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
@@ -373,13 +426,11 @@ pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) 
             "the server is shutting down or starting",
         )
     } else {
-        (BackendErrorKind::Server, "")
+        (
+            BackendErrorKind::Server,
+            "PostgreSQL refused the request; check its log",
+        )
     };
     let said = format!("{} {}: {}", db.severity(), code.code(), db.message());
-    let message = if advice.is_empty() {
-        said
-    } else {
-        format!("{said}: {advice}")
-    };
-    BackendError::new(operation, kind, message)
+    BackendError::new(operation, kind, said).advice(advice)
 }

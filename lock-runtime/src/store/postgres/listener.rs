@@ -105,6 +105,8 @@ impl Listener {
             listened = listen => if listened.is_err() { return },
         }
         self.listening.send_replace(true);
+        // Releases announced while nobody listened were not heard: every waiter tries again.
+        self.waiters.wake_all();
         deliver.await;
     }
 

@@ -12,8 +12,9 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
+use super::connections::pg_error;
 use crate::config::PostgresOptions;
-use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::error::{BackendErrorKind, LockError};
 
 /// The advisory lock key serialising schema creation across processes (`distlock` in ASCII).
 const CREATE_LOCK: i64 = 0x0064_6973_746c_6f63;
@@ -181,7 +182,7 @@ fn schema_error(schema: &str, err: &tokio_postgres::Error) -> LockError {
     } else {
         format!("setting up distlock's schema `{schema}` failed: {said}")
     };
-    BackendError::new(
+    pg_error(
         "set up the PostgreSQL schema",
         BackendErrorKind::Server,
         message,

@@ -19,11 +19,12 @@ use serde_json::Value;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, OnceCell};
 
-use super::connections::{Connections, Failure};
+use super::connections::{pg_error, Cleanup, Connections, Failure};
 use super::rows::Timeline;
+use super::turns::Turn;
 use super::{schema, statements};
 use crate::config::PostgresOptions;
-use crate::error::{BackendError, BackendErrorKind, LockError};
+use crate::error::{BackendErrorKind, LockError};
 
 /// How long the task waits for the operation's next step once the rows are handed over (a
 /// twin takes microseconds): past it, it rolls back, and a late write reads again.
@@ -107,11 +108,15 @@ pub(crate) struct Transaction {
 
 impl Transaction {
     /// Opens a transaction on `names` (lock keys) and reads their rows.
+    /// The transaction's task keeps `turn` (this client's turn on the keys) until it has
+    /// ended, also after a failure it reported: the next operation of this client on them
+    /// waits for the roll-back or the terminated backend.
     pub(crate) async fn open(
         shared: &Arc<Shared>,
         operation: &'static str,
         names: &[&str],
         cut: Option<Instant>,
+        turn: Turn,
     ) -> Result<Transaction, Failure> {
         let (rows_to, rows) = oneshot::channel();
         let (step, next) = oneshot::channel();
@@ -119,6 +124,7 @@ impl Transaction {
         let task = shared.clone();
         shared.io.spawn(async move {
             task.run(operation, names, cut, rows_to, next).await;
+            drop(turn);
         });
         let loaded = rows.await.map_err(|_| gone(operation))??;
         Ok(Transaction { loaded, step })
@@ -146,7 +152,7 @@ impl Transaction {
 
 fn gone(operation: &'static str) -> Failure {
     Failure::Error(
-        BackendError::new(
+        pg_error(
             operation,
             BackendErrorKind::Connection,
             "the client's I/O runtime ended the PostgreSQL transaction (the client is shutting \
@@ -175,20 +181,24 @@ impl Shared {
             }
         };
         let mut connection = Some(object);
-        let loaded = self
-            .load(&mut connection, pid, operation, &names, cut)
-            .await;
+        let (loaded, cleanup) = self.load(&mut connection, operation, &names, cut).await;
         let failed = loaded.is_err();
+        // Reported first: the clean-up (a roll-back, a terminated backend) goes on behind
+        // the request, which fails at its budget.
         if rows_to.send(loaded).is_err() || failed {
-            self.connections.roll_back(&mut connection, Some(pid)).await;
+            let cleanup = if failed { cleanup } else { Cleanup::RollBack };
+            self.connections
+                .clean_up(&mut connection, pid, cleanup)
+                .await;
             return;
         }
         match tokio::time::timeout(NEXT_STEP_WITHIN, next).await {
             Ok(Ok(Step::Write(write, reply))) => {
-                let written = self
-                    .write(&mut connection, pid, operation, &write, cut)
-                    .await;
+                let (written, cleanup) = self.write(&mut connection, operation, &write, cut).await;
                 let _ = reply.send(written);
+                self.connections
+                    .clean_up(&mut connection, pid, cleanup)
+                    .await;
             }
             Ok(Ok(Step::Finish)) => {
                 if let Some(object) = connection.as_ref() {
@@ -197,12 +207,18 @@ impl Shared {
                         tokio::time::timeout(self.connections.response_timeout(), committed).await,
                         Ok(Ok(()))
                     ) {
-                        self.connections.roll_back(&mut connection, Some(pid)).await;
+                        self.connections
+                            .clean_up(&mut connection, pid, Cleanup::Terminate)
+                            .await;
                     }
                 }
             }
             // Dropped, or not polled in time: nothing was written.
-            Ok(Err(_)) | Err(_) => self.connections.roll_back(&mut connection, Some(pid)).await,
+            Ok(Err(_)) | Err(_) => {
+                self.connections
+                    .clean_up(&mut connection, pid, Cleanup::RollBack)
+                    .await;
+            }
         }
     }
 
@@ -212,16 +228,21 @@ impl Shared {
     async fn load(
         &self,
         connection: &mut Option<Object>,
-        pid: i32,
         operation: &'static str,
         names: &[String],
         cut: Option<Instant>,
-    ) -> Result<Loaded, Failure> {
-        let object = connection.as_ref().ok_or_else(lent)?;
+    ) -> (Result<Loaded, Failure>, Cleanup) {
+        let Some(object) = connection.as_ref() else {
+            return (Err(lent()), Cleanup::Nothing);
+        };
         let budget = self.connections.budget(cut);
+        // The server refuses the turn a little before the client's own timer would fire, so
+        // that a turn that does not come is a clean refusal (the transaction rolled back), not
+        // a statement without an answer (its backend terminated).
+        let turn_wait = budget.saturating_sub((budget / 10).min(Duration::from_millis(20)));
         let begin = format!(
             "BEGIN; SET LOCAL lock_timeout = '{}ms'",
-            budget.as_millis().max(1)
+            turn_wait.as_millis().max(1)
         );
         let statements = async {
             let (turns, read) = futures_util::future::join(
@@ -241,21 +262,22 @@ impl Shared {
             rows
         };
         let outcome = tokio::time::timeout(budget, statements).await;
-        let rows = self
-            .connections
-            .settle(connection, pid, operation, budget, outcome)
-            .await?;
+        let rows = match self.connections.settle(operation, budget, outcome) {
+            (Ok(rows), _) => rows,
+            (Err(failure), cleanup) => return (Err(failure), cleanup),
+        };
         let now = Instant::now();
-        let first = rows.first().ok_or_else(|| {
-            Failure::Error(
-                BackendError::new(
+        let Some(first) = rows.first() else {
+            let failure = Failure::Error(
+                pg_error(
                     operation,
                     BackendErrorKind::Server,
                     "PostgreSQL answered the read with no row",
                 )
                 .into(),
-            )
-        })?;
+            );
+            return (Err(failure), Cleanup::RollBack);
+        };
         let db_micros: i64 = first.get(0);
         let last: i64 = first.get(1);
         let mut loaded = Loaded {
@@ -270,19 +292,20 @@ impl Shared {
                 loaded.rows.insert(name, (version, Some(state)));
             }
         }
-        Ok(loaded)
+        (Ok(loaded), Cleanup::Nothing)
     }
 
     /// Writes back what changed and commits, in one round trip.
     async fn write(
         &self,
         connection: &mut Option<Object>,
-        pid: i32,
         operation: &'static str,
         write: &Write,
         cut: Option<Instant>,
-    ) -> Result<Vec<u64>, Failure> {
-        let object = connection.as_ref().ok_or_else(lent)?;
+    ) -> (Result<Vec<u64>, Failure>, Cleanup) {
+        let Some(object) = connection.as_ref() else {
+            return (Err(lent()), Cleanup::Nothing);
+        };
         let budget = self.connections.budget(cut);
         let statements = async {
             let statement = object.prepare_cached(&self.write_sql).await?;
@@ -306,18 +329,19 @@ impl Shared {
             Ok(rows)
         };
         let outcome = tokio::time::timeout(budget, statements).await;
-        let rows = self
-            .connections
-            .settle(connection, pid, operation, budget, outcome)
-            .await?;
+        let rows = match self.connections.settle(operation, budget, outcome) {
+            (Ok(rows), _) => rows,
+            (Err(failure), cleanup) => return (Err(failure), cleanup),
+        };
         if self.writes.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep();
         }
         let tokens: Vec<i64> = rows.first().map(|row| row.get(1)).unwrap_or_default();
-        Ok(tokens
+        let tokens = tokens
             .into_iter()
             .map(|token| u64::try_from(token).unwrap_or(0))
-            .collect())
+            .collect();
+        (Ok(tokens), Cleanup::Nothing)
     }
 
     /// Deletes rows that ran out, in the background.
@@ -338,7 +362,7 @@ impl Shared {
     /// rounds sent together: `renewals` are (name, owner, side, lease in microseconds); the
     /// positions renewed.
     pub(crate) async fn renew(
-        &self,
+        self: &Arc<Self>,
         renewals: &[(String, String, &'static str, i64)],
     ) -> Result<Vec<bool>, LockError> {
         // Rounds in which each key appears once.
@@ -373,10 +397,18 @@ impl Shared {
             futures_util::future::try_join_all(sent).await
         };
         let outcome = tokio::time::timeout(budget, statements).await;
-        let answers = self
-            .connections
-            .settle(&mut connection, pid, "renew", budget, outcome)
-            .await?;
+        let (answers, cleanup) = self.connections.settle("renew", budget, outcome);
+        if cleanup != Cleanup::Nothing {
+            // Behind the renewal's answer: the watchdog learns of the failure at once.
+            let shared = self.clone();
+            self.io.spawn(async move {
+                shared
+                    .connections
+                    .clean_up(&mut connection, pid, cleanup)
+                    .await;
+            });
+        }
+        let answers = answers.map_err(LockError::from)?;
         let mut renewed = vec![false; renewals.len()];
         for (round, rows) in rounds.iter().zip(answers) {
             for row in rows {
@@ -393,7 +425,7 @@ impl Shared {
 /// A connection used after it was given up: a bug, reported rather than a panic.
 fn lent() -> Failure {
     Failure::Error(
-        BackendError::new(
+        pg_error(
             "acquire",
             BackendErrorKind::Server,
             "a PostgreSQL connection was used after it was given up",
@@ -406,7 +438,19 @@ impl From<Failure> for LockError {
     fn from(failure: Failure) -> Self {
         match failure {
             Failure::Error(err) => err,
-            Failure::Changed => BackendError::new(
+            Failure::TurnNotGiven => pg_error(
+                "wait for the key's turn",
+                BackendErrorKind::Timeout,
+                "another operation on the key (a renewal, a release, a clean-up, a fenced \
+                 transaction) held its turn for all the time left",
+            )
+            .advice(
+                "the key was busy for the whole response timeout (or the request's wait): \
+                 look for a long fenced transaction on it (`pg_stat_activity`), or raise the \
+                 response timeout",
+            )
+            .into(),
+            Failure::Changed => pg_error(
                 "acquire",
                 BackendErrorKind::Server,
                 "a key changed between a read and its write",
