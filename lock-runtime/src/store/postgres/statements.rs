@@ -75,6 +75,10 @@ pub(crate) fn read(schema: &str) -> String {
     )
 }
 
+/// Every statement that changes several rows locks them first in one order (by name), so
+/// that two of them (a write and a renewal, say) never wait on each other in a circle: the
+/// server would break that after its `deadlock_timeout`, a second.
+///
 /// Writes the rows `$1` (names) with, for each, the version read (`$2`, 0: no row), its new
 /// state (`$3`, null: delete the row) and when it may be swept (`$4`, microseconds; null:
 /// never); notifies `$5` (each `<payload> <lock channel>`) on `channel`; takes `$6` tokens.
@@ -84,15 +88,18 @@ pub(crate) fn write(schema: &str, channel: &str) -> String {
         "WITH input AS ( \
              SELECT * FROM unnest($1::text[], $2::int8[], $3::jsonb[], $4::int8[]) \
                  AS i(name, version, state, expires) \
+         ), locked AS ( \
+             SELECT l.name FROM {schema}.locks l WHERE l.name = ANY($1::text[]) \
+             ORDER BY l.name FOR UPDATE \
          ), updated AS ( \
              UPDATE {schema}.locks l SET version = nextval('{schema}.tokens'), state = i.state, \
                  expires_at = to_timestamp(i.expires / 1000000.0) \
-             FROM input i \
+             FROM input i JOIN locked k ON k.name = i.name \
              WHERE l.name = i.name AND i.version <> 0 AND i.state IS NOT NULL \
                  AND l.version = i.version \
              RETURNING 1 \
          ), deleted AS ( \
-             DELETE FROM {schema}.locks l USING input i \
+             DELETE FROM {schema}.locks l USING input i JOIN locked k ON k.name = i.name \
              WHERE l.name = i.name AND i.version <> 0 AND i.state IS NULL \
                  AND l.version = i.version \
              RETURNING 1 \
@@ -132,6 +139,9 @@ pub(crate) fn renew(schema: &str) -> String {
                  WITH ORDINALITY AS i(name, owner, side, lease, n) \
          ), clock AS ( \
              SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us \
+         ), locked AS ( \
+             SELECT l.name FROM {schema}.locks l WHERE l.name = ANY($1::text[]) \
+             ORDER BY l.name FOR UPDATE \
          ), renewed AS ( \
              UPDATE {schema}.locks l SET \
                  state = CASE i.side \
@@ -143,7 +153,7 @@ pub(crate) fn renew(schema: &str) -> String {
                  version = nextval('{schema}.tokens'), \
                  expires_at = greatest(l.expires_at, \
                      to_timestamp((clock.us + i.lease) / 1000000.0)) \
-             FROM input i, clock \
+             FROM input i JOIN locked k ON k.name = i.name, clock \
              WHERE l.name = i.name AND CASE i.side \
                  WHEN 'w' THEN l.state->'w'->>0 = i.owner \
                      AND (l.state->'w'->>1)::bigint > clock.us \
@@ -156,12 +166,14 @@ pub(crate) fn renew(schema: &str) -> String {
 }
 
 /// Deletes up to 1,000 rows whose every part ran out more than a second ago (a holder that
-/// crashed and a key nobody asked for again): the table follows the locks in use.
+/// crashed and a key nobody asked for again): the table follows the locks in use. Rows
+/// another statement has locked are skipped, for the next sweep.
 pub(crate) fn sweep(schema: &str) -> String {
     format!(
         "DELETE FROM {schema}.locks WHERE name IN ( \
              SELECT name FROM {schema}.locks \
-             WHERE expires_at < clock_timestamp() - interval '1 second' LIMIT 1000)"
+             WHERE expires_at < clock_timestamp() - interval '1 second' \
+             ORDER BY name LIMIT 1000 FOR UPDATE SKIP LOCKED)"
     )
 }
 
