@@ -115,8 +115,15 @@ impl PostgresServer {
     /// Makes a data directory (`initdb`), starts the server on a free loopback port and waits
     /// until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`start`](Self::start), with `settings` (name, value as `postgresql.conf` spells it,
+    /// e.g. `("shared_preload_libraries", "'pg_stat_statements'")`) written after the tests'
+    /// own, so that they override them (`benches/postgres.rs` loads `pg_stat_statements`).
+    pub fn start_with(settings: &[(&str, &str)]) -> Self {
         let dir = scratch_dir("postgres");
-        init_data_dir(&dir);
+        init_data_dir(&dir, settings);
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -440,8 +447,8 @@ fn wait_gone(processes: &[u32]) -> Result<(), String> {
 }
 
 /// Runs `initdb` for `dir/data` as the server's user (giving it `dir` first), then writes the
-/// tests' settings and a `pg_hba.conf` that trusts 127.0.0.1 alone.
-fn init_data_dir(dir: &Path) {
+/// tests' settings, then `extra` ones, and a `pg_hba.conf` that trusts 127.0.0.1 alone.
+fn init_data_dir(dir: &Path, extra: &[(&str, &str)]) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .expect("make the postgres scratch dir private");
     if let Some(user) = server_user() {
@@ -475,6 +482,9 @@ fn init_data_dir(dir: &Path) {
         .expect("open postgresql.conf");
     writeln!(conf, "{SETTINGS}unix_socket_directories = '{socket_dir}'")
         .expect("write postgresql.conf");
+    for (name, value) in extra {
+        writeln!(conf, "{name} = {value}").expect("write postgresql.conf");
+    }
     std::fs::write(
         data.join("pg_hba.conf"),
         "# tests/support/postgres.rs: loopback TCP only, no password.\n\
