@@ -124,8 +124,9 @@ const W3_WORKERS: usize = 8;
 /// (its `lock_timeout` is what is left of the operation's budget, at most the response timeout
 /// of 1 s: here always 1 s).
 mod sql {
-    /// `transaction.rs`' first statements of an operation.
-    pub const BEGIN: &str = "BEGIN; SET LOCAL lock_timeout = '1000ms'";
+    /// `transaction.rs`' first statements of an operation (at the default response timeout
+    /// of 1 s, the server gives up the turn 20 ms before the client would).
+    pub const BEGIN: &str = "BEGIN; SET LOCAL lock_timeout = '980ms'";
 
     /// `statements::turns`.
     pub const TURNS: &str = "SELECT count(pg_advisory_xact_lock(hashtext('distlock'), h)) \
@@ -141,15 +142,18 @@ mod sql {
     pub const WRITE: &str = "WITH input AS ( \
              SELECT * FROM unnest($1::text[], $2::int8[], $3::jsonb[], $4::int8[]) \
                  AS i(name, version, state, expires) \
+         ), locked AS ( \
+             SELECT l.name FROM distlock.locks l WHERE l.name = ANY($1::text[]) \
+             ORDER BY l.name FOR UPDATE \
          ), updated AS ( \
              UPDATE distlock.locks l SET version = nextval('distlock.tokens'), state = i.state, \
                  expires_at = to_timestamp(i.expires / 1000000.0) \
-             FROM input i \
+             FROM input i JOIN locked k ON k.name = i.name \
              WHERE l.name = i.name AND i.version <> 0 AND i.state IS NOT NULL \
                  AND l.version = i.version \
              RETURNING 1 \
          ), deleted AS ( \
-             DELETE FROM distlock.locks l USING input i \
+             DELETE FROM distlock.locks l USING input i JOIN locked k ON k.name = i.name \
              WHERE l.name = i.name AND i.version <> 0 AND i.state IS NULL \
                  AND l.version = i.version \
              RETURNING 1 \
