@@ -1,19 +1,21 @@
 //! PostgreSQL as a store: every kind's rules run as their twins (`kind/`, the reference
-//! statement of the rules) on the state of the keys they touch, read from the database and
-//! written back in two statements, each its own transaction (`postgres/statements.rs`):
-//! a read of the rows with the database's clock, the twin at that time, and a write of the
-//! rows it changed that holds only if none changed since the read (else read again). A key's
-//! state is one row (`postgres/rows.rs`), its times on the database's clock
-//! (`clock_timestamp()` of the read), never a client's. Fencing tokens come from a sequence,
-//! taken by the statement that commits the grant: strictly increasing across holders and
-//! durable, with no clock in the argument (`docs/guarantees.md`). Waiters are woken by
-//! `NOTIFY` at the commit of the change that frees what they wait for
-//! (`postgres/listener.rs`), with the backoff as the fallback. A statement that got no answer
-//! has its backend terminated before the failure is reported (`postgres/connections.rs`), so
-//! the clean-up of an ambiguous try cannot be overtaken by the try. The store's objects live
-//! in a schema of its own (`postgres/schema.rs`), created or checked before the first
-//! statement. Neighbours: the store contract (`store/mod.rs`), the twins (`kind/twins.rs`,
-//! `kind/multi.rs`, the key operations' `twin`s).
+//! statement of the rules) on the state of the keys they touch, inside a transaction of the
+//! store's own (`postgres/transaction.rs`): take the keys' turns and read their rows with the
+//! database's clock, run the twin at that time, write back the rows it changed and commit —
+//! two round trips. A key's state is one row (`postgres/rows.rs`), its times on the
+//! database's clock (`clock_timestamp()` of the read), never a client's. Fencing tokens come
+//! from a sequence, taken by the statement that commits the grant: strictly increasing across
+//! holders and durable, with no clock in the argument (`docs/guarantees.md`). Renewals are one
+//! statement per round, with no turn (`postgres/statements.rs`). Waiters are woken by `NOTIFY`
+//! at the commit of the change that frees what they wait for (`postgres/listener.rs`), with
+//! the backoff as the fallback. A statement that got no answer fails at its budget, and its
+//! backend is terminated behind it while this client keeps its turn on the keys
+//! (`postgres/connections.rs`, `postgres/turns.rs`), so the clean-up of an ambiguous try
+//! cannot be overtaken by the try. The store's objects live in a schema of its own
+//! (`postgres/schema.rs`), checked (and created when missing) before the first statement.
+//! Neighbours: the store contract (`store/mod.rs`), the twins (`kind/twins.rs`,
+//! `kind/multi.rs`, the key operations' `twin`s), the operator's fenced transaction
+//! (`fenced_postgres.rs`), which takes a key's turn in shared mode.
 
 mod connections;
 mod listener;

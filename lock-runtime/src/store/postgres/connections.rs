@@ -4,11 +4,13 @@
 //! I/O runtime, whatever runtime the caller is on ([`OnIo`]), with
 //! `idle_in_transaction_session_timeout` set, so that a client frozen inside a transaction
 //! (holding a key's turn) is cut off by the server. Every statement has the response timeout
-//! (a try's: at most what is left of its wait); a failure without an answer (timed out,
-//! connection lost) takes the connection out of the pool and terminates its backend
-//! (`pg_terminate_backend`, waiting for it to end) before the failure is reported, so nothing
-//! of it can commit later — the clean-up that follows an ambiguous try is never overtaken by
-//! the try. Errors read as [`BackendError`]s here ([`store_error`]). Neighbours: `postgres.rs`
+//! (a try's: at most what is left of its wait); what a failure leaves to do with the
+//! connection ([`Cleanup`]: roll back, or — a statement without an answer, timed out or its
+//! connection lost — take it out of the pool and terminate its backend with
+//! `pg_terminate_backend`, waiting for it to end) is done after the failure is reported, by
+//! the transaction's task, which keeps the client's turn on the keys until then: nothing of
+//! it can commit after the clean-up that follows an ambiguous try. Errors read as
+//! [`BackendError`]s with PostgreSQL's advice here ([`store_error`], [`pg_error`]). Neighbours: `postgres.rs`
 //! runs its transactions here; `schema.rs` is set up through the first connection.
 
 use std::time::{Duration, Instant};
