@@ -989,6 +989,29 @@ async fn record(recorder: &mut redis::aio::MultiplexedConnection, event: String)
         .await;
 }
 
+/// Appends `pid:token` to the fenced list `accepted` with `token`, and logs `W` (accepted) or
+/// `R` (refused as stale) with the time: what a leader and a worker do while they hold.
+async fn write_fenced(
+    recorder: &mut redis::aio::MultiplexedConnection,
+    pid: u32,
+    token: distlock::FencingToken,
+) {
+    let write = distlock::fenced::pipe("accepted", token)
+        .cmd(
+            redis::cmd("RPUSH")
+                .arg("accepted")
+                .arg(format!("{pid}:{token}")),
+        )
+        .query_async::<(u64,)>(recorder)
+        .await;
+    let what = match write {
+        Ok(outcome) if outcome.is_applied() => "W",
+        Ok(_) => "R",
+        Err(_) => return,
+    };
+    record(recorder, format!("{what}:{pid}:{token}:{}", now_micros())).await;
+}
+
 /// A campaigner process: observes the election (logging each leader it sees, `O:pid:epoch`),
 /// and campaigns; while it leads it appends `pid:epoch` to the fenced list `accepted` every
 /// 50 ms through the fenced-write helper with its epoch, and once more when it learns the
@@ -1040,26 +1063,7 @@ fn campaign_until_killed(store: &str) {
                     () = tokio::time::sleep(Duration::from_millis(50)) => false,
                     () = leadership.lost() => true,
                 };
-                let write = distlock::fenced::pipe("accepted", epoch)
-                    .cmd(
-                        redis::cmd("RPUSH")
-                            .arg("accepted")
-                            .arg(format!("{pid}:{epoch}")),
-                    )
-                    .query_async::<(u64,)>(&mut recorder)
-                    .await;
-                let what = match write {
-                    Ok(outcome) if outcome.is_applied() => Some("W"),
-                    Ok(_) => Some("R"),
-                    Err(_) => None,
-                };
-                if let Some(what) = what {
-                    record(
-                        &mut recorder,
-                        format!("{what}:{pid}:{epoch}:{}", now_micros()),
-                    )
-                    .await;
-                }
+                write_fenced(&mut recorder, pid, epoch).await;
                 if lost {
                     break;
                 }
@@ -1501,26 +1505,7 @@ fn work_until_told(store: &str) {
                     () = tokio::time::sleep(WRITE_EVERY) => false,
                     () = guard.lost() => true,
                 };
-                let write = distlock::fenced::pipe("accepted", token)
-                    .cmd(
-                        redis::cmd("RPUSH")
-                            .arg("accepted")
-                            .arg(format!("{pid}:{token}")),
-                    )
-                    .query_async::<(u64,)>(&mut recorder)
-                    .await;
-                let what = match write {
-                    Ok(outcome) if outcome.is_applied() => Some("W"),
-                    Ok(_) => Some("R"),
-                    Err(_) => None,
-                };
-                if let Some(what) = what {
-                    record(
-                        &mut recorder,
-                        format!("{what}:{pid}:{token}:{}", now_micros()),
-                    )
-                    .await;
-                }
+                write_fenced(&mut recorder, pid, token).await;
                 if lost {
                     break;
                 }
