@@ -61,12 +61,8 @@ pub use protocol::{FencingToken, LockMode, MAX_KEY_LEN};
 pub use request::LockRequest;
 pub use telemetry::{LOG_TARGET, METRICS};
 
-/// The SQL of the PostgreSQL store's objects in `schema` (idempotent), for teams that run their
-/// own migrations (`distlock schema` prints it; `Config::postgres_create_schema(false)`).
 #[cfg(feature = "postgres")]
-pub fn postgres_schema_sql(schema: &str) -> String {
-    store::postgres::ddl(schema)
-}
+pub use store::postgres::postgres_schema_sql;
 
 /// What the attribute macro expands to. Not a public API: no stability promise.
 #[doc(hidden)]

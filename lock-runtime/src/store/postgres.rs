@@ -34,7 +34,7 @@ use tokio::runtime::Handle;
 use self::connections::{pg_error, Connections, Failure};
 use self::listener::{Listener, ListenerFeed};
 use self::rows::{announcements, decode, encode, KeyState, Timeline};
-pub use self::schema::ddl;
+pub use self::schema::postgres_schema_sql;
 pub(crate) use self::statements::{holders, shared_turns};
 use self::transaction::{Loaded, Shared, Transaction, Write};
 use self::turns::Turns;

@@ -19,8 +19,10 @@ use crate::error::{BackendErrorKind, LockError};
 /// The advisory lock key serialising schema creation across processes (`distlock` in ASCII).
 const CREATE_LOCK: i64 = 0x0064_6973_746c_6f63;
 
-/// Every object of the store in `schema`, as SQL a migration tool can run (idempotent).
-pub fn ddl(schema: &str) -> String {
+/// The SQL of the PostgreSQL store's objects in `schema` (idempotent: it creates what is
+/// missing), for teams that run their own migrations (`distlock schema` prints it; then
+/// `Config::postgres_create_schema(false)`).
+pub fn postgres_schema_sql(schema: &str) -> String {
     format!(
         "CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.locks (
@@ -65,7 +67,7 @@ pub(crate) async fn ensure(client: &Client, options: &PostgresOptions) -> Result
     }
     let create = format!(
         "BEGIN; SELECT pg_advisory_xact_lock({CREATE_LOCK}); {} COMMIT;",
-        ddl(schema)
+        postgres_schema_sql(schema)
     );
     if let Err(err) = client.batch_execute(&create).await {
         // Leave the connection usable whatever failed.
