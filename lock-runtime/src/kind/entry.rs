@@ -11,7 +11,7 @@ use super::{fair, semaphore};
 
 /// The in-process state of one key, which every kind's twin reads and changes: the in-process
 /// counterpart of the lock key (its writer or its readers) and the writer-waiting mark.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct TwinEntry {
     /// The writer and when its lease ends.
     pub(crate) writer: Option<(String, Instant)>,

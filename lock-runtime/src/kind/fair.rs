@@ -109,7 +109,7 @@ pub(super) fn acquire_call(attempt: &Try<'_>, tokens: Tokens, announce: Announce
 }
 
 /// The in-process twin of a key's queue: each waiter's place and deadline.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct FairQueue {
     /// Waiters in order: by ticket, then id.
     order: BTreeSet<(u64, String)>,

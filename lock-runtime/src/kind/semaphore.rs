@@ -69,7 +69,7 @@ pub(crate) fn no_permits(key: &LockKey) -> LockError {
 
 /// The in-process twin of a semaphore key: its count and every permit holder with when its
 /// lease ends (the twin of the sorted set and its marker).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Permits {
     pub(crate) count: u32,
     pub(crate) holders: HashMap<String, Instant>,

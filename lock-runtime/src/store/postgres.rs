@@ -188,16 +188,19 @@ impl PostgresStore {
                     ))
                 })
             };
-            let KeyState { entry, record } = read(row)?;
+            // Read once; the twin changes a copy, the original says what the change announces.
+            let read = read(row)?;
+            let KeyState { entry, record } = read.clone();
             state.locks.insert(key.lock.clone(), entry);
             if let Some(record) = record {
                 state.records.insert(key.lock.clone(), record);
             }
-            before.insert(key.lock.clone(), read(row)?);
+            before.insert(key.lock.clone(), read);
         }
         let answer = twin(&mut state, time)?;
-        let TokenSource::Store { taken, .. } = state.tokens else {
-            unreachable!("the state was made with the store's tokens")
+        let taken = match state.tokens {
+            TokenSource::Store { taken, .. } => taken,
+            TokenSource::Counters => 0,
         };
         let mut write = Write {
             tokens: i32::try_from(taken).unwrap_or(i32::MAX),

@@ -55,7 +55,7 @@ impl Timeline {
 }
 
 /// One key's state: the kinds' entry and the leader record kept beside it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct KeyState {
     pub(crate) entry: TwinEntry,
     pub(crate) record: Option<RawRecord>,
