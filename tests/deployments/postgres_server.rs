@@ -7,7 +7,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use crate::support::postgres::{is_gone, is_stopped, PostgresServer};
+use crate::support::postgres::PostgresServer;
+use crate::support::process::{is_gone, is_stopped};
 use crate::support::wait_until;
 
 /// The user id a process runs as, from `/proc/PID/status` (`Uid: real effective ...`).

@@ -9,8 +9,9 @@
 //! server that takes connections and never answers; `stores` is the list of stores the
 //! conformance suites run on; `capture` keeps what distlock logs, for the tests of its spans
 //! and events; `panics` counts the panics of the library and the `redis` crate. `postgres`
-//! starts PostgreSQL servers the same way, watcher and all (`initdb` and `postgres`, run as the
-//! `postgres` system user when the tests run as root), for the Postgres store.
+//! starts PostgreSQL servers the same way (`initdb` and `postgres`, run as the `postgres`
+//! system user when the tests run as root), for the Postgres store, under the watcher of
+//! `process`, which also holds the faults (signals) and what `/proc` says of a process.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 pub mod acl;
@@ -20,6 +21,7 @@ pub mod masters;
 pub mod monitor;
 pub mod panics;
 pub mod postgres;
+pub mod process;
 pub mod proxy;
 pub mod sentinel;
 pub mod silent;

@@ -1,20 +1,24 @@
 //! Real PostgreSQL servers for tests, for the Postgres store (issue 38): each one an `initdb`
 //! data directory in a [`scratch_dir`] and a `postgres` on a free loopback port, run as the
 //! unprivileged `postgres` system user when the tests run as root (the server refuses root).
-//! As for [`RedisServer`](super::RedisServer) next door, a shell watcher kills the server, and
+//! As for every server of [`process`](super::process), a shell watcher kills the server, and
 //! every process it forked, when the test process goes away (its stdin pipe closes), and
 //! readiness is the server's own "database system is ready to accept connections" log line.
 //! The faults a store test needs are here: a fast shutdown, a restart on the same data and
 //! port, a SIGKILLed server (restarted, it recovers) and a frozen one (SIGSTOP of every
 //! process). [`shared_postgres`] lets one test binary start a single server.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{mpsc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
 
+use super::process::{
+    children_of, is_gone, signal, stop_all, stopped, watcher_command, Launching, StartError,
+    Watched, GONE_TIMEOUT,
+};
 use super::{free_port, scratch_dir, wait_until};
 
 const INSTALL_HINT: &str = "PostgreSQL's `initdb` and `postgres` were found neither on PATH nor \
@@ -28,9 +32,6 @@ const DEFAULT_PORT: u16 = 5432;
 /// How long a start (with crash recovery after a [`kill`](PostgresServer::kill)) or a fast
 /// shutdown may take on a loaded machine.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long the processes of a SIGKILLed server may take to be gone.
-const GONE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the server logs once it takes connections, after a start or a crash recovery.
 const READY: &str = "database system is ready to accept connections";
@@ -51,37 +52,6 @@ full_page_writes = off
 max_connections = 200
 ";
 
-/// The shell watcher: starts the server (`"$@"`), reports its pid, and when stdin closes or
-/// a line arrives SIGKILLs it with every process it forked (backends set up sessions of their
-/// own, so no process group holds them all: they are the processes whose parent it is, found
-/// in /proc once it is stopped and forks no more). Then reports its exit. With
-/// `DISTLOCK_SERVER_CPUS` set (e.g. `0`), the server runs pinned to those CPUs (`taskset`).
-/// (A background job's stdin is /dev/null in a non-interactive shell, hence fd 3.)
-const WATCHER: &str = r#"
-exec 3<&0
-${DISTLOCK_SERVER_CPUS:+taskset -c "$DISTLOCK_SERVER_CPUS"} "$@" &
-pid=$!
-echo "support: pid $pid"
-(
-  read -r _ <&3
-  kill -STOP "$pid"
-  for stat in /proc/[0-9]*/stat; do
-    read -r line 2>/dev/null <"$stat" || continue
-    set -- ${line##*")"}
-    if [ "$2" = "$pid" ]; then
-      child=${stat#/proc/}
-      kill -KILL "${child%/stat}"
-    fi
-  done
-  kill -KILL "$pid"
-) 2>/dev/null &
-reader=$!
-wait "$pid"
-status=$?
-kill "$reader" 2>/dev/null
-echo "support: exited $status"
-"#;
-
 /// One server per test binary, started on first use. It dies with the test process (the
 /// watcher); its directory is swept by the next run's [`scratch_dir`]. It cannot be stopped,
 /// killed or restarted (those need `&mut`), and no test should freeze it: a test that needs a
@@ -97,18 +67,7 @@ pub struct PostgresServer {
     port: u16,
     /// The scratch directory, owned by the server's user: `data/` and the Unix socket.
     dir: PathBuf,
-    process: Option<Process>,
-}
-
-struct Process {
-    watcher: Child,
-    stdin: ChildStdin,
-    /// The postmaster.
-    pid: u32,
-    /// (In a mutex so a server can live in a `static`.)
-    exited: Mutex<mpsc::Receiver<()>>,
-    /// Whether `exited` has said so.
-    exited_seen: bool,
+    process: Option<Watched>,
 }
 
 impl PostgresServer {
@@ -130,7 +89,7 @@ impl PostgresServer {
             if port == DEFAULT_PORT {
                 continue;
             }
-            match Process::spawn(&dir, port) {
+            match spawn(&dir, port) {
                 Ok(process) => {
                     return Self {
                         port,
@@ -139,7 +98,7 @@ impl PostgresServer {
                     }
                 }
                 // Most likely the port was taken in the meantime: another one.
-                Err(err) => last_error = err,
+                Err(err) => last_error = err.to_string(),
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -158,7 +117,7 @@ impl PostgresServer {
 
     /// The postmaster's pid. Panics if the server is not running.
     pub fn pid(&self) -> u32 {
-        self.running().pid
+        self.running().pid()
     }
 
     /// Every process of the server: the postmaster first, then the processes it forked
@@ -174,7 +133,7 @@ impl PostgresServer {
     /// end) and waits until it has exited.
     pub fn stop(&mut self) {
         if let Some(process) = self.process.take() {
-            if let Err(err) = process.shut_down() {
+            if let Err(err) = process.shut_down("INT", START_TIMEOUT) {
                 panic!("postgres on port {}: {err}", self.port);
             }
         }
@@ -188,12 +147,12 @@ impl PostgresServer {
         let mut last_error = String::new();
         // The port was ours a moment ago; give a racing process a few tries' worth of time.
         for _ in 0..20 {
-            match Process::spawn(&self.dir, self.port) {
+            match spawn(&self.dir, self.port) {
                 Ok(process) => {
                     self.process = Some(process);
                     return;
                 }
-                Err(err) => last_error = err,
+                Err(err) => last_error = err.to_string(),
             }
         }
         panic!(
@@ -207,7 +166,7 @@ impl PostgresServer {
     /// between). Waits until all are gone; [`restart`](Self::restart) then recovers.
     pub fn kill(&mut self) {
         if let Some(process) = self.process.take() {
-            if let Err(err) = process.kill() {
+            if let Err(err) = process.kill(START_TIMEOUT) {
                 panic!("postgres on port {}: {err}", self.port);
             }
         }
@@ -277,7 +236,7 @@ impl PostgresServer {
         stdout.strip_suffix('\n').unwrap_or(&stdout).to_string()
     }
 
-    fn running(&self) -> &Process {
+    fn running(&self) -> &Watched {
         self.process
             .as_ref()
             .unwrap_or_else(|| panic!("postgres on port {} is not running", self.port))
@@ -289,161 +248,23 @@ impl Drop for PostgresServer {
         if let Some(process) = self.process.take() {
             // Never a panic here (a test may be unwinding); a server that does not shut down
             // has been killed.
-            let _ = process.shut_down();
+            let _ = process.shut_down("INT", START_TIMEOUT);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-impl Process {
-    /// Runs `postgres` on `dir/data` and `port` under the watcher, as the server's user, and
-    /// waits for its ready line. An error usually means the port was taken.
-    fn spawn(dir: &Path, port: u16) -> Result<Self, String> {
-        let postgres = binaries().bin.join("postgres");
-        let data = dir.join("data");
-        let mut watcher = as_server_user("sh")
-            .args(["-c", WATCHER, "postgres-watcher"])
-            .arg(&postgres)
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string()])
-            .current_dir(dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|err| format!("spawn the watcher: {err}"))?;
-        let stdin = watcher.stdin.take().expect("piped stdin");
-        let stdout = watcher.stdout.take().expect("piped stdout");
-        let stderr = watcher.stderr.take().expect("piped stderr");
-
-        // The watcher's lines on stdout, the server's log (and runuser's complaints) on stderr.
-        let (events, received) = mpsc::channel::<String>();
-        let (exited_tx, exited) = mpsc::channel::<()>();
-        let log_events = events.clone();
-        std::thread::spawn(move || forward_lines(stderr, &log_events));
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("support: exited") {
-                    let _ = exited_tx.send(());
-                }
-                let _ = events.send(line);
-            }
-        });
-
-        let mut pid = None;
-        let mut log = Vec::new();
-        loop {
-            let Ok(line) = received.recv_timeout(START_TIMEOUT) else {
-                // Closing stdin has the watcher kill the server.
-                drop(stdin);
-                let _ = watcher.wait();
-                return Err(format!(
-                    "postgres on port {port} did not become ready in {START_TIMEOUT:?}:\n{}",
-                    log.join("\n")
-                ));
-            };
-            if let Some(found) = line.strip_prefix("support: pid ") {
-                pid = found.trim().parse().ok();
-            } else if line.starts_with("support: exited") {
-                let _ = watcher.wait();
-                return Err(format!(
-                    "postgres on port {port} exited at start:\n{}",
-                    log.join("\n")
-                ));
-            } else if line.contains(READY) {
-                let pid = pid.ok_or("the watcher did not report the pid")?;
-                return Ok(Self {
-                    watcher,
-                    stdin,
-                    pid,
-                    exited: exited.into(),
-                    exited_seen: false,
-                });
-            }
-            log.push(line);
-        }
-    }
-
-    /// Fast shutdown (SIGINT), waiting for the exit; a frozen server is thawed first. One
-    /// that does not exit in time is killed, and that is the error.
-    fn shut_down(mut self) -> Result<(), String> {
-        if !self.wait_exited(Duration::ZERO) {
-            let _ = signal("CONT", &children_of(self.pid));
-            let _ = signal("CONT", &[self.pid]);
-            let _ = signal("INT", &[self.pid]);
-        }
-        if !self.wait_exited(START_TIMEOUT) {
-            let pid = self.pid;
-            let killed = self.kill();
-            return Err(format!(
-                "postmaster {pid} did not shut down in {START_TIMEOUT:?}; killed it ({killed:?})"
-            ));
-        }
-        let _ = self.watcher.wait();
-        Ok(())
-    }
-
-    /// SIGKILL of every process of the server, waiting until all are gone.
-    fn kill(mut self) -> Result<(), String> {
-        if self.wait_exited(Duration::ZERO) {
-            let _ = self.watcher.wait();
-            return Ok(());
-        }
-        let processes = stop_all(self.pid)?;
-        signal("KILL", &processes)?;
-        if !self.wait_exited(START_TIMEOUT) {
-            // The watcher did not report: its own SIGKILLs, as a last resort.
-            let _ = self.stdin.write_all(b"kill\n");
-            let _ = self.stdin.flush();
-        }
-        let _ = self.watcher.wait();
-        wait_gone(&processes)
-    }
-
-    /// Whether the watcher has reported the postmaster's exit, waiting up to `timeout` for
-    /// it. Asked with no wait before a signal: a postmaster that exited on its own has been
-    /// reaped, and its pid may be another process's by now.
-    fn wait_exited(&mut self, timeout: Duration) -> bool {
-        if !self.exited_seen {
-            let exited = self
-                .exited
-                .get_mut()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.exited_seen = exited.recv_timeout(timeout).is_ok();
-        }
-        self.exited_seen
-    }
-}
-
-/// Stops the postmaster `pid` and waits until it is stopped (from then on it forks nothing,
-/// and reacts to no child's death), then lists it and its children.
-fn stop_all(pid: u32) -> Result<Vec<u32>, String> {
-    signal("STOP", &[pid])?;
-    let deadline = Instant::now() + GONE_TIMEOUT;
-    while let Err(state) = stopped(pid) {
-        if Instant::now() >= deadline {
-            return Err(format!("the postmaster did not stop: {state}"));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let mut processes = vec![pid];
-    processes.extend(children_of(pid));
-    Ok(processes)
-}
-
-/// Waits until each of `processes` has exited (a zombie counts: it holds no memory, socket
-/// or file any more, and only its parent, which may be init, can reap it).
-fn wait_gone(processes: &[u32]) -> Result<(), String> {
-    let deadline = Instant::now() + GONE_TIMEOUT;
-    while let Some(pid) = processes.iter().find(|pid| !is_gone(**pid)) {
-        if Instant::now() >= deadline {
-            return Err(format!("server process {pid} still runs after SIGKILL"));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
+/// Runs `postgres` on `dir/data` and `port` under the watcher, as the server's user, and
+/// waits for its ready line. An error usually means the port was taken.
+fn spawn(dir: &Path, port: u16) -> Result<Watched, StartError> {
+    let mut command = watcher_command(as_server_user("sh"), "postgres-watcher");
+    command
+        .arg(binaries().bin.join("postgres"))
+        .arg("-D")
+        .arg(dir.join("data"))
+        .args(["-p", &port.to_string()])
+        .current_dir(dir);
+    Launching::spawn(command, &format!("postgres on port {port}"))?.wait_ready(READY, START_TIMEOUT)
 }
 
 /// Runs `initdb` for `dir/data` as the server's user (giving it `dir` first), then writes the
@@ -582,84 +403,5 @@ fn as_server_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
         command
     } else {
         Command::new(program)
-    }
-}
-
-/// Sends `signal` (`STOP`, `CONT`, `INT`, `KILL`) to `pids` with `kill`; an error if any
-/// was not signalled (gone, or not ours).
-fn signal(signal: &str, pids: &[u32]) -> Result<(), String> {
-    if pids.is_empty() {
-        return Ok(());
-    }
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .args(pids.iter().map(u32::to_string))
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|err| format!("run kill: {err}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -{signal} {pids:?} failed"))
-    }
-}
-
-/// The live processes whose parent is `pid`, from /proc. Not the zombies: a backend that
-/// exited while the postmaster was stopped waits there to be reaped, and is no process of the
-/// server any more.
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|child| {
-            stat_of(*child).is_some_and(|(state, parent)| parent == pid && !dead(state))
-        })
-        .collect()
-}
-
-/// A process's state letter and parent pid, from `/proc/PID/stat`; `None` once it is gone.
-fn stat_of(pid: u32) -> Option<(char, u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `PID (COMM) STATE PPID ...`, where COMM may hold spaces and parentheses.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let parent = fields.next()?.parse().ok()?;
-    Some((state, parent))
-}
-
-/// `Ok` once `pid` is stopped by a signal (state `T`).
-fn stopped(pid: u32) -> Result<(), String> {
-    match stat_of(pid) {
-        Some(('T', _)) => Ok(()),
-        Some((state, _)) => Err(format!("process {pid} is in state {state}")),
-        None => Err(format!("process {pid} is gone")),
-    }
-}
-
-/// Whether `pid` is stopped by a signal (frozen).
-pub fn is_stopped(pid: u32) -> bool {
-    stopped(pid).is_ok()
-}
-
-/// Whether `pid` has exited (gone, or a zombie nobody reaped yet).
-pub fn is_gone(pid: u32) -> bool {
-    stat_of(pid).is_none_or(|(state, _)| dead(state))
-}
-
-/// Whether a `/proc` state letter is a process that has exited (zombie or dead).
-fn dead(state: char) -> bool {
-    matches!(state, 'Z' | 'X')
-}
-
-/// Sends each line of `from` to `to` until `from` closes. It keeps reading once nobody
-/// listens any more: a server whose log pipe filled up would block.
-fn forward_lines(from: impl Read, to: &mpsc::Sender<String>) {
-    for line in BufReader::new(from).lines() {
-        let Ok(line) = line else { break };
-        let _ = to.send(line);
     }
 }
