@@ -4,8 +4,9 @@
 //! stalled and redirected connections through the fault-injecting proxy, failures retried
 //! within a request's wait, servers that never answer, the eviction check, what an operator
 //! sees through `tracing`, the PostgreSQL store's semantics and faults (`postgres_faults`, with
-//! the `postgres` feature), and the test support's own deployments (Redis, and PostgreSQL for
-//! the Postgres store).
+//! the `postgres` feature), and the test support's own deployments (Redis, PostgreSQL for the
+//! Postgres store, and etcd members and clusters for the etcd store: `etcd_server`, no feature
+//! needed, as the support's etcd client is a plain dev-dependency).
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
 //! `acl`, `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
@@ -21,6 +22,7 @@ mod acl;
 mod cluster;
 mod cluster_renewal_faults;
 mod deployments_support;
+mod etcd_server;
 mod eviction_check_timing;
 mod eviction_warning;
 mod guarded_connections;

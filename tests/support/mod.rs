@@ -11,12 +11,14 @@
 //! and events; `panics` counts the panics of the library and the `redis` crate. `postgres`
 //! starts PostgreSQL servers the same way (`initdb` and `postgres`, run as the `postgres`
 //! system user when the tests run as root), for the Postgres store, under the watcher of
-//! `process`, which also holds the faults (signals) and what `/proc` says of a process.
+//! `process`, which also holds the faults (signals) and what `/proc` says of a process. `etcd`
+//! starts etcd members and three-member clusters under that watcher, for the etcd store.
 #![allow(dead_code)] // each test binary uses its own part of the support
 
 pub mod acl;
 pub mod capture;
 pub mod cluster;
+pub mod etcd;
 pub mod masters;
 pub mod monitor;
 pub mod panics;
