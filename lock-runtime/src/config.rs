@@ -7,6 +7,7 @@
 //! (`validate.rs`). URLs are read by `url.rs`.
 
 mod env;
+mod etcd;
 mod postgres;
 mod replicas;
 mod store;
@@ -69,12 +70,14 @@ pub const MAX_TOKEN_LEAD: Duration = Duration::from_secs(1);
 pub const MAX_NODE_TIMEOUT: Duration = MAX_TOKEN_LEAD;
 
 pub use env::{
-    ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_POSTGRES_URL, ENV_REDIS_URL, ENV_REDLOCK_URLS,
-    ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
+    ENV_APP_NAME, ENV_CLUSTER_URLS, ENV_ETCD_ENDPOINTS, ENV_POSTGRES_URL, ENV_REDIS_URL,
+    ENV_REDLOCK_URLS, ENV_SENTINEL_MASTER, ENV_SENTINEL_URLS,
 };
 pub use postgres::DEFAULT_POSTGRES_SCHEMA;
 pub(crate) use replicas::ReplicaGuard;
 use store::server_list;
+#[cfg(feature = "etcd")]
+pub(crate) use store::EtcdTarget;
 pub(crate) use store::{InProcessLocks, StoreConfig};
 #[cfg(feature = "postgres")]
 pub(crate) use store::{PostgresOptions, PostgresTarget};
@@ -452,6 +455,8 @@ impl fmt::Debug for Config {
             StoreConfig::InMemory(_) => "InMemory".to_owned(),
             #[cfg(feature = "postgres")]
             StoreConfig::Postgres(_) => format!("Postgres({})", self.store.describe()),
+            #[cfg(feature = "etcd")]
+            StoreConfig::Etcd(_) => format!("Etcd({})", self.store.describe()),
         };
         f.debug_struct("Config")
             .field("store", &store)

@@ -7,7 +7,7 @@
 //! write in it commits while the lock is held, or not at all. [`update`] is the fence column
 //! for data in another database: a conditional `UPDATE` that refuses a lower token, as the
 //! SQLite pattern of `fenced.rs` does. Neighbours: the store's statements and row layout that
-//! the check reads (`store/postgres/statements.rs`, `rows.rs`); the guard, which names the
+//! the check reads (`store/postgres/statements.rs`, `store/key_state.rs`); the guard, which names the
 //! grant (`guard.rs`); [`FencedWrite`], the outcome shared with the Redis guard.
 //! `docs/fenced-writes.md` ("PostgreSQL: the write and the lock in one transaction") is the
 //! user's page.
@@ -257,7 +257,7 @@ const IDLE_BOUND: &str = "SELECT set_config('idle_in_transaction_session_timeout
      (SELECT CASE WHEN setting::bigint BETWEEN 1 AND $1 THEN setting ELSE $1::text END \
       FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'), true)";
 
-/// How the store's row names what a grant of `kind` holds (`store/postgres/rows.rs`).
+/// How the store's row names what a grant of `kind` holds (`store/key_state.rs`).
 fn part(kind: Kind) -> &'static str {
     match kind {
         Kind::Write => "w",

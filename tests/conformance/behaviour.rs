@@ -603,7 +603,7 @@ async fn bad_requests_are_clear_errors(h: Harness) {
         .await;
     let waiter = unbounded
         .lock("b")
-        .wait(Duration::from_secs(2))
+        .wait(h.expired_within(Duration::from_millis(100)) + Duration::from_secs(2))
         .acquire()
         .await;
     assert!(waiter.is_ok(), "{waiter:?}");

@@ -24,6 +24,8 @@ pub struct Harness {
     pub pub_sub: bool,
     /// The key prefix of this test's locks.
     pub prefix: String,
+    /// Whether the store is etcd (its leases are whole seconds: [`Harness::expired_within`]).
+    etcd: bool,
     /// Where the store keeps its keys, for commands behind its back ([`Harness::raw`]).
     nodes: Nodes,
 }
@@ -109,6 +111,21 @@ impl Harness {
         Self::tuned(config, None, false, prefix, Nodes::None)
     }
 
+    /// etcd: one member for the test binary (`support/etcd.rs`), a key prefix per test; no
+    /// Redis behind it. Its waiters are woken by one watch on every key, so no count of a
+    /// key's waiting processes is kept (`pub_sub: false`).
+    pub fn etcd() -> Self {
+        let server = super::etcd::shared_etcd();
+        let prefix = own_prefix();
+        let config = Config::etcd([server.endpoint()])
+            .expect("valid endpoint")
+            .key_prefix(&prefix);
+        Self {
+            etcd: true,
+            ..Self::tuned(config, None, false, prefix, Nodes::None)
+        }
+    }
+
     pub fn in_memory() -> Self {
         let prefix = distlock::DEFAULT_KEY_PREFIX.into();
         Self::tuned(Config::in_memory(), None, false, prefix, Nodes::None)
@@ -127,7 +144,21 @@ impl Harness {
             _server: server,
             pub_sub,
             prefix,
+            etcd: false,
             nodes,
+        }
+    }
+
+    /// How long after a grant of `lease` that nobody renews the store has surely let it go:
+    /// the lease itself, but on etcd, whose leases are whole seconds and at least its
+    /// minimum TTL (2 s at the default election timeout), the lease as etcd grants it plus
+    /// a second for its expiry scan (every 500 ms) — `docs/etcd.md`.
+    pub fn expired_within(&self, lease: Duration) -> Duration {
+        if self.etcd {
+            let secs = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
+            Duration::from_secs(secs.max(2) + 1)
+        } else {
+            lease
         }
     }
 
@@ -191,7 +222,7 @@ macro_rules! store_tests {
 }
 
 /// The tests named, each on every store: a module per store (`redis_store`, `sentinel_store`,
-/// `cluster_store`, `redlock_store`, `in_memory_store`, `postgres_store`).
+/// `cluster_store`, `redlock_store`, `in_memory_store`, `postgres_store`, `etcd_store`).
 #[allow(unused_macros)] // each test binary uses its own part of the support
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
@@ -203,6 +234,9 @@ macro_rules! on_every_store {
         // Without the `postgres` feature there is no PostgreSQL store to test.
         #[cfg(feature = "postgres")]
         $crate::support::stores::store_tests!(postgres_store, postgres, [$($name),*]);
+        // Without the `etcd` feature there is no etcd store to test.
+        #[cfg(feature = "etcd")]
+        $crate::support::stores::store_tests!(etcd_store, etcd, [$($name),*]);
     };
 }
 

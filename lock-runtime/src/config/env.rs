@@ -11,6 +11,8 @@ use super::Config;
 pub const ENV_REDIS_URL: &str = "REDIS_URL";
 /// Environment variable with a PostgreSQL URL ([`Config::postgres`]).
 pub const ENV_POSTGRES_URL: &str = "DISTLOCK_POSTGRES_URL";
+/// Environment variable with etcd endpoints, comma-separated ([`Config::etcd`]).
+pub const ENV_ETCD_ENDPOINTS: &str = "DISTLOCK_ETCD_ENDPOINTS";
 /// Environment variable with a Redis Cluster's node URLs, comma-separated.
 pub const ENV_CLUSTER_URLS: &str = "DISTLOCK_CLUSTER_URLS";
 /// Environment variable with the Sentinel URLs, comma-separated (with [`ENV_SENTINEL_MASTER`]).
@@ -33,6 +35,7 @@ impl Config {
     /// | `DISTLOCK_REDLOCK_URLS` | [`Config::redlock`], comma-separated master URLs |
     /// | `REDIS_URL` | [`Config::from_url`], one server |
     /// | `DISTLOCK_POSTGRES_URL` | [`Config::postgres`] (the `postgres` feature) |
+    /// | `DISTLOCK_ETCD_ENDPOINTS` | [`Config::etcd`], comma-separated endpoints (the `etcd` feature) |
     ///
     /// `DISTLOCK_APP_NAME` sets [`Config::app_name`]. Setting more than one deployment is an
     /// error that names them, and so is setting none: a service deployed without its variable
@@ -47,7 +50,7 @@ impl Config {
         Self::read_env()?.ok_or_else(|| {
             LockError::Config(format!(
                 "none of {ENV_REDIS_URL}, {ENV_CLUSTER_URLS}, {ENV_SENTINEL_URLS} (with \
-                 {ENV_SENTINEL_MASTER}), {ENV_REDLOCK_URLS} or {ENV_POSTGRES_URL} is set, so \
+                 {ENV_SENTINEL_MASTER}), {ENV_REDLOCK_URLS}, {ENV_POSTGRES_URL} or {ENV_ETCD_ENDPOINTS} is set, so \
                  the environment names no store: set {ENV_REDIS_URL} to a URL like \
                  `redis://host:6379` (or one of the others), or use `Config::from_env_or(url)` \
                  to fall back to a given server on purpose"
@@ -101,8 +104,10 @@ impl Config {
         let redlock = var(ENV_REDLOCK_URLS)?;
         let single = var(ENV_REDIS_URL)?;
         let postgres = var(ENV_POSTGRES_URL)?;
+        let etcd = var(ENV_ETCD_ENDPOINTS)?;
         let set: Vec<&str> = [
             (ENV_POSTGRES_URL, postgres.is_some()),
+            (ENV_ETCD_ENDPOINTS, etcd.is_some()),
             (ENV_CLUSTER_URLS, cluster.is_some()),
             (ENV_SENTINEL_URLS, sentinel.is_some()),
             (ENV_REDLOCK_URLS, redlock.is_some()),
@@ -118,9 +123,10 @@ impl Config {
             )));
         }
         let app_name = var(ENV_APP_NAME)?;
-        let deployment = match postgres {
-            Some(url) => Some(Self::postgres(&url)?),
-            None => Self::from_env_deployment(cluster, sentinel, master, redlock, single)?,
+        let deployment = match (postgres, etcd) {
+            (Some(url), _) => Some(Self::postgres(&url)?),
+            (_, Some(endpoints)) => Some(Self::etcd(endpoints.split(','))?),
+            _ => Self::from_env_deployment(cluster, sentinel, master, redlock, single)?,
         };
         let Some(config) = deployment else {
             return Ok(None);

@@ -31,6 +31,8 @@ impl StoreConfig {
             StoreConfig::InMemory(_) => "in-process".to_owned(),
             #[cfg(feature = "postgres")]
             StoreConfig::Postgres(postgres) => postgres.describe(),
+            #[cfg(feature = "etcd")]
+            StoreConfig::Etcd(etcd) => format!("etcd {}", etcd.endpoints.join(",")),
         }
     }
 }
@@ -54,6 +56,20 @@ pub(crate) enum StoreConfig {
     /// PostgreSQL.
     #[cfg(feature = "postgres")]
     Postgres(Box<PostgresTarget>),
+    /// etcd.
+    #[cfg(feature = "etcd")]
+    Etcd(Box<EtcdTarget>),
+}
+
+/// An etcd cluster as a [`Config`](super::Config) names it: its endpoints and the user to
+/// authenticate as.
+#[cfg(feature = "etcd")]
+#[derive(Clone)]
+pub(crate) struct EtcdTarget {
+    /// `http://host:port`, one per member the client may use.
+    pub(crate) endpoints: Vec<String>,
+    /// User and password, when the cluster has authentication on.
+    pub(crate) user: Option<(String, String)>,
 }
 
 /// A PostgreSQL server as a [`Config`](super::Config) names it: how to connect, and the

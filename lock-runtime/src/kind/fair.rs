@@ -162,7 +162,7 @@ impl FairQueue {
     // For a store that keeps the queue in a database (PostgreSQL, a cargo feature).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     /// Each waiter: its id, its ticket and when it is dropped unless it tries again (for a
-    /// store that keeps the queue elsewhere: `store/postgres/rows.rs`).
+    /// store that keeps the queue elsewhere: `store/key_state.rs`).
     pub(crate) fn waiters(&self) -> impl Iterator<Item = (&str, u64, Instant)> {
         self.waiters
             .iter()

@@ -23,14 +23,20 @@
 //! [`connection`] — also the primary found through Sentinel, and each master of Redlock — or a
 //! Redis Cluster through [`cluster`]), [`redlock`] (a quorum of independent masters, each a
 //! [`redis`] store on one server), [`memory`] (in-process) and, with the `postgres` feature,
-//! `postgres` (PostgreSQL, running the kinds' twins under its own statements).
+//! `postgres` (PostgreSQL, running the kinds' twins under its own statements), with the `etcd`
+//! feature `etcd` (the twins between a read and a compare-and-swap transaction, each grant a
+//! key on an etcd lease).
 
 pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod endpoint;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod eviction;
 pub(crate) mod glob;
 mod guarded;
+#[cfg(any(feature = "postgres", feature = "etcd"))]
+pub(crate) mod key_state;
 pub(crate) mod memory;
 mod open;
 #[cfg(feature = "postgres")]
@@ -41,6 +47,8 @@ pub(crate) mod pubsub;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod transport;
+#[cfg(any(feature = "postgres", feature = "etcd"))]
+mod turns;
 
 use std::future::Future;
 
@@ -229,6 +237,9 @@ pub(crate) enum AnyStore {
     /// PostgreSQL.
     #[cfg(feature = "postgres")]
     Postgres(Box<postgres::PostgresStore>),
+    /// etcd.
+    #[cfg(feature = "etcd")]
+    Etcd(Box<etcd::EtcdStore>),
 }
 
 /// Runs `$body` with `$store` bound to the store `$any` holds, whichever it is.
@@ -241,6 +252,8 @@ macro_rules! dispatch {
             AnyStore::Memory($store) => $body,
             #[cfg(feature = "postgres")]
             AnyStore::Postgres($store) => $body,
+            #[cfg(feature = "etcd")]
+            AnyStore::Etcd($store) => $body,
         }
     };
 }
@@ -256,6 +269,8 @@ impl AnyStore {
             AnyStore::Memory(_) => "the in-process store",
             #[cfg(feature = "postgres")]
             AnyStore::Postgres(_) => "PostgreSQL",
+            #[cfg(feature = "etcd")]
+            AnyStore::Etcd(_) => "etcd",
         }
     }
 

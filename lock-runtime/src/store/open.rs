@@ -64,6 +64,14 @@ impl AnyStore {
                     io,
                 )?))
             }
+            #[cfg(feature = "etcd")]
+            StoreConfig::Etcd(target) => AnyStore::Etcd(Box::new(super::etcd::EtcdStore::new(
+                (**target).clone(),
+                config.key_prefix.clone(),
+                config.connect_timeout,
+                config.response_timeout,
+                io,
+            ))),
         })
     }
 
@@ -77,6 +85,8 @@ impl AnyStore {
             StoreConfig::InMemory(_) => "memory",
             #[cfg(feature = "postgres")]
             StoreConfig::Postgres(_) => "postgres",
+            #[cfg(feature = "etcd")]
+            StoreConfig::Etcd(_) => "etcd",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! statement of the rules) on the state of the keys they touch, inside a transaction of the
 //! store's own (`postgres/transaction.rs`): take the keys' turns and read their rows with the
 //! database's clock, run the twin at that time, write back the rows it changed and commit —
-//! two round trips. A key's state is one row (`postgres/rows.rs`), its times on the
+//! two round trips. A key's state is one row (`key_state.rs`), its times on the
 //! database's clock (`clock_timestamp()` of the read), never a client's. Fencing tokens come
 //! from a sequence, taken by the statement that commits the grant: strictly increasing across
 //! holders and durable, with no clock in the argument (`docs/guarantees.md`). Renewals are one
@@ -10,7 +10,7 @@
 //! at the commit of the change that frees what they wait for (`postgres/listener.rs`), with
 //! the backoff as the fallback. A statement that got no answer fails at its budget, and its
 //! backend is terminated behind it while this client keeps its turn on the keys
-//! (`postgres/connections.rs`, `postgres/turns.rs`), so the clean-up of an ambiguous try
+//! (`postgres/connections.rs`, `store/turns.rs`), so the clean-up of an ambiguous try
 //! cannot be overtaken by the try. The store's objects live in a schema of its own
 //! (`postgres/schema.rs`), checked (and created when missing) before the first statement.
 //! Neighbours: the store contract (`store/mod.rs`), the twins (`kind/twins.rs`,
@@ -19,11 +19,9 @@
 
 mod connections;
 mod listener;
-mod rows;
 mod schema;
 mod statements;
 mod transaction;
-mod turns;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,12 +31,12 @@ use tokio::runtime::Handle;
 
 use self::connections::{pg_error, Connections, Failure};
 use self::listener::{Listener, ListenerFeed};
-use self::rows::{announcements, decode, encode, KeyState, Timeline};
 pub use self::schema::postgres_schema_sql;
 pub(crate) use self::statements::{holders, shared_turns};
 use self::transaction::{Loaded, Shared, Transaction, Write};
-use self::turns::Turns;
 use super::glob::glob_matches;
+use super::key_state::{announcements, decode, encode, KeyState, Timeline};
+use super::turns::Turns;
 use super::{Found, Store};
 use crate::clock::Clock;
 use crate::config::PostgresOptions;
@@ -100,7 +98,7 @@ impl PostgresStore {
     /// again should a key have changed anyway — a sweep — within the response timeout and
     /// `cut`): the twin's answer, and the tokens it took (its placeholders 1, 2, … are the
     /// positions in that list). The client's own tasks take turns on a key before the
-    /// database's turn (`postgres/turns.rs`), so that they do not hold all its connections
+    /// database's turn (`store/turns.rs`), so that they do not hold all its connections
     /// waiting there.
     async fn transact<T>(
         &self,

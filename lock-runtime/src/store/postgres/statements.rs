@@ -37,7 +37,7 @@ pub(crate) fn shared_turns(schema: &str) -> String {
 
 /// For each grant of `$1` (lock keys), `$2` (owner tokens) and `$3` (what it holds: `w` the
 /// write side, `r` a read grant, `p` a permit), in their order and read in the layout of
-/// `rows.rs`: the key, whether the grant holds it still on the database's clock (its entry is
+/// `store/key_state.rs`: the key, whether the grant holds it still on the database's clock (its entry is
 /// there and ends after `clock_timestamp()`), whether another grant does, and the highest
 /// token the sequence has handed out (null: none yet).
 pub(crate) fn holders(schema: &str) -> String {

@@ -20,11 +20,11 @@ use tokio::runtime::Handle;
 use tokio::sync::{oneshot, OnceCell};
 
 use super::connections::{pg_error, Cleanup, Connections, Failure};
-use super::rows::Timeline;
-use super::turns::Turn;
 use super::{schema, statements};
 use crate::config::PostgresOptions;
 use crate::error::{BackendErrorKind, LockError};
+use crate::store::key_state::Timeline;
+use crate::store::turns::Turn;
 
 /// How long the task waits for the operation's next step once the rows are handed over (a
 /// twin takes microseconds): past it, it rolls back, and a late write reads again.

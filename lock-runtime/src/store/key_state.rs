@@ -1,14 +1,17 @@
-//! A key's row as the PostgreSQL store keeps it: the key's state (the kinds' [`TwinEntry`] and
-//! an election's leader record) as `jsonb`, its times in microseconds on the database's clock,
-//! read into the twins' [`Instant`]s through the [`Timeline`] of the statement that read it and
-//! written back through the same one. Also what a change of a row announces to waiters
-//! ([`announcements`]). Neighbours: `postgres.rs` loads rows, runs the twins on them and writes
-//! the changed ones back (`statements.rs`); the twins (`kind/`) never see the database.
+//! A key's state as a store without scripts keeps it in its own form (a PostgreSQL row's
+//! `jsonb`, an etcd key's value): the kinds' [`TwinEntry`] and an election's leader record
+//! ([`KeyState`]), as JSON ([`encode`], [`decode`]), its times in microseconds on a clock the
+//! store names — PostgreSQL's (`clock_timestamp()` of the statement that read it), etcd's
+//! writer's — read into the twins' [`Instant`]s through the [`Timeline`] of the read and
+//! written back through the same one. Also what a change of a key's state announces to waiters
+//! ([`announcements`]). Neighbours: `postgres.rs` and `etcd.rs` load states, run the twins on
+//! them and write the changed ones back; the twins (`kind/`) never see a store.
 //!
 //! The layout, kept short because it travels in every statement:
 //! `{"w": [owner, until], "r": {owner: until}, "ww": until, "p": {"n": count, "h": {owner:
 //! until}}, "q": {waiter: [ticket, deadline]}, "rec": {"e": epoch, "o": owner, "v": hex,
-//! "rv": revision}}`, each part absent when empty. `docs/postgres.md` shows it to operators.
+//! "rv": revision}}`, each part absent when empty. `docs/postgres.md` and `docs/etcd.md` show
+//! it to operators.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -20,9 +23,10 @@ use crate::kind::semaphore::Permits;
 use crate::kind::TwinEntry;
 use crate::protocol::{RawRecord, PROCLAIMED_PREFIX};
 
-/// The database's clock as one statement read it (`clock_timestamp()`, microseconds since the
-/// Unix epoch) beside the process' [`Instant`] when its answer came: the twins run at that
-/// instant, and every time of a row maps through the pair. A time read this way is at most as
+/// A store's clock as one read saw it (microseconds since the Unix epoch: PostgreSQL's
+/// `clock_timestamp()`, the etcd store's own wall clock) beside the process' [`Instant`] when
+/// its answer came: the twins run at that instant, and every time of a state maps through the
+/// pair. A time read this way is at most as
 /// late as the database's at the write that follows, so a lease written from it ends no later
 /// than the database would say (the holder's own deadline starts before the read was sent).
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +72,7 @@ impl KeyState {
     }
 
     /// The latest time anything in it runs out (`None`: a record, kept until replaced).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn expires(&self) -> Option<Instant> {
         if self.record.is_some() {
             return None;

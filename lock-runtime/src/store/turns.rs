@@ -1,10 +1,10 @@
-//! One client's statements on a key take turns ([`Turns`]): a request reads a key's row and
-//! writes it back only if nobody changed it meanwhile, so the client's own tasks on one hot key
-//! (fifty readers, say) would mostly make each other read again; in turn, each read is
-//! followed by its write. Keys are taken in one order (sorted, once each), so requests on
-//! several keys cannot wait on each other in a circle. Other processes still change keys
-//! between a read and its write; the store reads again then (`postgres.rs`). Neighbours:
-//! `postgres.rs` takes the turns of the keys of each operation.
+//! One client's requests on a key take turns ([`Turns`]), in the stores that read a key's
+//! state and write it back only if nobody changed it meanwhile (PostgreSQL, etcd): the
+//! client's own tasks on one hot key (fifty readers, say) would mostly make each other read
+//! again; in turn, each read is followed by its write. Keys are taken in one order (sorted,
+//! once each), so requests on several keys cannot wait on each other in a circle. Other
+//! processes still change keys between a read and its write; the store reads again then.
+//! Neighbours: `postgres.rs` and `etcd.rs` take the turns of the keys of each operation.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

@@ -1,0 +1,79 @@
+//! The etcd store's failures as [`BackendError`]s: what etcd said (no leader, refused
+//! credentials, missing permissions) or a lost connection, each with etcd's advice. Neighbours:
+//! every file of the store reports through here.
+
+use crate::error::{BackendError, BackendErrorKind};
+
+/// What a connection that could not be made or broke advises.
+const CONNECT_ADVICE: &str = "check that etcd is running and reachable at the configured \
+    endpoints (`etcdctl --endpoints=… endpoint health`)";
+
+/// What a request without an answer advises.
+const TIMEOUT_ADVICE: &str = "etcd did not answer in time: a member may be overloaded, frozen \
+    or cut off from its quorum (`etcdctl endpoint status`); or raise the response timeout if \
+    it is just slow";
+
+/// An error of the etcd store with the advice its kind gives.
+pub(crate) fn etcd_error(
+    operation: &'static str,
+    kind: BackendErrorKind,
+    message: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> BackendError {
+    let advice = match kind {
+        BackendErrorKind::Timeout => TIMEOUT_ADVICE,
+        BackendErrorKind::Connection => CONNECT_ADVICE,
+        BackendErrorKind::Unavailable => {
+            "etcd has no leader: a quorum of its members is down or cut off; requests go \
+             on once a majority is back"
+        }
+        BackendErrorKind::Authentication => {
+            "check the user and password given to `Config::etcd_user` (`etcdctl user get`)"
+        }
+        _ => {
+            "check etcd's log and the role of the user distlock authenticates as: it needs \
+              read and write on the key prefix (docs/etcd.md)"
+        }
+    };
+    BackendError::new(operation, kind, message).advice(advice)
+}
+
+/// A failure of the etcd client as a [`BackendError`].
+pub(crate) fn store_error(operation: &'static str, err: etcd_client::Error) -> BackendError {
+    use etcd_client::Error;
+    use tonic::Code;
+    let kind = match &err {
+        Error::GRpcStatus(status) => match status.code() {
+            Code::DeadlineExceeded => BackendErrorKind::Timeout,
+            Code::Unauthenticated => BackendErrorKind::Authentication,
+            Code::Unavailable
+                if status.message().contains("leader") || status.message().contains("quorum") =>
+            {
+                BackendErrorKind::Unavailable
+            }
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted => {
+                BackendErrorKind::Connection
+            }
+            Code::InvalidArgument if status.message().contains("authentication failed") => {
+                BackendErrorKind::Authentication
+            }
+            Code::FailedPrecondition if status.message().contains("auth") => {
+                BackendErrorKind::Authentication
+            }
+            _ => BackendErrorKind::Server,
+        },
+        Error::TransportError(_) | Error::IoError(_) | Error::EndpointError(_) => {
+            BackendErrorKind::Connection
+        }
+        _ => BackendErrorKind::Server,
+    };
+    etcd_error(operation, kind, err.to_string())
+}
+
+/// A request that got no answer within its time.
+pub(crate) fn timed_out(operation: &'static str) -> BackendError {
+    etcd_error(
+        operation,
+        BackendErrorKind::Timeout,
+        "no answer from etcd within the response timeout (or what was left of the request's wait)",
+    )
+}

@@ -1,0 +1,98 @@
+//! Where the etcd store keeps a lock: the etcd keys of one lock key and how they are named.
+//! A lock key (`{prefix}{{name}}`, `protocol.rs`) becomes a directory of its own: its `/`
+//! and `%` escaped, so that no other lock's keys share it, then `/`, then `s` (the lock's
+//! bookkeeping: the kinds' state as JSON, `key_state.rs`) and `h/<owner>` (one key per
+//! grant, on the grant's etcd lease, whose create revision is the grant's fencing token).
+//! Neighbours: `etcd.rs` reads and writes these keys; `watcher.rs` reads them back from
+//! events.
+
+/// `lock` with `%` and `/` escaped: a path segment no other lock key escapes to.
+pub(super) fn escape(lock: &str) -> String {
+    let mut out = String::with_capacity(lock.len());
+    for c in lock.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The lock key an escaped segment names.
+pub(super) fn unescape(segment: &str) -> String {
+    segment.replace("%2F", "/").replace("%25", "%")
+}
+
+/// Every etcd key of `lock` starts with this.
+pub(super) fn directory(lock: &str) -> String {
+    format!("{}/", escape(lock))
+}
+
+/// The lock's bookkeeping: the kinds' state as JSON.
+pub(super) fn state_key(lock: &str) -> String {
+    format!("{}/s", escape(lock))
+}
+
+/// What comes after a lock's directory in a grant's key.
+pub(super) const HOLDER: &str = "h/";
+
+/// The key of `owner`'s grant.
+pub(super) fn holder_key(lock: &str, owner: &str) -> String {
+    format!("{}/{HOLDER}{owner}", escape(lock))
+}
+
+/// The end of the range of every key that starts with `prefix` (etcd's prefix range: the
+/// prefix with its last byte raised; `\0` — every key — for an empty one).
+pub(super) fn range_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// What an etcd key of the store is.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Part<'a> {
+    /// A lock's bookkeeping.
+    State,
+    /// A grant, of this owner.
+    Holder(&'a str),
+}
+
+/// The lock key and the part an etcd key of the store names; `None` for any other key.
+pub(super) fn parse(key: &str) -> Option<(String, Part<'_>)> {
+    let (segment, rest) = key.split_once('/')?;
+    let part = match rest {
+        "s" => Part::State,
+        _ => Part::Holder(rest.strip_prefix(HOLDER)?),
+    };
+    Some((unescape(segment), part))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_key_owns_its_directory_whatever_it_holds() {
+        let a = directory("distlock:{a}");
+        let b = state_key("distlock:{a}/h/x}");
+        assert!(!b.starts_with(&a), "{b} is inside {a}");
+        assert_eq!(
+            parse(&holder_key("p:{a/%b}", "o-1")),
+            Some(("p:{a/%b}".to_owned(), Part::Holder("o-1")))
+        );
+        assert_eq!(
+            parse(&state_key("p:{50%/}")),
+            Some(("p:{50%/}".to_owned(), Part::State))
+        );
+        assert_eq!(parse("unrelated"), None);
+        assert_eq!(range_end("ab"), b"ac".to_vec());
+        assert_eq!(range_end(""), vec![0]);
+    }
+}
