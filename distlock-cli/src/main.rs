@@ -21,12 +21,12 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use distlock::{Client, Config, FencingToken, LockError};
 
-/// Inspect and steer distlock's locks in Redis or PostgreSQL.
+/// Inspect and steer distlock's locks in Redis, PostgreSQL or etcd.
 ///
-/// The store comes from --url, --cluster, --sentinel/--master, --redlock or --postgres, else
+/// The store comes from --url, --cluster, --sentinel/--master, --redlock, --postgres or --etcd, else
 /// from the environment as the library reads it (REDIS_URL, DISTLOCK_CLUSTER_URLS,
 /// DISTLOCK_SENTINEL_URLS with DISTLOCK_SENTINEL_MASTER, DISTLOCK_REDLOCK_URLS,
-/// DISTLOCK_POSTGRES_URL).
+/// DISTLOCK_POSTGRES_URL, DISTLOCK_ETCD_ENDPOINTS).
 ///
 /// `fence raise` talks to the data's Redis instead (--data-url).
 ///

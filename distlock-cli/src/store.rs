@@ -1,7 +1,7 @@
 //! Which store the tool talks to: the `--url`, `--cluster`, `--sentinel`/`--master`,
-//! `--redlock` or `--postgres` options, else the environment exactly as
+//! `--redlock`, `--postgres` or `--etcd` options, else the environment exactly as
 //! `distlock::Config::from_env` reads it (`REDIS_URL`, `DISTLOCK_CLUSTER_URLS`,
-//! `DISTLOCK_POSTGRES_URL`, …; none of them is an error). Neighbours: `main.rs` parses the options,
+//! `DISTLOCK_POSTGRES_URL`, `DISTLOCK_ETCD_ENDPOINTS`, …; none of them is an error). Neighbours: `main.rs` parses the options,
 //! `output.rs` prints what the client finds.
 
 use clap::Args;
@@ -11,10 +11,10 @@ use distlock::{Config, LockError};
 #[derive(Debug, Args)]
 pub struct StoreArgs {
     /// One Redis server, e.g. `redis://127.0.0.1:6379/0`.
-    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["cluster", "sentinel", "redlock", "postgres"])]
+    #[arg(long, global = true, value_name = "URL", conflicts_with_all = ["cluster", "sentinel", "redlock", "postgres", "etcd"])]
     url: Option<String>,
     /// Redis Cluster: seed node URLs, comma-separated.
-    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',', conflicts_with_all = ["sentinel", "redlock", "postgres"])]
+    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',', conflicts_with_all = ["sentinel", "redlock", "postgres", "etcd"])]
     cluster: Option<Vec<String>>,
     /// Sentinel: the sentinels' URLs, comma-separated (with `--master`).
     #[arg(
@@ -23,7 +23,7 @@ pub struct StoreArgs {
         value_name = "URL,URL",
         value_delimiter = ',',
         requires = "master",
-        conflicts_with_all = ["redlock", "postgres"]
+        conflicts_with_all = ["redlock", "postgres", "etcd"]
     )]
     sentinel: Option<Vec<String>>,
     /// Sentinel: the name of the master the sentinels monitor.
@@ -35,12 +35,15 @@ pub struct StoreArgs {
         global = true,
         value_name = "URL,URL,URL",
         value_delimiter = ',',
-        conflicts_with = "postgres"
+        conflicts_with_all = ["postgres", "etcd"]
     )]
     redlock: Option<Vec<String>>,
     /// PostgreSQL, e.g. `postgres://app@db.internal:5432/app`.
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL", conflicts_with = "etcd")]
     postgres: Option<String>,
+    /// etcd: the endpoints, comma-separated, e.g. `http://etcd-1:2379,http://etcd-2:2379`.
+    #[arg(long, global = true, value_name = "URL,URL", value_delimiter = ',')]
+    etcd: Option<Vec<String>>,
     /// The schema of distlock's objects on PostgreSQL (`Config::postgres_schema`). Defaults
     /// to `distlock`; `schema` prints the SQL for it.
     #[arg(long, global = true, value_name = "NAME")]
@@ -64,13 +67,15 @@ impl StoreArgs {
             Config::redlock(masters)?
         } else if let Some(url) = &self.postgres {
             Config::postgres(url)?
+        } else if let Some(endpoints) = &self.etcd {
+            Config::etcd(endpoints)?
         } else {
             // No fallback to a local server: an operator whose variable is missing learns
             // so, rather than reading (or unlocking) whatever answers on this machine.
             Config::from_env().map_err(|err| match err {
                 LockError::Config(why) => LockError::Config(format!(
                     "{why} (or name the store with --url, --cluster, --sentinel with --master, \
-                     --redlock or --postgres)"
+                     --redlock, --postgres or --etcd)"
                 )),
                 other => other,
             })?

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{Client, Config, FencingToken, LockError};
 use serde_json::Value;
+use support::etcd::EtcdServer;
 use support::masters::start_masters;
 use support::postgres::PostgresServer;
 use support::RedisServer;
@@ -320,6 +321,33 @@ async fn every_command_works_on_postgres() {
             "unlock",
             "ledger:9",
             "--force",
+        ],
+        &[],
+    ));
+    assert!(forced["token"].as_u64().unwrap() > guard.fencing_token().unwrap().get());
+    let next = app.lock("ledger:9").acquire().await.unwrap();
+    assert!(next.fencing_token().unwrap().get() > forced["token"].as_u64().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_on_etcd() {
+    let server = EtcdServer::start();
+    let endpoint = server.endpoint();
+    let app = Client::new(Config::etcd([&endpoint]).unwrap().app_name("etcd-app")).unwrap();
+    let guard = app.lock("ledger:9").acquire().await.unwrap();
+
+    let parsed = json(&distlock(
+        &["--etcd", &endpoint, "--json", "status", "ledger:9"],
+        &[],
+    ));
+    assert_eq!(parsed["holders"][0]["app"], "etcd-app");
+    let listed = distlock(&["--etcd", &endpoint, "list", "ledger:*"], &[]);
+    assert_eq!(stdout(&listed), "ledger:9\n");
+    let from_env = distlock(&["list"], &[("DISTLOCK_ETCD_ENDPOINTS", &endpoint)]);
+    assert_eq!(stdout(&from_env), "ledger:9\n");
+    let forced = json(&distlock(
+        &[
+            "--etcd", &endpoint, "--json", "unlock", "ledger:9", "--force",
         ],
         &[],
     ));

@@ -186,6 +186,20 @@ impl Shared {
         }
     }
 
+    /// Grants a lease of `ttl` seconds.
+    async fn grant(&self, ttl: i64, deadline: Instant) -> Result<Lease, LockError> {
+        let granted = self
+            .call("acquire", deadline, move |mut client| async move {
+                client.lease_grant(ttl, None).await
+            })
+            .await?;
+        Ok(Lease {
+            id: granted.id(),
+            asked: ttl,
+            granted: granted.ttl(),
+        })
+    }
+
     /// Revokes `leases` in the background: grants given back or never written. One that
     /// cannot be revoked runs out by itself.
     fn revoke(self: &Arc<Self>, leases: Vec<i64>) {
@@ -202,6 +216,45 @@ impl Shared {
                 let _ = tokio::time::timeout(shared.response_timeout, leases.revoke(lease)).await;
             }
         });
+    }
+}
+
+/// An etcd lease as granted: its id and the TTL etcd gave it (seconds).
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    id: i64,
+    /// The TTL asked for.
+    asked: i64,
+    /// The TTL etcd granted (at least its minimum).
+    granted: i64,
+}
+
+/// A lease granted for a grant that has not used it yet: taken by the transaction that
+/// creates the grant's key, revoked if none does.
+struct SpareLease {
+    shared: Arc<Shared>,
+    lease: Option<Lease>,
+}
+
+impl SpareLease {
+    /// Keeps `lease` (revoking the one kept before, if any).
+    fn put(&mut self, lease: Lease) {
+        if let Some(old) = self.lease.replace(lease) {
+            self.shared.revoke(vec![old.id]);
+        }
+    }
+
+    /// The lease, if it was asked with `ttl`.
+    fn take(&mut self, ttl: i64) -> Option<Lease> {
+        self.lease.take_if(|lease| lease.asked == ttl)
+    }
+}
+
+impl Drop for SpareLease {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.shared.revoke(vec![lease.id]);
+        }
     }
 }
 
@@ -425,13 +478,15 @@ impl EtcdStore {
     /// response timeout and `cut`): the twin's answer and what the transaction left. A grant
     /// the twin adds gets a key on a lease of its own; one it removes loses its key and its
     /// lease. `relet`: an owner whose grant keeps its key on a new lease, as long as the twin
-    /// left it (a release within `hold_at_least`).
+    /// left it (a release within `hold_at_least`). `speculate`: the lease (in seconds) of a
+    /// grant the request expects, granted beside the read.
     async fn transact<T>(
         &self,
         operation: &'static str,
         keys: &[&LockKey],
         cut: Option<Instant>,
         relet: Option<&str>,
+        speculate: Option<i64>,
         mut twin: impl FnMut(&mut State, &Read) -> Result<T, LockError>,
     ) -> Result<(T, Committed), Failure> {
         let mut locks: Vec<String> = keys.iter().map(|key| key.lock.clone()).collect();
@@ -450,8 +505,27 @@ impl EtcdStore {
         };
         let give_up = Instant::now() + self.shared.response_timeout;
         let deadline = cut.map_or(give_up, |cut| cut.min(give_up));
+        let mut spare = SpareLease {
+            shared: self.shared.clone(),
+            lease: None,
+        };
         loop {
-            let loaded = self.read(&locks, deadline).await?;
+            // A try that expects a grant has its lease granted beside the read: one round
+            // trip less when it gets one, a revoked lease when it does not.
+            let speculate = speculate.filter(|_| spare.lease.is_none());
+            let loaded = match speculate {
+                Some(ttl) => {
+                    let (loaded, lease) = tokio::join!(
+                        self.read(&locks, deadline),
+                        self.shared.grant(ttl, deadline)
+                    );
+                    if let Ok(lease) = lease {
+                        spare.put(lease);
+                    }
+                    loaded?
+                }
+                None => self.read(&locks, deadline).await?,
+            };
             let read = Read {
                 time: Timeline {
                     db_micros: wall_micros(),
@@ -570,30 +644,35 @@ impl EtcdStore {
                     },
                 ));
             }
-            // A lease for every grant the transaction creates, granted first.
+            // A lease for every grant the transaction creates, granted first (the one granted
+            // beside the read, if any). Each key of a `lock_all` has its own: its keys may be
+            // given back one by one, and revoking a shared lease would free them all.
             let mut granted = Vec::new();
+            let mut leases: HashMap<(String, String), Lease> = HashMap::new();
             for (lock, owner, slot, ttl) in &wanted {
-                let ttl = *ttl;
-                let lease = self
-                    .shared
-                    .call("acquire", deadline, move |mut client| async move {
-                        client.lease_grant(ttl, None).await
-                    })
-                    .await;
-                let lease = match lease {
-                    Ok(lease) => lease,
-                    Err(err) => {
-                        self.shared
-                            .revoke(granted.iter().map(|g: &(i64, _)| g.0).collect());
-                        return Err(err.into());
+                let lease = match leases.get(&(lock.clone(), owner.clone())) {
+                    Some(lease) => *lease,
+                    None => {
+                        let lease = match spare.take(*ttl) {
+                            Some(lease) => lease,
+                            None => match self.shared.grant(*ttl, deadline).await {
+                                Ok(lease) => lease,
+                                Err(err) => {
+                                    self.shared.revoke(leases.values().map(|l| l.id).collect());
+                                    return Err(err.into());
+                                }
+                            },
+                        };
+                        leases.insert((lock.clone(), owner.clone()), lease);
+                        lease
                     }
                 };
                 ops.push(TxnOp::put(
                     layout::holder_key(lock, owner),
-                    format!("{slot} {}", lease.ttl()),
-                    Some(PutOptions::new().with_lease(lease.id())),
+                    format!("{slot} {}", lease.granted),
+                    Some(PutOptions::new().with_lease(lease.id)),
                 ));
-                granted.push((lease.id(), (lock.clone(), owner.clone())));
+                granted.push((lease.id, (lock.clone(), owner.clone())));
             }
             let txn = Txn::new().when(compares).and_then(ops);
             let written = self
@@ -609,9 +688,13 @@ impl EtcdStore {
                     return Err(crate::store::ambiguous(err).into());
                 }
             };
-            let leases: Vec<i64> = granted.iter().map(|(lease, _)| *lease).collect();
             if !response.succeeded() {
-                self.shared.revoke(leases);
+                // Kept for the next read's grant, if it still needs one; else revoked.
+                let mut unused = leases.into_values();
+                if let Some(lease) = unused.next() {
+                    spare.put(lease);
+                }
+                self.shared.revoke(unused.map(|lease| lease.id).collect());
                 if Instant::now() < deadline {
                     continue;
                 }
@@ -666,6 +749,7 @@ impl Store for EtcdStore {
                 &[attempt.key],
                 attempt.cut,
                 None,
+                (!attempt.refused_before).then(|| ttl_secs(attempt.lease)),
                 |state, read| {
                     let mut attempt = *attempt;
                     if let Some(seat) = attempt.seat.as_mut().filter(|seat| seat.place == 0) {
@@ -698,7 +782,7 @@ impl Store for EtcdStore {
     ) -> Result<bool, LockError> {
         let relet = matches!(holding, Holding::KeptFor(_)).then_some(owner);
         let (was_ours, _) = self
-            .transact("release", &[key], None, relet, |state, read| {
+            .transact("release", &[key], None, relet, None, |state, read| {
                 Ok(state.give_back(holding, key, owner, read.time.now))
             })
             .await
@@ -760,9 +844,14 @@ impl Store for EtcdStore {
     async fn acquire_all(&self, attempt: &MultiTry<'_>) -> Result<MultiReply, LockError> {
         let keys: Vec<&LockKey> = attempt.keys.iter().collect();
         let tried = self
-            .transact("acquire", &keys, attempt.cut, None, |state, read| {
-                Ok(state.try_grant_all(attempt, read.time.now))
-            })
+            .transact(
+                "acquire",
+                &keys,
+                attempt.cut,
+                None,
+                (!attempt.refused_before).then(|| ttl_secs(attempt.lease)),
+                |state, read| Ok(state.try_grant_all(attempt, read.time.now)),
+            )
             .await;
         let (reply, committed) = match tried {
             Ok(tried) => tried,
@@ -787,7 +876,7 @@ impl Store for EtcdStore {
 
     async fn release_all(&self, keys: &[&LockKey], owner: &str) -> Result<bool, LockError> {
         let (all, _) = self
-            .transact("release", keys, None, None, |state, read| {
+            .transact("release", keys, None, None, None, |state, read| {
                 Ok(state.give_back_all(keys, owner, read.time.now))
             })
             .await
@@ -798,9 +887,14 @@ impl Store for EtcdStore {
     /// The operation's twin, on the key's directory.
     async fn run<O: KeyOperation>(&self, operation: &O) -> Result<O::Output, LockError> {
         let (output, _) = self
-            .transact(O::NAME, &[operation.key()], None, None, |state, read| {
-                Ok(operation.twin(state, read.time.now))
-            })
+            .transact(
+                O::NAME,
+                &[operation.key()],
+                None,
+                None,
+                None,
+                |state, read| Ok(operation.twin(state, read.time.now)),
+            )
             .await
             .map_err(|failure| failure.into_error(O::NAME))?;
         Ok(output)
@@ -810,9 +904,14 @@ impl Store for EtcdStore {
     /// the key, above every grant's so far.
     async fn force_unlock(&self, key: &LockKey) -> Result<(Vec<RawHolder>, u64), LockError> {
         let ((evicted, _), committed) = self
-            .transact(ForceUnlock::NAME, &[key], None, None, |state, read| {
-                Ok(ForceUnlock(key).twin(state, read.time.now))
-            })
+            .transact(
+                ForceUnlock::NAME,
+                &[key],
+                None,
+                None,
+                None,
+                |state, read| Ok(ForceUnlock(key).twin(state, read.time.now)),
+            )
             .await
             .map_err(|failure| failure.into_error(ForceUnlock::NAME))?;
         Ok((evicted, u64::try_from(committed.revision).unwrap_or(0)))
