@@ -44,6 +44,7 @@ use crate::config::EtcdTarget;
 use crate::error::{BackendErrorKind, LockError};
 use crate::key_operation::KeyOperation;
 use crate::kind::multi::{MultiReply, MultiTry};
+use crate::kind::semaphore::Permits;
 use crate::kind::twins::{State, TokenSource};
 use crate::kind::{Holding, Renewal, Try, TwinEntry};
 use crate::operator_scripts::{ForceUnlock, RawHolder};
@@ -261,10 +262,14 @@ impl Drop for SpareLease {
 /// One grant's key as a read found it.
 #[derive(Debug, Clone, Copy)]
 struct HolderKey {
+    /// `w`, `r` or `p`: writer, reader, permit.
+    side: char,
     create_revision: i64,
     lease: i64,
     /// The lease it was granted with, in seconds.
     ttl: i64,
+    /// A permit's semaphore's count (0 for the other sides).
+    permits: u32,
 }
 
 /// One lock key's etcd keys as a read found them.
@@ -312,21 +317,32 @@ impl Committed {
     }
 }
 
-/// The holders of an entry, by owner, with when each lease ends.
-fn holders(entry: &TwinEntry) -> HashMap<String, (Instant, &'static str)> {
+/// The holders of an entry, by owner: when each lease ends, its side (`w`, `r`, `p`) and
+/// a permit's semaphore's count.
+fn holders(entry: &TwinEntry) -> HashMap<String, (Instant, char, u32)> {
     let mut all = HashMap::new();
     if let Some((owner, until)) = &entry.writer {
-        all.insert(owner.clone(), (*until, "w"));
+        all.insert(owner.clone(), (*until, 'w', 0));
     }
     for (owner, until) in &entry.readers {
-        all.insert(owner.clone(), (*until, "r"));
+        all.insert(owner.clone(), (*until, 'r', 0));
     }
     if let Some(permits) = &entry.permits {
         for (owner, until) in &permits.holders {
-            all.insert(owner.clone(), (*until, "p"));
+            all.insert(owner.clone(), (*until, 'p', permits.count));
         }
     }
     all
+}
+
+/// `state` without its holders: what the bookkeeping key keeps (the holders are keys of
+/// their own).
+fn bookkeeping(state: &KeyState) -> KeyState {
+    let mut kept = state.clone();
+    kept.entry.writer = None;
+    kept.entry.readers.clear();
+    kept.entry.permits = None;
+    kept
 }
 
 /// `after` with each fair waiter's deadline and the writer-waiting mark as `before` had them
@@ -365,30 +381,37 @@ fn unpushed(after: &KeyState, before: &KeyState, now: Instant) -> KeyState {
     kept
 }
 
-/// Keeps in `entry` only the grants whose keys etcd still has, each until a lease from
-/// `now` (the server ends it, not this time).
-fn keep_live(entry: &mut TwinEntry, live: &HashMap<String, HolderKey>, now: Instant) {
-    let until = |owner: &str| {
-        live.get(owner)
-            .map(|key| now + Duration::from_secs(u64::try_from(key.ttl).unwrap_or(1)))
-    };
-    entry.writer = entry
-        .writer
-        .take()
-        .and_then(|(owner, _)| until(&owner).map(|at| (owner, at)));
-    entry.readers = std::mem::take(&mut entry.readers)
-        .into_keys()
-        .filter_map(|owner| until(&owner).map(|at| (owner, at)))
-        .collect();
-    if let Some(permits) = &mut entry.permits {
-        permits.holders = std::mem::take(&mut permits.holders)
-            .into_keys()
-            .filter_map(|owner| until(&owner).map(|at| (owner, at)))
-            .collect();
-        if permits.holders.is_empty() {
-            entry.permits = None;
+/// Puts in `entry` the grants whose keys etcd has, each until a lease from `now` (the
+/// server ends it, not this time).
+fn with_holders(
+    entry: &mut TwinEntry,
+    live: &HashMap<String, HolderKey>,
+    now: Instant,
+) -> Result<(), &'static str> {
+    entry.writer = None;
+    entry.readers.clear();
+    entry.permits = None;
+    for (owner, key) in live {
+        let until = now + Duration::from_secs(u64::try_from(key.ttl).unwrap_or(1));
+        match key.side {
+            'w' if entry.writer.is_some() => return Err("two writers at once"),
+            'w' => entry.writer = Some((owner.clone(), until)),
+            'r' => {
+                entry.readers.insert(owner.clone(), until);
+            }
+            _ => {
+                entry
+                    .permits
+                    .get_or_insert_with(|| Permits {
+                        count: key.permits,
+                        holders: HashMap::new(),
+                    })
+                    .holders
+                    .insert(owner.clone(), until);
+            }
         }
     }
+    Ok(())
 }
 
 impl EtcdStore {
@@ -450,20 +473,28 @@ impl EtcdStore {
                             .map_err(|err| not_a_lock(lock, &err.to_string()))?;
                         directory.state = Some((kv.mod_revision(), json));
                     }
-                    Some((_, layout::Part::Holder(owner))) => {
-                        let ttl = std::str::from_utf8(kv.value())
-                            .ok()
-                            .and_then(|value| value.split_once(' '))
-                            .and_then(|(_, ttl)| ttl.parse().ok())
-                            .ok_or_else(|| not_a_lock(lock, "a grant's key of another shape"))?;
-                        directory.holders.insert(
-                            owner.to_owned(),
-                            HolderKey {
-                                create_revision: kv.create_revision(),
-                                lease: kv.lease(),
-                                ttl,
-                            },
-                        );
+                    Some((_, layout::Part::Holder(side, owner))) => {
+                        let value = std::str::from_utf8(kv.value()).unwrap_or("");
+                        let mut fields = value.split(' ');
+                        let ttl = fields.next().and_then(|ttl| ttl.parse().ok());
+                        let permits = match (side, fields.next()) {
+                            ('p', Some(count)) => count.parse().ok(),
+                            ('w' | 'r', None) => Some(0),
+                            _ => None,
+                        };
+                        let (Some(ttl), Some(permits)) = (ttl, permits) else {
+                            return Err(not_a_lock(lock, "a grant's key of another shape"));
+                        };
+                        let holder = HolderKey {
+                            side,
+                            create_revision: kv.create_revision(),
+                            lease: kv.lease(),
+                            ttl,
+                            permits,
+                        };
+                        if directory.holders.insert(owner.to_owned(), holder).is_some() {
+                            return Err(not_a_lock(lock, "one owner holding it twice"));
+                        }
                     }
                     None => return Err(not_a_lock(lock, "a key the store does not write")),
                 }
@@ -550,7 +581,8 @@ impl EtcdStore {
                     }
                     None => KeyState::default(),
                 };
-                keep_live(&mut key_state.entry, &directory.holders, now);
+                with_holders(&mut key_state.entry, &directory.holders, now)
+                    .map_err(|why| not_a_lock(lock, why))?;
                 before.insert(lock.clone(), holders(&key_state.entry));
                 state.locks.insert(lock.clone(), key_state.entry);
                 if let Some(record) = key_state.record {
@@ -559,9 +591,11 @@ impl EtcdStore {
             }
             let answer = twin(&mut state, &read)?;
 
+            let after_read = loaded.revision.saturating_add(1);
             let mut compares = Vec::new();
             let mut ops = Vec::new();
-            let mut wanted: Vec<(String, String, &'static str, i64)> = Vec::new();
+            // Grants to create: lock, owner, side, a permit's count, lease in seconds.
+            let mut wanted: Vec<(String, String, char, u32, i64)> = Vec::new();
             let mut gone: Vec<(String, String, i64)> = Vec::new();
             let mut created = HashMap::new();
             for lock in &locks {
@@ -572,70 +606,106 @@ impl EtcdStore {
                 };
                 let now_holding = holders(&after.entry);
                 let was_holding = &before[lock];
-                let mut changed = false;
-                for (owner, &(until, slot)) in &now_holding {
-                    let renew_here = relet == Some(owner.as_str());
+                // What the transaction must find unchanged since the read: the bookkeeping,
+                // and no grant created on a side the new grants exclude.
+                let (mut creates, mut creates_exclusive) = (false, false);
+                for (owner, &(until, side, permits)) in &now_holding {
+                    let relet_here = relet == Some(owner.as_str());
                     match directory.holders.get(owner) {
-                        Some(key) if !renew_here => {
+                        Some(key) if key.side == side && !relet_here => {
                             created.insert((lock.clone(), owner.clone()), key.create_revision);
                         }
                         found => {
                             if let Some(key) = found {
-                                created.insert((lock.clone(), owner.clone()), key.create_revision);
+                                if key.side == side {
+                                    // The same key on a new lease: its create revision stays.
+                                    created
+                                        .insert((lock.clone(), owner.clone()), key.create_revision);
+                                } else {
+                                    ops.push(TxnOp::delete(
+                                        layout::holder_key(lock, key.side, owner),
+                                        None,
+                                    ));
+                                }
                                 gone.push((lock.clone(), owner.clone(), key.lease));
                             }
                             wanted.push((
                                 lock.clone(),
                                 owner.clone(),
-                                slot,
+                                side,
+                                permits,
                                 ttl_secs(until.saturating_duration_since(now)),
                             ));
-                            changed = true;
+                            creates = true;
+                            creates_exclusive |= side != 'r';
                         }
                     }
                 }
                 for owner in was_holding.keys() {
-                    if !now_holding.contains_key(owner) {
-                        if let Some(key) = directory.holders.get(owner) {
-                            ops.push(TxnOp::delete(layout::holder_key(lock, owner), None));
-                            gone.push((lock.clone(), owner.clone(), key.lease));
-                        }
-                        changed = true;
+                    if now_holding.contains_key(owner) {
+                        continue;
+                    }
+                    if let Some(key) = directory.holders.get(owner) {
+                        let path = layout::holder_key(lock, key.side, owner);
+                        // Still the grant that was read (not run out and taken again since).
+                        compares.push(Compare::create_revision(
+                            path.clone(),
+                            CompareOp::Equal,
+                            key.create_revision,
+                        ));
+                        ops.push(TxnOp::delete(path, None));
+                        gone.push((lock.clone(), owner.clone(), key.lease));
                     }
                 }
                 let old = directory.state.as_ref().map(|(_, json)| json);
-                let new = (!after.is_empty()).then(|| encode(&after, &read.time));
+                let kept = bookkeeping(&after);
+                let new = (!kept.is_empty()).then(|| encode(&kept, &read.time));
                 let state_changed = match (&new, old) {
-                    (Some(new), Some(old)) => {
-                        // The old one's holders may have run out on the server meanwhile.
-                        decode(old, &read.time).map_or(true, |mut old| {
-                            keep_live(&mut old.entry, &directory.holders, now);
-                            encode(&old, &read.time) != *new
-                                && encode(&old, &read.time)
-                                    != encode(&unpushed(&after, &old, now), &read.time)
-                        })
-                    }
+                    (Some(new), Some(old)) => decode(old, &read.time).map_or(true, |old| {
+                        let old = bookkeeping(&old);
+                        let old_json = encode(&old, &read.time);
+                        old_json != *new
+                            && old_json != encode(&unpushed(&kept, &old, now), &read.time)
+                    }),
                     (None, None) => false,
                     _ => true,
                 };
-                if !changed && !state_changed {
-                    continue;
+                if creates || state_changed {
+                    let revision = directory
+                        .state
+                        .as_ref()
+                        .map_or(0, |(revision, _)| *revision);
+                    compares.push(Compare::mod_revision(
+                        layout::state_key(lock),
+                        CompareOp::Equal,
+                        revision,
+                    ));
                 }
-                let revision = directory
-                    .state
-                    .as_ref()
-                    .map_or(0, |(revision, _)| *revision);
-                compares.push(Compare::mod_revision(
-                    layout::state_key(lock),
-                    CompareOp::Equal,
-                    revision,
-                ));
-                ops.push(match new {
-                    Some(new) => TxnOp::put(layout::state_key(lock), new.to_string(), None),
-                    None => TxnOp::delete(layout::state_key(lock), None),
-                });
+                if creates_exclusive {
+                    let every = layout::holders_of(lock, None);
+                    let end = layout::range_end(&every);
+                    compares.push(
+                        Compare::create_revision(every, CompareOp::Less, after_read)
+                            .with_range(end),
+                    );
+                } else if creates {
+                    for side in ['w', 'p'] {
+                        let start = layout::holders_of(lock, Some(side));
+                        let end = layout::range_end(&start);
+                        compares.push(
+                            Compare::create_revision(start, CompareOp::Less, after_read)
+                                .with_range(end),
+                        );
+                    }
+                }
+                if state_changed {
+                    ops.push(match new {
+                        Some(new) => TxnOp::put(layout::state_key(lock), new.to_string(), None),
+                        None => TxnOp::delete(layout::state_key(lock), None),
+                    });
+                }
             }
-            if ops.is_empty() {
+            if ops.is_empty() && wanted.is_empty() {
                 return Ok((
                     answer,
                     Committed {
@@ -649,7 +719,7 @@ impl EtcdStore {
             // given back one by one, and revoking a shared lease would free them all.
             let mut granted = Vec::new();
             let mut leases: HashMap<(String, String), Lease> = HashMap::new();
-            for (lock, owner, slot, ttl) in &wanted {
+            for (lock, owner, side, permits, ttl) in &wanted {
                 let lease = match leases.get(&(lock.clone(), owner.clone())) {
                     Some(lease) => *lease,
                     None => {
@@ -667,9 +737,13 @@ impl EtcdStore {
                         lease
                     }
                 };
+                let value = match side {
+                    'p' => format!("{} {permits}", lease.granted),
+                    _ => lease.granted.to_string(),
+                };
                 ops.push(TxnOp::put(
-                    layout::holder_key(lock, owner),
-                    format!("{slot} {}", lease.granted),
+                    layout::holder_key(lock, *side, owner),
+                    value,
                     Some(PutOptions::new().with_lease(lease.id)),
                 ));
                 granted.push((lease.id, (lock.clone(), owner.clone())));

@@ -37,9 +37,17 @@ pub(super) fn state_key(lock: &str) -> String {
 /// What comes after a lock's directory in a grant's key.
 pub(super) const HOLDER: &str = "h/";
 
-/// The key of `owner`'s grant.
-pub(super) fn holder_key(lock: &str, owner: &str) -> String {
-    format!("{}/{HOLDER}{owner}", escape(lock))
+/// The key of `owner`'s grant on `side` (`w`, `r`, `p`).
+pub(super) fn holder_key(lock: &str, side: char, owner: &str) -> String {
+    format!("{}/{HOLDER}{side}/{owner}", escape(lock))
+}
+
+/// The start of the keys of `lock`'s grants: all of them, or those of one side.
+pub(super) fn holders_of(lock: &str, side: Option<char>) -> String {
+    match side {
+        Some(side) => format!("{}/{HOLDER}{side}/", escape(lock)),
+        None => format!("{}/{HOLDER}", escape(lock)),
+    }
 }
 
 /// The end of the range of every key that starts with `prefix` (etcd's prefix range: the
@@ -60,8 +68,8 @@ pub(super) fn range_end(prefix: &str) -> Vec<u8> {
 pub(super) enum Part<'a> {
     /// A lock's bookkeeping.
     State,
-    /// A grant, of this owner.
-    Holder(&'a str),
+    /// A grant: its side (`w`, `r`, `p`) and its owner.
+    Holder(char, &'a str),
 }
 
 /// The lock key and the part an etcd key of the store names; `None` for any other key.
@@ -69,7 +77,16 @@ pub(super) fn parse(key: &str) -> Option<(String, Part<'_>)> {
     let (segment, rest) = key.split_once('/')?;
     let part = match rest {
         "s" => Part::State,
-        _ => Part::Holder(rest.strip_prefix(HOLDER)?),
+        _ => {
+            let (side, owner) = rest.strip_prefix(HOLDER)?.split_once('/')?;
+            let side = match side {
+                "w" => 'w',
+                "r" => 'r',
+                "p" => 'p',
+                _ => return None,
+            };
+            Part::Holder(side, owner)
+        }
     };
     Some((unescape(segment), part))
 }
@@ -84,14 +101,17 @@ mod tests {
         let b = state_key("distlock:{a}/h/x}");
         assert!(!b.starts_with(&a), "{b} is inside {a}");
         assert_eq!(
-            parse(&holder_key("p:{a/%b}", "o-1")),
-            Some(("p:{a/%b}".to_owned(), Part::Holder("o-1")))
+            parse(&holder_key("p:{a/%b}", 'r', "o-1")),
+            Some(("p:{a/%b}".to_owned(), Part::Holder('r', "o-1")))
         );
         assert_eq!(
             parse(&state_key("p:{50%/}")),
             Some(("p:{50%/}".to_owned(), Part::State))
         );
         assert_eq!(parse("unrelated"), None);
+        assert_eq!(parse("a/h/x/o"), None);
+        assert!(holder_key("l", 'w', "o").starts_with(&holders_of("l", Some('w'))));
+        assert!(holders_of("l", Some('p')).starts_with(&holders_of("l", None)));
         assert_eq!(range_end("ab"), b"ac".to_vec());
         assert_eq!(range_end(""), vec![0]);
     }

@@ -1,13 +1,15 @@
 //! The etcd store's wake-ups: one watch per client on every key under the key prefix, with
 //! each event's previous value. A change of a lock's bookkeeping announces what the change
-//! did, as the scripts publish it (`key_state.rs`: a release, the fair queue's new head, a new
-//! leader's record), read from the state before and after; a grant's key deleted — given
-//! back, revoked, or its lease run out on the server — announces a release. A watch is a
+//! did, as the scripts publish it (`key_state.rs`: the fair queue's new head, a new leader's
+//! record), read from the state before and after; a grant's key deleted — given back,
+//! revoked, or its lease run out on the server — announces a release, and wakes the fair
+//! queue's head by name as the bookkeeping last showed it. A watch is a
 //! hint: events lost while it is down (or compacted away) cost a waiter one backoff step, and
 //! once it is back every waiter tries again. The [`Feed`] side: a waiter's subscription starts
 //! the watch on first use and waits until it runs; one watch covers every key, so nothing is
 //! subscribed per key. Neighbours: `wake.rs` (the waiters), `layout.rs` (what a key names).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::layout::{self, Part};
 use super::Shared;
+use crate::kind::fair::WAKE_PREFIX;
 use crate::protocol::LockKey;
 use crate::store::key_state::{announcements, decode, KeyState, Timeline};
 use crate::wake::{Feed, Waiters};
@@ -34,6 +37,8 @@ pub(crate) struct Watcher {
     waiters: Waiters,
     /// Whether events reach this client now.
     watching: watch::Sender<bool>,
+    /// Each lock's fair queue head, as its bookkeeping's last change showed it.
+    heads: Mutex<HashMap<String, String>>,
     started: AtomicBool,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -45,6 +50,7 @@ impl Watcher {
             io,
             waiters,
             watching: watch::Sender::new(false),
+            heads: Mutex::new(HashMap::new()),
             started: AtomicBool::new(false),
             task: Mutex::new(None),
         })
@@ -117,13 +123,24 @@ impl Watcher {
         };
         let channel = LockKey {
             name: String::new(),
-            lock,
+            lock: lock.clone(),
         }
         .channel();
         match part {
-            Part::Holder(_) => {
+            Part::Holder(..) => {
                 if event.event_type() == EventType::Delete {
                     self.waiters.wake(&channel, b"");
+                    let head = self
+                        .heads
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get(&lock)
+                        .cloned();
+                    if let Some(head) = head {
+                        let mut payload = WAKE_PREFIX.to_vec();
+                        payload.extend_from_slice(head.as_bytes());
+                        self.waiters.wake(&channel, &payload);
+                    }
                 }
             }
             Part::State => {
@@ -145,6 +162,13 @@ impl Watcher {
                     EventType::Put => read(kv.value()),
                     EventType::Delete => KeyState::default(),
                 };
+                {
+                    let mut heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
+                    match after.entry.queue.as_ref().and_then(|queue| queue.first()) {
+                        Some(head) => heads.insert(lock, head.to_owned()),
+                        None => heads.remove(&lock),
+                    };
+                }
                 for payload in announcements(&before, &after) {
                     self.waiters.wake(&channel, payload.as_bytes());
                 }
