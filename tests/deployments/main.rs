@@ -4,7 +4,8 @@
 //! stalled and redirected connections through the fault-injecting proxy, failures retried
 //! within a request's wait, servers that never answer, the eviction check, what an operator
 //! sees through `tracing`, the PostgreSQL store's semantics and faults (`postgres_faults`, with
-//! the `postgres` feature), and the test support's own deployments (Redis, PostgreSQL for the
+//! the `postgres` feature), the etcd store's faults and pitfalls (`etcd_faults`, with the `etcd`
+//! feature), and the test support's own deployments (Redis, PostgreSQL for the
 //! Postgres store, and etcd members and clusters for the etcd store: `etcd_server`, no feature
 //! needed, as the support's etcd client is a plain dev-dependency).
 //!
@@ -22,6 +23,8 @@ mod acl;
 mod cluster;
 mod cluster_renewal_faults;
 mod deployments_support;
+#[cfg(feature = "etcd")]
+mod etcd_faults;
 mod etcd_server;
 mod eviction_check_timing;
 mod eviction_warning;
