@@ -7,7 +7,7 @@
 //! (whole seconds, raised to the server's minimum); a release after the lease ran out that
 //! leaves the next holder alone; a least-privilege user, wrong credentials, and a grant's key
 //! or lease removed behind its holder's back. What the store does is seen from outside: the
-//! etcd keys of a lock's directory (`<prefix>{key}/s`, `<prefix>{key}/h/<owner>`) and their
+//! etcd keys of a lock's directory (`<prefix>{key}/s`, `<prefix>{key}/h/<side>/<owner>`) and their
 //! leases, read with a raw `etcd-client` of the test's own. Tests that kill, freeze or turn
 //! auth on start their own members ([`EtcdCluster`], [`EtcdServer`]); the others share the
 //! binary's ([`shared_etcd`]), each under a key prefix of its own. Neighbours: `etcd_server.rs`
@@ -72,12 +72,14 @@ struct GrantKey {
     owner: String,
     /// The value the store wrote: `"<slot> <ttl secs>"`.
     value: String,
+    /// `w`, `r` or `p`: the side of the lock the grant holds.
+    side: String,
     create_revision: i64,
     mod_revision: i64,
     lease: i64,
 }
 
-/// The grants' keys (`…/h/<owner>`) of lock `key` under `prefix`, read through `raw`.
+/// The grants' keys (`…/h/<side>/<owner>`) of lock `key` under `prefix`, read through `raw`.
 async fn grant_keys(raw: &mut RawClient, prefix: &str, key: &str) -> Vec<GrantKey> {
     let holders = format!("{}h/", directory(prefix, key));
     let reply = timeout(
@@ -91,7 +93,13 @@ async fn grant_keys(raw: &mut RawClient, prefix: &str, key: &str) -> Vec<GrantKe
         .kvs()
         .iter()
         .map(|kv| GrantKey {
-            owner: String::from_utf8_lossy(&kv.key()[holders.len()..]).into_owned(),
+            // `<side>/<owner>`: the owner alone.
+            owner: String::from_utf8_lossy(&kv.key()[holders.len()..])
+                .split_once('/')
+                .map_or_else(String::new, |(_, owner)| owner.to_owned()),
+            side: String::from_utf8_lossy(&kv.key()[holders.len()..])
+                .split_once('/')
+                .map_or_else(String::new, |(side, _)| side.to_owned()),
             value: String::from_utf8_lossy(kv.value()).into_owned(),
             create_revision: kv.create_revision(),
             mod_revision: kv.mod_revision(),
@@ -730,7 +738,7 @@ async fn a_holder_cut_off_from_etcd_is_told_before_etcd_frees_its_lock() {
 /// Pitfall 7: etcd leases are whole seconds, raised to the server's minimum (2 s at the
 /// default election timeout). A grant's lease is rounded up to the next second and then taken
 /// as etcd grants it: 300 ms, 1 s and 1.5 s live on leases etcd reports as 2 s, 2.5 s on one
-/// of 3 s, and the grant's key says so (`"w <ttl>"`), as `docs/etcd.md` states. The holder's
+/// of 3 s, and the grant's key (`…/h/w/<owner>`) says so (its value: the TTL), as `docs/etcd.md` states. The holder's
 /// own view is the lease it asked for: a 300 ms grant without renewals is lost to its holder
 /// within about 300 ms, while etcd still has its key.
 #[tokio::test]
@@ -754,7 +762,7 @@ async fn a_lease_is_rounded_up_to_whole_seconds_and_etcds_minimum() {
         let grant = only_grant_key(&mut raw, prefix, &key).await;
         assert_eq!(
             grant.value,
-            format!("w {granted_secs}"),
+            format!("{granted_secs}"),
             "the grant's key of a {asked:?} lease"
         );
         let lease = timeout(ANSWER, raw.lease_time_to_live(grant.lease, None))
@@ -1161,7 +1169,7 @@ async fn a_holder_whose_lease_is_revoked_before_its_first_renewal_is_told_at_tha
     told_at_the_next_renewal(guard, &other, key, revoked).await;
 }
 
-/// An operator (root) deletes a holder's grant key (`…/h/<owner>`) and leaves its lease: the
+/// An operator (root) deletes a holder's grant key (`…/h/<side>/<owner>`) and leaves its lease: the
 /// lock is free for anyone from then on (every request reads the directory), so the holder's
 /// next renewal must report the grant lost, as on Redis (a deleted key) and PostgreSQL (a
 /// deleted row).
@@ -1171,7 +1179,7 @@ async fn a_holder_whose_key_is_deleted_behind_its_back_is_told_at_its_next_renew
     let (guard, other, grant) = held_behind_its_back(prefix, key).await;
     let mut raw = shared_etcd().client().await;
     renewed_on_etcd(&mut raw, grant.lease).await;
-    let grant_key = format!("{}h/{}", directory(prefix, key), grant.owner);
+    let grant_key = format!("{}h/{}/{}", directory(prefix, key), grant.side, grant.owner);
     let deleted = timeout(ANSWER, raw.delete(grant_key.as_str(), None))
         .await
         .expect("an answer")

@@ -24,6 +24,7 @@ mod watcher;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -99,7 +100,10 @@ pub(crate) struct Shared {
     connect_timeout: Duration,
     response_timeout: Duration,
     io: Handle,
-    client: tokio::sync::OnceCell<Client>,
+    /// A client per endpoint, connected on first use.
+    clients: Vec<tokio::sync::OnceCell<Client>>,
+    /// The endpoint in use: the next one after a failure.
+    current: AtomicUsize,
     leases: Leases,
 }
 
@@ -112,10 +116,15 @@ pub(crate) fn wall_micros() -> i64 {
 }
 
 impl Shared {
-    /// The client, connected on the I/O runtime on first use.
+    /// The client of the endpoint in use, connected on the I/O runtime on first use.
     async fn client(&self) -> Result<Client, LockError> {
-        let client = self
-            .client
+        self.client_at(self.current.load(Ordering::Acquire)).await
+    }
+
+    /// The client of endpoint `index`, connected on first use.
+    async fn client_at(&self, index: usize) -> Result<Client, LockError> {
+        let endpoint = &self.target.endpoints[index % self.target.endpoints.len()];
+        let client = self.clients[index % self.clients.len()]
             .get_or_try_init(|| async {
                 let mut options = ConnectOptions::new()
                     .with_connect_timeout(self.connect_timeout)
@@ -127,7 +136,7 @@ impl Shared {
                 if let Some((user, password)) = &self.target.user {
                     options = options.with_user(user.clone(), password.clone());
                 }
-                let endpoints = self.target.endpoints.clone();
+                let endpoints = [endpoint.clone()];
                 let connecting = self
                     .io
                     .spawn(async move { Client::connect(endpoints, Some(options)).await });
@@ -143,10 +152,7 @@ impl Shared {
                     Err(_) => Err(etcd_error(
                         "connect",
                         BackendErrorKind::Connection,
-                        format!(
-                            "no connection to etcd at {} within the connect timeout",
-                            self.target.endpoints.join(", ")
-                        ),
+                        format!("no connection to etcd at {endpoint} within the connect timeout"),
                     )
                     .connect_timed_out(true)
                     .into()),
@@ -156,9 +162,20 @@ impl Shared {
         Ok(client.clone())
     }
 
-    /// Runs `request` on the client, as a task on the I/O runtime, and waits for it until
-    /// `deadline`: a request without an answer by then fails with a timeout (and may still
-    /// take effect).
+    /// Moves on from endpoint `index` to the next, unless another request already did.
+    fn move_on(&self, index: usize) {
+        let next = (index + 1) % self.target.endpoints.len();
+        let _ = self
+            .current
+            .compare_exchange(index, next, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Runs `request` on the client of the endpoint in use, as a task on the I/O runtime,
+    /// and waits for it until `deadline`: a request without an answer by then fails with a
+    /// timeout (and may still take effect). A failed connection, a member without a leader
+    /// or a broken connection moves the client on to the next endpoint; a request that was
+    /// never sent (its connection refused) is sent again there, within the deadline, once
+    /// to each endpoint at most.
     async fn call<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -167,23 +184,52 @@ impl Shared {
     ) -> Result<T, LockError>
     where
         T: Send + 'static,
-        F: FnOnce(Client) -> Fut,
+        F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
     {
-        let client = tokio::time::timeout_at(deadline.into(), self.client())
-            .await
-            .map_err(|_| LockError::from(timed_out(operation)))??;
-        let running = self.io.spawn(request(client));
-        match tokio::time::timeout_at(deadline.into(), running).await {
-            Ok(Ok(Ok(answer))) => Ok(answer),
-            Ok(Ok(Err(err))) => Err(store_error(operation, err).into()),
-            Ok(Err(_)) => Err(etcd_error(
-                operation,
-                BackendErrorKind::Connection,
-                "the client's I/O runtime is gone",
-            )
-            .into()),
-            Err(_) => Err(timed_out(operation).into()),
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let index = self.current.load(Ordering::Acquire);
+            let again = tries < self.target.endpoints.len() && Instant::now() < deadline;
+            let client = match tokio::time::timeout_at(deadline.into(), self.client_at(index)).await
+            {
+                Ok(Ok(client)) => client,
+                Ok(Err(err)) => {
+                    self.move_on(index);
+                    if again {
+                        continue;
+                    }
+                    return Err(err);
+                }
+                Err(_) => return Err(timed_out(operation).into()),
+            };
+            let running = self.io.spawn(request(client));
+            let err = match tokio::time::timeout_at(deadline.into(), running).await {
+                Ok(Ok(Ok(answer))) => return Ok(answer),
+                Ok(Ok(Err(err))) => err,
+                Ok(Err(_)) => {
+                    return Err(etcd_error(
+                        operation,
+                        BackendErrorKind::Connection,
+                        "the client's I/O runtime is gone",
+                    )
+                    .into())
+                }
+                Err(_) => return Err(timed_out(operation).into()),
+            };
+            let unsent = errors::never_sent(&err);
+            let error = store_error(if unsent { "connect" } else { operation }, err);
+            if matches!(
+                error.kind(),
+                BackendErrorKind::Connection | BackendErrorKind::Unavailable
+            ) {
+                self.move_on(index);
+            }
+            if unsent && again {
+                continue;
+            }
+            return Err(error.into());
         }
     }
 
@@ -422,13 +468,19 @@ impl EtcdStore {
         response_timeout: Duration,
         io: Handle,
     ) -> Self {
+        let endpoints = target
+            .endpoints
+            .iter()
+            .map(|_| tokio::sync::OnceCell::new())
+            .collect();
         let shared = Arc::new(Shared {
             target,
             prefix,
             connect_timeout,
             response_timeout,
             io: io.clone(),
-            client: tokio::sync::OnceCell::new(),
+            clients: endpoints,
+            current: AtomicUsize::new(0),
             leases: Leases::default(),
         });
         let waiters = Waiters::default();
@@ -454,8 +506,9 @@ impl EtcdStore {
             .collect();
         let response = self
             .shared
-            .call("read", deadline, move |mut client| async move {
-                client.txn(Txn::new().and_then(ops)).await
+            .call("read", deadline, |mut client| {
+                let txn = Txn::new().and_then(ops.clone());
+                async move { client.txn(txn).await }
             })
             .await?;
         let revision = response.header().map_or(0, |header| header.revision());
@@ -751,8 +804,9 @@ impl EtcdStore {
             let txn = Txn::new().when(compares).and_then(ops);
             let written = self
                 .shared
-                .call(operation, deadline, move |mut client| async move {
-                    client.txn(txn).await
+                .call(operation, deadline, |mut client| {
+                    let txn = txn.clone();
+                    async move { client.txn(txn).await }
                 })
                 .await;
             let response = match written {
@@ -775,6 +829,9 @@ impl EtcdStore {
                 return Err(Failure::Busy);
             }
             let revision = response.header().map_or(0, |header| header.revision());
+            if !granted.is_empty() {
+                self.watcher.start();
+            }
             let mut revoked = Vec::new();
             for (lock, owner, lease) in gone {
                 if relet != Some(owner.as_str()) {
@@ -871,9 +928,16 @@ impl Store for EtcdStore {
     /// grant.
     async fn extend_many(&self, leases: &[Renewal<'_>]) -> Result<Vec<Renewed>, LockError> {
         let deadline = Instant::now() + self.shared.response_timeout;
-        let client = tokio::time::timeout_at(deadline.into(), self.shared.client())
-            .await
-            .map_err(|_| LockError::from(timed_out("extend")))??;
+        let index = self.shared.current.load(Ordering::Acquire);
+        let client =
+            match tokio::time::timeout_at(deadline.into(), self.shared.client_at(index)).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(err)) => {
+                    self.shared.move_on(index);
+                    return Err(err);
+                }
+                Err(_) => return Err(timed_out("extend").into()),
+            };
         let ids: Vec<Option<i64>> = leases
             .iter()
             .map(|renewal| self.shared.leases.of(&renewal.key.lock, renewal.owner))
@@ -907,6 +971,8 @@ impl Store for EtcdStore {
             }
         }
         if let Some(err) = first_error {
+            // The streams of the endpoint that failed open again on the next one.
+            self.shared.move_on(index);
             if renewed.iter().all(|outcome| *outcome == Renewed::Unknown) {
                 return Err(store_error("extend", err).into());
             }
@@ -1002,13 +1068,12 @@ impl Store for EtcdStore {
         let deadline = Instant::now() + self.shared.response_timeout;
         let response = self
             .shared
-            .call("scan", deadline, move |mut client| async move {
-                client
-                    .get(
-                        start,
-                        Some(GetOptions::new().with_range(end).with_keys_only()),
-                    )
-                    .await
+            .call("scan", deadline, |mut client| {
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    let options = GetOptions::new().with_range(end).with_keys_only();
+                    client.get(start, Some(options)).await
+                }
             })
             .await?;
         let wanted = found.wanted();
@@ -1034,10 +1099,13 @@ impl Store for EtcdStore {
         let key = layout::state_key(&self.shared.prefix);
         let deadline = Instant::now() + self.shared.response_timeout;
         self.shared
-            .call("ping", deadline, move |mut client| async move {
-                client
-                    .get(key, Some(GetOptions::new().with_count_only()))
-                    .await
+            .call("ping", deadline, |mut client| {
+                let key = key.clone();
+                async move {
+                    client
+                        .get(key, Some(GetOptions::new().with_count_only()))
+                        .await
+                }
             })
             .await
             .map(drop)

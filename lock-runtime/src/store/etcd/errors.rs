@@ -42,6 +42,9 @@ pub(crate) fn store_error(operation: &'static str, err: etcd_client::Error) -> B
     use etcd_client::Error;
     use tonic::Code;
     let kind = match &err {
+        // The HTTP/2 keep-alive got no answer: a member that takes connections and answers
+        // nothing (frozen, or cut off).
+        _ if format!("{err:?}").contains("KeepAliveTimedOut") => BackendErrorKind::Timeout,
         Error::GRpcStatus(status) => match status.code() {
             Code::DeadlineExceeded => BackendErrorKind::Timeout,
             Code::Unauthenticated => BackendErrorKind::Authentication,
@@ -67,6 +70,19 @@ pub(crate) fn store_error(operation: &'static str, err: etcd_client::Error) -> B
         _ => BackendErrorKind::Server,
     };
     etcd_error(operation, kind, err.to_string())
+}
+
+/// Whether the request that failed with `err` was never sent: its connection could not be
+/// made (refused, unreachable), so it cannot have taken effect and may be sent elsewhere.
+pub(crate) fn never_sent(err: &etcd_client::Error) -> bool {
+    let text = err.to_string();
+    [
+        "tcp connect error",
+        "Connection refused",
+        "error trying to connect",
+    ]
+    .iter()
+    .any(|sign| text.contains(sign))
 }
 
 /// A request that got no answer within its time.

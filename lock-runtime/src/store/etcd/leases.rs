@@ -2,8 +2,9 @@
 //! (granted with the grant's lease, in whole seconds; the server may raise it to its
 //! minimum), renewed by one keep-alive per round on a stream kept open for the grant's life,
 //! and revoked when the grant is given back (which deletes whatever key is still on it). A
-//! keep-alive answered with a TTL of 0 means the lease is gone: the grant is lost. Which
-//! lease holds which grant is kept here, by lock key and owner. Neighbours: `etcd.rs` grants
+//! keep-alive answered with a TTL of 0 means the lease is gone: the grant is lost; so is a
+//! grant whose key the watch saw deleted by anyone but this client (`watcher.rs`), though its
+//! lease lives on. Which lease holds which grant is kept here, by lock key and owner. Neighbours: `etcd.rs` grants
 //! and revokes around its transactions and renews through [`Leases::renew`].
 
 use std::collections::HashMap;
@@ -85,7 +86,12 @@ impl Leases {
         let keeper = self.keeper(lease);
         let mut slot = keeper.lock().await;
         if slot.is_none() {
-            *slot = Some(client.lease_client().keep_alive(lease).await?);
+            match client.lease_client().keep_alive(lease).await {
+                Ok(stream) => *slot = Some(stream),
+                // etcd-client says so when the first answer has a TTL of 0: the lease is gone.
+                Err(err) if err.to_string().contains("not found") => return Ok(Renewed::No),
+                Err(err) => return Err(err),
+            }
         }
         let Some((sender, stream)) = slot.as_mut() else {
             return Ok(Renewed::Unknown);

@@ -56,8 +56,9 @@ impl Watcher {
         })
     }
 
-    /// Starts watching, once.
-    fn start(self: &Arc<Self>) {
+    /// Starts watching, once: at a waiter's first wait, or the client's first grant (whose
+    /// key, deleted by someone else, it must learn of).
+    pub(super) fn start(self: &Arc<Self>) {
         if self.started.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -127,8 +128,11 @@ impl Watcher {
         }
         .channel();
         match part {
-            Part::Holder(..) => {
+            Part::Holder(_, owner) => {
                 if event.event_type() == EventType::Delete {
+                    // A grant of this client whose key is gone is lost, whatever its lease
+                    // says (an operator deleted the key): its next renewal says so.
+                    self.shared.leases.remove(&lock, owner);
                     self.waiters.wake(&channel, b"");
                     let head = self
                         .heads
