@@ -1,6 +1,6 @@
 //! Real etcd members for tests, for the etcd store (issue 39): [`EtcdServer`] is one member
 //! with its client and peer URLs on free loopback ports (never etcd's 2379 and 2380) and its
-//! data in a [`scratch_dir`]; [`EtcdCluster`] is three of them that elect a leader among
+//! data in a [`memory_scratch_dir`](super::memory_scratch_dir) (`/dev/shm`: its `fsync`s cost nothing); [`EtcdCluster`] is three of them that elect a leader among
 //! themselves. Each member runs under the shell watcher of [`process`](super::process), which
 //! kills it when the test process goes away, and is ready at its own "serving client traffic"
 //! log line, which etcd writes once the member has joined its cluster and a leader exists. The
@@ -23,7 +23,7 @@ use futures_util::future::join_all;
 use super::process::{
     find_on_path, signal, stop_all, watcher_command, Launching, StartError, Watched,
 };
-use super::{free_port, scratch_dir};
+use super::{free_port, memory_scratch_dir};
 
 const INSTALL_HINT: &str = "etcd was not found on PATH. The tests start their own etcd \
     members and need it installed: `sudo apt-get install -y etcd-server` (Debian/Ubuntu) or \
@@ -69,7 +69,7 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
 const LEADER_POLL: Duration = Duration::from_millis(50);
 
 /// One member for a whole test binary, started on first use. It dies with the test process
-/// (the watcher); its directory is swept by the next run's [`scratch_dir`]. It cannot be
+/// (the watcher); its directory is swept by the next run's [`memory_scratch_dir`](super::memory_scratch_dir). It cannot be
 /// stopped, killed or restarted (those need `&mut`), and no test should freeze it or turn auth
 /// on: a test that needs a fault or auth starts its own. Tests share its keyspace, so each
 /// keeps to keys of its own.
@@ -292,7 +292,7 @@ impl EtcdServer {
         flags: &[(&str, &str)],
         root_password: Arc<Mutex<Option<String>>>,
     ) -> Self {
-        let dir = scratch_dir("etcd");
+        let dir = memory_scratch_dir("etcd");
         let (client_url, peer_url) = (url(client_port), url(peer_port));
         let args: Vec<String> = [
             ("--name", name.as_str()),

@@ -476,10 +476,25 @@ impl<'a> Poll<'a> {
 /// `distlock-KIND-PID-N`. Directories left by test processes that no longer run (a `static`
 /// deployment is never dropped) are removed on the way.
 pub fn scratch_dir(kind: &str) -> std::path::PathBuf {
+    scratch_dir_in(&std::env::temp_dir(), kind)
+}
+
+/// A [`scratch_dir`] in memory (`/dev/shm`, where the machine has one): for a server's data
+/// that the tests restart but never need across a machine crash, so that its `fsync`s cost
+/// nothing (etcd syncs its log at every write, as PostgreSQL would without `fsync = off`).
+pub fn memory_scratch_dir(kind: &str) -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        scratch_dir_in(shm, kind)
+    } else {
+        scratch_dir(kind)
+    }
+}
+
+fn scratch_dir_in(temp: &std::path::Path, kind: &str) -> std::path::PathBuf {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let temp = std::env::temp_dir();
     let prefix = format!("distlock-{kind}-");
-    if let Ok(entries) = std::fs::read_dir(&temp) {
+    if let Ok(entries) = std::fs::read_dir(temp) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some(pid) = name
