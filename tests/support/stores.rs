@@ -113,13 +113,17 @@ impl Harness {
 
     /// etcd: one member for the test binary (`support/etcd.rs`), a key prefix per test; no
     /// Redis behind it. Its waiters are woken by one watch on every key, so no count of a
-    /// key's waiting processes is kept (`pub_sub: false`).
+    /// key's waiting processes is kept (`pub_sub: false`). The response timeout is 2 s, not
+    /// the default 1 s: the one member serves every test of the binary beside five other
+    /// stores' servers on two cores, and a read or a release has waited over a second there
+    /// (`tests/deployments/etcd_faults.rs` runs at the default).
     pub fn etcd() -> Self {
         let server = super::etcd::shared_etcd();
         let prefix = own_prefix();
         let config = Config::etcd([server.endpoint()])
             .expect("valid endpoint")
-            .key_prefix(&prefix);
+            .key_prefix(&prefix)
+            .response_timeout(Duration::from_secs(2));
         Self {
             etcd: true,
             ..Self::tuned(config, None, false, prefix, Nodes::None)

@@ -1,11 +1,12 @@
 //! etcd as a store: every kind's rules run as their twins (`kind/`, the reference statement of
 //! the rules) on the state of the keys they touch, read and written back by the store in two
 //! round trips — one read of the keys' etcd keys, one transaction that writes what the twin
-//! changed if nobody wrote the keys in between (compare-and-swap on the bookkeeping's
-//! revision; read again otherwise). A lock key is a directory of etcd keys (`etcd/layout.rs`):
-//! its bookkeeping (the kinds' state as JSON, `key_state.rs`) and one key per grant, on an etcd
-//! lease of the grant's own (`etcd/leases.rs`), granted before the transaction that creates
-//! the key. What holds a lock is what etcd still has: a grant whose lease ran out on the
+//! changed if what the decision rested on is unchanged (the bookkeeping's revision, no grant
+//! created since on a side the new grant excludes, a give-back's key still the one read; read
+//! again otherwise). A lock key is a directory of etcd keys (`etcd/layout.rs`): its
+//! bookkeeping (the kinds' state but its holders, as JSON, `key_state.rs`) and one key per
+//! grant, on an etcd lease of the grant's own (`etcd/leases.rs`), granted beside the read (a
+//! first try) or before the transaction that creates the key. What holds a lock is what etcd still has: a grant whose lease ran out on the
 //! server is gone from the directory, whatever any clock says, and the twins see it gone. A
 //! grant's fencing token is its key's create revision: strictly increasing across holders,
 //! cluster-wide, with no clock in the argument (`docs/guarantees.md`). Renewals are one
@@ -38,7 +39,6 @@ use self::leases::{ttl_secs, Leases};
 use self::watcher::{Watcher, WatcherFeed};
 use super::glob::glob_matches;
 use super::key_state::{decode, encode, KeyState, Timeline};
-use super::turns::Turns;
 use super::{Found, Store};
 use crate::clock::Clock;
 use crate::config::EtcdTarget;
@@ -57,13 +57,12 @@ pub(crate) struct EtcdStore {
     shared: Arc<Shared>,
     watcher: Arc<Watcher>,
     waker: ReleaseListener,
-    turns: Turns,
 }
 
 /// Why a transaction did not happen.
 enum Failure {
-    /// The keys were busy until the deadline: this client's own requests held their turn, or
-    /// other clients kept writing them between a read and its write. A try takes it as the
+    /// The keys were busy until the deadline: other requests kept writing them between a read
+    /// and its write (or every seat a permit could take was taken meanwhile). A try takes it as the
     /// key held.
     Busy,
     Error(LockError),
@@ -306,10 +305,12 @@ impl Drop for SpareLease {
 }
 
 /// One grant's key as a read found it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct HolderKey {
     /// `w`, `r` or `p`: writer, reader, permit.
     side: char,
+    /// The key (`layout.rs`).
+    path: String,
     create_revision: i64,
     lease: i64,
     /// The lease it was granted with, in seconds.
@@ -490,7 +491,6 @@ impl EtcdStore {
             shared,
             watcher,
             waker,
-            turns: Turns::default(),
         }
     }
 
@@ -526,20 +526,26 @@ impl EtcdStore {
                             .map_err(|err| not_a_lock(lock, &err.to_string()))?;
                         directory.state = Some((kv.mod_revision(), json));
                     }
-                    Some((_, layout::Part::Holder(side, owner))) => {
+                    Some((_, layout::Part::Holder(side, name))) => {
                         let value = std::str::from_utf8(kv.value()).unwrap_or("");
                         let mut fields = value.split(' ');
                         let ttl = fields.next().and_then(|ttl| ttl.parse().ok());
-                        let permits = match (side, fields.next()) {
-                            ('p', Some(count)) => count.parse().ok(),
-                            ('w' | 'r', None) => Some(0),
-                            _ => None,
+                        // A permit's value: its lease, the semaphore's count, its owner.
+                        let (permits, owner) = match side {
+                            'p' => (
+                                fields.next().and_then(|count| count.parse().ok()),
+                                fields.next().filter(|_| layout::seat_of(&key).is_some()),
+                            ),
+                            _ => (Some(0), Some(name)),
                         };
-                        let (Some(ttl), Some(permits)) = (ttl, permits) else {
+                        let (Some(ttl), Some(permits), Some(owner), None) =
+                            (ttl, permits, owner, fields.next())
+                        else {
                             return Err(not_a_lock(lock, "a grant's key of another shape"));
                         };
                         let holder = HolderKey {
                             side,
+                            path: key.to_string(),
                             create_revision: kv.create_revision(),
                             lease: kv.lease(),
                             ttl,
@@ -576,17 +582,6 @@ impl EtcdStore {
         let mut locks: Vec<String> = keys.iter().map(|key| key.lock.clone()).collect();
         locks.sort_unstable();
         locks.dedup();
-        let names: Vec<&str> = locks.iter().map(String::as_str).collect();
-        // A try ends at its cut also while another request of this client on the key holds
-        // its turn; anything else waits for its turn (each request holds it for at most its
-        // own response timeout), then has its response timeout.
-        let taking = self.turns.take(&names);
-        let _turn = match cut {
-            Some(cut) => tokio::time::timeout_at(cut.into(), taking)
-                .await
-                .map_err(|_| Failure::Busy)?,
-            None => taking.await,
-        };
         let give_up = Instant::now() + self.shared.response_timeout;
         let deadline = cut.map_or(give_up, |cut| cut.min(give_up));
         let mut spare = SpareLease {
@@ -647,8 +642,8 @@ impl EtcdStore {
             let after_read = loaded.revision.saturating_add(1);
             let mut compares = Vec::new();
             let mut ops = Vec::new();
-            // Grants to create: lock, owner, side, a permit's count, lease in seconds.
-            let mut wanted: Vec<(String, String, char, u32, i64)> = Vec::new();
+            // Grants to create: lock, owner, key, side, a permit's count, lease in seconds.
+            let mut wanted: Vec<(String, String, String, char, u32, i64)> = Vec::new();
             let mut gone: Vec<(String, String, i64)> = Vec::new();
             let mut created = HashMap::new();
             for lock in &locks {
@@ -661,52 +656,79 @@ impl EtcdStore {
                 let was_holding = &before[lock];
                 // What the transaction must find unchanged since the read: the bookkeeping,
                 // and no grant created on a side the new grants exclude.
-                let (mut creates, mut creates_exclusive) = (false, false);
+                let mut sides = HashSet::new();
+                let mut seats: HashSet<u32> = directory
+                    .holders
+                    .values()
+                    .filter(|key| key.side == 'p')
+                    .filter_map(|key| layout::seat_of(&key.path))
+                    .collect();
                 for (owner, &(until, side, permits)) in &now_holding {
                     let relet_here = relet == Some(owner.as_str());
-                    match directory.holders.get(owner) {
-                        Some(key) if key.side == side && !relet_here => {
+                    let found = directory.holders.get(owner);
+                    if let Some(key) = found.filter(|key| key.side == side && !relet_here) {
+                        created.insert((lock.clone(), owner.clone()), key.create_revision);
+                        continue;
+                    }
+                    let path = match found {
+                        // The same key on a new lease: its create revision stays.
+                        Some(key) if key.side == side => {
                             created.insert((lock.clone(), owner.clone()), key.create_revision);
+                            gone.push((lock.clone(), owner.clone(), key.lease));
+                            key.path.clone()
                         }
-                        found => {
+                        _ => {
                             if let Some(key) = found {
-                                if key.side == side {
-                                    // The same key on a new lease: its create revision stays.
-                                    created
-                                        .insert((lock.clone(), owner.clone()), key.create_revision);
-                                } else {
-                                    ops.push(TxnOp::delete(
-                                        layout::holder_key(lock, key.side, owner),
-                                        None,
-                                    ));
-                                }
+                                ops.push(TxnOp::delete(key.path.clone(), None));
                                 gone.push((lock.clone(), owner.clone(), key.lease));
                             }
-                            wanted.push((
-                                lock.clone(),
-                                owner.clone(),
-                                side,
-                                permits,
-                                ttl_secs(until.saturating_duration_since(now)),
+                            let path = match side {
+                                'p' => {
+                                    // A free seat, at random: two permits taken at once
+                                    // rarely pick the same one.
+                                    let free: Vec<u32> =
+                                        (0..permits).filter(|seat| !seats.contains(seat)).collect();
+                                    if free.is_empty() {
+                                        return Err(Failure::Busy);
+                                    }
+                                    let seat = free[fastrand::usize(..free.len())];
+                                    seats.insert(seat);
+                                    layout::permit_key(lock, seat)
+                                }
+                                _ => layout::holder_key(lock, side, owner),
+                            };
+                            // Created only where no key is.
+                            compares.push(Compare::create_revision(
+                                path.clone(),
+                                CompareOp::Equal,
+                                0,
                             ));
-                            creates = true;
-                            creates_exclusive |= side != 'r';
+                            path
                         }
-                    }
+                    };
+                    wanted.push((
+                        lock.clone(),
+                        owner.clone(),
+                        path,
+                        side,
+                        permits,
+                        ttl_secs(until.saturating_duration_since(now)),
+                    ));
+                    sides.insert(side);
                 }
+                let creates = !sides.is_empty();
                 for owner in was_holding.keys() {
                     if now_holding.contains_key(owner) {
                         continue;
                     }
                     if let Some(key) = directory.holders.get(owner) {
-                        let path = layout::holder_key(lock, key.side, owner);
                         // Still the grant that was read (not run out and taken again since).
                         compares.push(Compare::create_revision(
-                            path.clone(),
+                            key.path.clone(),
                             CompareOp::Equal,
                             key.create_revision,
                         ));
-                        ops.push(TxnOp::delete(path, None));
+                        ops.push(TxnOp::delete(key.path.clone(), None));
                         gone.push((lock.clone(), owner.clone(), key.lease));
                     }
                 }
@@ -734,22 +756,26 @@ impl EtcdStore {
                         revision,
                     ));
                 }
-                if creates_exclusive {
-                    let every = layout::holders_of(lock, None);
-                    let end = layout::range_end(&every);
+                // The sides a new grant excludes: a writer every grant; a reader the writers
+                // and permits; a permit the writers and readers (other permits take other
+                // seats, or find theirs taken).
+                let excluded: &[Option<char>] = if sides.contains(&'w') {
+                    &[None]
+                } else {
+                    match (sides.contains(&'r'), sides.contains(&'p')) {
+                        (true, true) => &[None],
+                        (true, false) => &[Some('w'), Some('p')],
+                        (false, true) => &[Some('w'), Some('r')],
+                        (false, false) => &[],
+                    }
+                };
+                for &side in excluded {
+                    let start = layout::holders_of(lock, side);
+                    let end = layout::range_end(&start);
                     compares.push(
-                        Compare::create_revision(every, CompareOp::Less, after_read)
+                        Compare::create_revision(start, CompareOp::Less, after_read)
                             .with_range(end),
                     );
-                } else if creates {
-                    for side in ['w', 'p'] {
-                        let start = layout::holders_of(lock, Some(side));
-                        let end = layout::range_end(&start);
-                        compares.push(
-                            Compare::create_revision(start, CompareOp::Less, after_read)
-                                .with_range(end),
-                        );
-                    }
                 }
                 if state_changed {
                     ops.push(match new {
@@ -772,7 +798,7 @@ impl EtcdStore {
             // given back one by one, and revoking a shared lease would free them all.
             let mut granted = Vec::new();
             let mut leases: HashMap<(String, String), Lease> = HashMap::new();
-            for (lock, owner, side, permits, ttl) in &wanted {
+            for (lock, owner, path, side, permits, ttl) in &wanted {
                 let lease = match leases.get(&(lock.clone(), owner.clone())) {
                     Some(lease) => *lease,
                     None => {
@@ -791,11 +817,11 @@ impl EtcdStore {
                     }
                 };
                 let value = match side {
-                    'p' => format!("{} {permits}", lease.granted),
+                    'p' => format!("{} {permits} {owner}", lease.granted),
                     _ => lease.granted.to_string(),
                 };
                 ops.push(TxnOp::put(
-                    layout::holder_key(lock, *side, owner),
+                    path.clone(),
                     value,
                     Some(PutOptions::new().with_lease(lease.id)),
                 ));

@@ -47,7 +47,7 @@ pub(crate) mod pubsub;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod transport;
-#[cfg(any(feature = "postgres", feature = "etcd"))]
+#[cfg(feature = "postgres")]
 mod turns;
 
 use std::future::Future;

@@ -1,10 +1,12 @@
-//! One client's requests on a key take turns ([`Turns`]), in the stores that read a key's
-//! state and write it back only if nobody changed it meanwhile (PostgreSQL, etcd): the
-//! client's own tasks on one hot key (fifty readers, say) would mostly make each other read
-//! again; in turn, each read is followed by its write. Keys are taken in one order (sorted,
+//! One client's requests on a key take turns ([`Turns`]), in the PostgreSQL store, which reads
+//! a key's row and writes it back only if nobody changed it meanwhile: the client's own tasks
+//! on one hot key (fifty readers, say) would mostly make each other read again and hold its
+//! connections waiting for the key's turn in the database; in turn, each read is followed by
+//! its write. (The etcd store takes no turns: its grants of one side conflict only where they
+//! must — `store/etcd.rs`.) Keys are taken in one order (sorted,
 //! once each), so requests on several keys cannot wait on each other in a circle. Other
 //! processes still change keys between a read and its write; the store reads again then.
-//! Neighbours: `postgres.rs` and `etcd.rs` take the turns of the keys of each operation.
+//! Neighbours: `postgres.rs` takes the turns of the keys of each operation.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

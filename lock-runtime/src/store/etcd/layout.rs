@@ -1,8 +1,13 @@
 //! Where the etcd store keeps a lock: the etcd keys of one lock key and how they are named.
 //! A lock key (`{prefix}{{name}}`, `protocol.rs`) becomes a directory of its own: its `/`
 //! and `%` escaped, so that no other lock's keys share it, then `/`, then `s` (the lock's
-//! bookkeeping: the kinds' state as JSON, `key_state.rs`) and `h/<owner>` (one key per
-//! grant, on the grant's etcd lease, whose create revision is the grant's fencing token).
+//! bookkeeping: the kinds' state but its holders as JSON, `key_state.rs`: the fair queue, the
+//! writer-waiting mark, an election's record) and `h/<side>/<owner>` (one key per grant, on the
+//! grant's etcd lease, whose create revision is the grant's fencing token; the side `w`, `r` or
+//! `p` — writer, reader, permit — so that a grant's transaction can watch the sides it excludes
+//! alone). A permit's key is its seat, `h/p/<n>` for `n` below the semaphore's count (its owner
+//! in its value): a key can be created only where none is, so two permits taken at once in
+//! different seats need not wait for each other, and no more than the count can exist.
 //! Neighbours: `etcd.rs` reads and writes these keys; `watcher.rs` reads them back from
 //! events.
 
@@ -42,6 +47,16 @@ pub(super) fn holder_key(lock: &str, side: char, owner: &str) -> String {
     format!("{}/{HOLDER}{side}/{owner}", escape(lock))
 }
 
+/// The key of seat `seat` of `lock`'s semaphore.
+pub(super) fn permit_key(lock: &str, seat: u32) -> String {
+    format!("{}/{HOLDER}p/{seat}", escape(lock))
+}
+
+/// The seat a permit's key names.
+pub(super) fn seat_of(key: &str) -> Option<u32> {
+    key.rsplit_once('/')?.1.parse().ok()
+}
+
 /// The start of the keys of `lock`'s grants: all of them, or those of one side.
 pub(super) fn holders_of(lock: &str, side: Option<char>) -> String {
     match side {
@@ -68,7 +83,7 @@ pub(super) fn range_end(prefix: &str) -> Vec<u8> {
 pub(super) enum Part<'a> {
     /// A lock's bookkeeping.
     State,
-    /// A grant: its side (`w`, `r`, `p`) and its owner.
+    /// A grant: its side (`w`, `r`, `p`) and its owner (a permit: its seat).
     Holder(char, &'a str),
 }
 

@@ -128,11 +128,22 @@ impl Watcher {
         }
         .channel();
         match part {
-            Part::Holder(_, owner) => {
+            Part::Holder(side, name) => {
                 if event.event_type() == EventType::Delete {
                     // A grant of this client whose key is gone is lost, whatever its lease
-                    // says (an operator deleted the key): its next renewal says so.
-                    self.shared.leases.remove(&lock, owner);
+                    // says (an operator deleted the key): its next renewal says so. A
+                    // permit's owner is the last word of its value.
+                    let owner = match side {
+                        'p' => event
+                            .prev_kv()
+                            .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+                            .and_then(|value| value.rsplit(' ').next())
+                            .map(str::to_owned),
+                        _ => Some(name.to_owned()),
+                    };
+                    if let Some(owner) = owner {
+                        self.shared.leases.remove(&lock, &owner);
+                    }
                     self.waiters.wake(&channel, b"");
                     let head = self
                         .heads
