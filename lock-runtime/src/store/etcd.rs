@@ -36,7 +36,8 @@ use tokio::runtime::Handle;
 
 use self::errors::{etcd_error, store_error, timed_out};
 use self::leases::{ttl_secs, Leases};
-use self::watcher::{Watcher, WatcherFeed};
+use self::watcher::Watcher;
+use super::every_key::{EveryKeyFeed, Subscription};
 use super::glob::glob_matches;
 use super::key_state::{decode, encode, KeyState, Timeline};
 use super::{Found, Store};
@@ -486,7 +487,7 @@ impl EtcdStore {
         });
         let waiters = Waiters::default();
         let watcher = Watcher::new(shared.clone(), io, waiters.clone());
-        let waker = ReleaseListener::new(waiters, WatcherFeed(watcher.clone()));
+        let waker = ReleaseListener::new(waiters, EveryKeyFeed(watcher.clone()));
         Self {
             shared,
             watcher,

@@ -32,6 +32,8 @@ pub(crate) mod connection;
 pub(crate) mod endpoint;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(any(feature = "postgres", feature = "etcd"))]
+mod every_key;
 pub(crate) mod eviction;
 pub(crate) mod glob;
 mod guarded;

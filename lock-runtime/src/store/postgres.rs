@@ -30,10 +30,11 @@ use std::time::Instant;
 use tokio::runtime::Handle;
 
 use self::connections::{pg_error, Connections, Failure};
-use self::listener::{Listener, ListenerFeed};
+use self::listener::Listener;
 pub use self::schema::postgres_schema_sql;
 pub(crate) use self::statements::{holders, shared_turns};
 use self::transaction::{Loaded, Shared, Transaction, Write};
+use super::every_key::EveryKeyFeed;
 use super::glob::glob_matches;
 use super::key_state::{announcements, decode, encode, KeyState, Timeline};
 use super::turns::Turns;
@@ -73,7 +74,7 @@ impl PostgresStore {
             waiters.clone(),
             connect_timeout,
         );
-        let waker = ReleaseListener::new(waiters, ListenerFeed(listener.clone()));
+        let waker = ReleaseListener::new(waiters, EveryKeyFeed(listener.clone()));
         let connections = Connections::new(config, io.clone(), connect_timeout, response_timeout)?;
         Ok(Self {
             shared: Arc::new(Shared::new(connections, options, io)),

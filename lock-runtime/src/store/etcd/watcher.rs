@@ -5,76 +5,43 @@
 //! revoked, or its lease run out on the server — announces a release, and wakes the fair
 //! queue's head by name as the bookkeeping last showed it. A watch is a
 //! hint: events lost while it is down (or compacted away) cost a waiter one backoff step, and
-//! once it is back every waiter tries again. The [`Feed`] side: a waiter's subscription starts
-//! the watch on first use and waits until it runs; one watch covers every key, so nothing is
-//! subscribed per key. Neighbours: `wake.rs` (the waiters), `layout.rs` (what a key names).
+//! once it is back every waiter tries again. The watch's task and the waiters' feed are
+//! `store/every_key.rs`'s (one watch covers every key, so nothing is subscribed per key).
+//! Neighbours: `wake.rs` (the waiters), `layout.rs` (what a key names).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use etcd_client::{EventType, WatchOptions};
-use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::layout::{self, Part};
 use super::Shared;
 use crate::kind::fair::WAKE_PREFIX;
 use crate::protocol::LockKey;
+use crate::store::every_key::{EveryKey, Subscription};
 use crate::store::key_state::{announcements, decode, KeyState, Timeline};
-use crate::wake::{Feed, Waiters};
-
-/// The pause before watching again after the watch failed or ended.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
+use crate::wake::Waiters;
 
 /// The watch of one client, shared by its feed and its store.
 pub(crate) struct Watcher {
     shared: Arc<Shared>,
-    io: Handle,
     waiters: Waiters,
-    /// Whether events reach this client now.
-    watching: watch::Sender<bool>,
+    every_key: EveryKey,
     /// Each lock's fair queue head, as its bookkeeping's last change showed it.
     heads: Mutex<HashMap<String, String>>,
-    started: AtomicBool,
-    task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Watcher {
     pub(super) fn new(shared: Arc<Shared>, io: Handle, waiters: Waiters) -> Arc<Self> {
+        let every_key = EveryKey::new(io, shared.connect_timeout);
         Arc::new(Self {
             shared,
-            io,
             waiters,
-            watching: watch::Sender::new(false),
+            every_key,
             heads: Mutex::new(HashMap::new()),
-            started: AtomicBool::new(false),
-            task: Mutex::new(None),
         })
-    }
-
-    /// Starts watching, once: at a waiter's first wait, or the client's first grant (whose
-    /// key, deleted by someone else, it must learn of).
-    pub(super) fn start(self: &Arc<Self>) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let watcher = Arc::downgrade(self);
-        let task = self.io.spawn(async move {
-            loop {
-                let Some(this) = watcher.upgrade() else {
-                    return;
-                };
-                this.watch_once().await;
-                this.watching.send_replace(false);
-                drop(this);
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-        });
-        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 
     /// One watch's life: open it, deliver until it ends or fails.
@@ -101,7 +68,7 @@ impl Watcher {
             }
             if !created {
                 created = true;
-                self.watching.send_replace(true);
+                self.every_key.set_up(true);
                 // Releases made while nobody watched were not seen: every waiter tries again.
                 self.waiters.wake_all();
             }
@@ -193,45 +160,21 @@ impl Watcher {
 
     /// Stops watching (the store is gone).
     pub(crate) fn stop(&self) {
-        if let Some(task) = self
-            .task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            task.abort();
-        }
+        self.every_key.stop();
     }
 }
 
-/// The feed a client's [`ReleaseListener`](crate::wake::ReleaseListener) asks.
-pub(crate) struct WatcherFeed(pub(crate) Arc<Watcher>);
-
-impl Feed for WatcherFeed {
-    /// Starts the watch on first use; a task that ends once it runs (the caller bounds the
-    /// wait).
-    fn subscribe(&self, _channel: &str) -> Option<JoinHandle<()>> {
-        self.0.start();
-        if *self.0.watching.borrow() {
-            return None;
-        }
-        let mut watching = self.0.watching.subscribe();
-        let within = self.0.shared.connect_timeout;
-        Some(self.0.io.spawn(async move {
-            let _ = tokio::time::timeout(within, watching.wait_for(|up| *up)).await;
-        }))
+impl Subscription for Watcher {
+    fn every_key(&self) -> &EveryKey {
+        &self.every_key
     }
 
-    fn retry_after_pause<'a>(
-        &'a self,
-        _channel: &'a str,
-    ) -> BoxFuture<'a, Option<tokio::time::Instant>> {
-        Box::pin(async { None })
+    /// Starts watching, once: at a waiter's first wait, or the client's first grant (whose
+    /// key, deleted by someone else, it must learn of).
+    fn start(self: &Arc<Self>) {
+        EveryKey::start(
+            self,
+            |this: Arc<Self>| async move { this.watch_once().await },
+        );
     }
-
-    fn listening(&self, _channel: &str) -> bool {
-        *self.0.watching.borrow()
-    }
-
-    fn unwanted(&self, _channel: String) {}
 }

@@ -4,38 +4,28 @@
 //! this client's waiters ([`Waiters::wake`]), which apply the kinds' rule of whom it wakes.
 //! A notification is a hint: one lost while the connection is down (or to a server restart)
 //! costs a waiter one backoff step, and the connection is made again after a pause. The
-//! [`Feed`] side: a waiter's subscription starts the listener on first use and waits until it
-//! listens; there is one channel for every key, so nothing is subscribed per key.
-//! Neighbours: `wake.rs` (the waiters), `connections.rs` (how a connection is made).
+//! listener's task and the waiters' feed are `store/every_key.rs`'s (one channel for every
+//! key, so nothing is subscribed per key). Neighbours: `wake.rs` (the waiters),
+//! `connections.rs` (how a connection is made).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use tokio::runtime::Handle;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Config, NoTls};
 
-use crate::wake::{Feed, Waiters};
-
-/// The pause before listening again after the connection failed or broke.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
+use crate::store::every_key::{EveryKey, Subscription};
+use crate::wake::Waiters;
 
 /// The listener of one client, shared by its feed and its store.
 pub(crate) struct Listener {
     config: Config,
-    io: Handle,
     /// The channel: the schema's name.
     channel: String,
     waiters: Waiters,
     connect_timeout: Duration,
-    /// Whether notifications reach this client now.
-    listening: watch::Sender<bool>,
-    started: AtomicBool,
-    task: Mutex<Option<JoinHandle<()>>>,
+    every_key: EveryKey,
 }
 
 impl Listener {
@@ -48,34 +38,11 @@ impl Listener {
     ) -> Arc<Self> {
         Arc::new(Self {
             config,
-            io,
             channel,
             waiters,
             connect_timeout,
-            listening: watch::Sender::new(false),
-            started: AtomicBool::new(false),
-            task: Mutex::new(None),
+            every_key: EveryKey::new(io, connect_timeout),
         })
-    }
-
-    /// Starts listening, once.
-    fn start(self: &Arc<Self>) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let listener = Arc::downgrade(self);
-        let task = self.io.spawn(async move {
-            loop {
-                let Some(this) = listener.upgrade() else {
-                    return;
-                };
-                this.listen_once().await;
-                this.listening.send_replace(false);
-                drop(this);
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-        });
-        *self.task.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
     }
 
     /// One connection's life: connect, `LISTEN`, deliver until it breaks.
@@ -104,7 +71,7 @@ impl Listener {
             () = &mut deliver => return,
             listened = listen => if listened.is_err() { return },
         }
-        self.listening.send_replace(true);
+        self.every_key.set_up(true);
         // Releases announced while nobody listened were not heard: every waiter tries again.
         self.waiters.wake_all();
         deliver.await;
@@ -112,46 +79,20 @@ impl Listener {
 
     /// Stops listening (the store is gone).
     pub(crate) fn stop(&self) {
-        if let Some(task) = self
-            .task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            task.abort();
-        }
+        self.every_key.stop();
     }
 }
 
-/// The feed a client's [`ReleaseListener`](crate::wake::ReleaseListener) asks.
-pub(crate) struct ListenerFeed(pub(crate) Arc<Listener>);
-
-impl Feed for ListenerFeed {
-    /// Starts the listener on first use; a task that ends once it listens (the caller bounds
-    /// the wait).
-    fn subscribe(&self, _channel: &str) -> Option<JoinHandle<()>> {
-        self.0.start();
-        if *self.0.listening.borrow() {
-            return None;
-        }
-        let mut listening = self.0.listening.subscribe();
-        // Bounded, so that waits while the server is down leave no task behind for long.
-        let within = self.0.connect_timeout;
-        Some(self.0.io.spawn(async move {
-            let _ = tokio::time::timeout(within, listening.wait_for(|up| *up)).await;
-        }))
+impl Subscription for Listener {
+    fn every_key(&self) -> &EveryKey {
+        &self.every_key
     }
 
-    fn retry_after_pause<'a>(
-        &'a self,
-        _channel: &'a str,
-    ) -> BoxFuture<'a, Option<tokio::time::Instant>> {
-        Box::pin(async { None })
+    /// Starts listening, once.
+    fn start(self: &Arc<Self>) {
+        EveryKey::start(
+            self,
+            |this: Arc<Self>| async move { this.listen_once().await },
+        );
     }
-
-    fn listening(&self, _channel: &str) -> bool {
-        *self.0.listening.borrow()
-    }
-
-    fn unwanted(&self, _channel: String) {}
 }
