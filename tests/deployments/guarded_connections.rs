@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::support::{query_port, wait_until, RedisServer};
-use distlock::{Client, Config, LockError};
+use distlock::{BackendErrorKind, Client, Config, LockError};
 
 /// What deployments.md promises at most.
 const AT_ONCE: usize = 16;
@@ -96,8 +96,14 @@ async fn burst(client: &Client, port: u16, round: usize) -> usize {
     });
     for try_ in tries {
         let result = try_.await.expect("task");
+        // Refused (the guard gave the grant back), or, on a loaded machine, cut off unanswered
+        // at the response timeout while its `WAIT` and give-back ran: neither hands it out.
+        let cut_off = matches!(
+            &result,
+            Err(LockError::Backend(err)) if err.kind() == BackendErrorKind::Timeout
+        );
         assert!(
-            matches!(result, Err(LockError::Timeout { .. })),
+            matches!(result, Err(LockError::Timeout { .. })) || cut_off,
             "a grant the frozen replicas did not acknowledge is not handed out: {result:?}"
         );
     }

@@ -16,8 +16,8 @@ use std::time::Instant;
 use etcd_client::{EventType, WatchOptions};
 use tokio::runtime::Handle;
 
+use super::client::{wall_micros, Shared};
 use super::layout::{self, Part};
-use super::Shared;
 use crate::kind::fair::WAKE_PREFIX;
 use crate::protocol::LockKey;
 use crate::store::every_key::{EveryKey, Subscription};
@@ -127,7 +127,7 @@ impl Watcher {
             }
             Part::State => {
                 let time = Timeline {
-                    db_micros: super::wall_micros(),
+                    db_micros: wall_micros(),
                     now: Instant::now(),
                 };
                 let read = |value: &[u8]| -> KeyState {
