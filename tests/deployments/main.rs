@@ -4,10 +4,9 @@
 //! stalled and redirected connections through the fault-injecting proxy, failures retried
 //! within a request's wait, servers that never answer, the eviction check, what an operator
 //! sees through `tracing`, the PostgreSQL store's semantics and faults (`postgres_faults`, with
-//! the `postgres` feature), the etcd store's faults and pitfalls (`etcd_faults`, with the `etcd`
-//! feature), and the test support's own deployments (Redis, PostgreSQL for the
-//! Postgres store, and etcd members and clusters for the etcd store: `etcd_server`, no feature
-//! needed, as the support's etcd client is a plain dev-dependency).
+//! the `postgres` feature), and the test support's own deployments (Redis, PostgreSQL for the
+//! Postgres store). The etcd store's faults have a binary of their own (`tests/etcd/`): its
+//! three-member clusters, run beside this binary's timing tests on two cores, made them late.
 //!
 //! Process-wide state: the tracing capture (`support::capture`, installed once, read by
 //! `acl`, `cluster`, `cluster_renewal_faults`, `sentinel`, `eviction_warning` and `observability`, each looking up its own key or
@@ -23,9 +22,6 @@ mod acl;
 mod cluster;
 mod cluster_renewal_faults;
 mod deployments_support;
-#[cfg(feature = "etcd")]
-mod etcd_faults;
-mod etcd_server;
 mod eviction_check_timing;
 mod eviction_warning;
 mod guarded_connections;

@@ -116,7 +116,7 @@ impl Harness {
     /// key's waiting processes is kept (`pub_sub: false`). The response timeout is 2 s, not
     /// the default 1 s: the one member serves every test of the binary beside five other
     /// stores' servers on two cores, and a read or a release has waited over a second there
-    /// (`tests/deployments/etcd_faults.rs` runs at the default).
+    /// (`tests/etcd/etcd_faults.rs` runs at the default).
     pub fn etcd() -> Self {
         let server = super::etcd::shared_etcd();
         let prefix = own_prefix();
