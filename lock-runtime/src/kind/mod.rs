@@ -147,7 +147,9 @@ impl Holding {
 }
 
 /// Where a key's state keeps a grant of a kind ([`TwinEntry`]'s parts): what a store that
-/// keeps the entry in its own form renews in place (PostgreSQL's one-statement renewal).
+/// keeps the entry in its own form renews in place (PostgreSQL's one-statement renewal), or
+/// keeps as keys of their own (etcd, which asks [`HolderSlot::excludes`] what a new grant's
+/// transaction must find unchanged).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HolderSlot {
     /// The writer (`TwinEntry::writer`).
@@ -156,6 +158,26 @@ pub(crate) enum HolderSlot {
     Reader,
     /// One of the permit holders (`TwinEntry::permits`).
     Permit,
+}
+
+impl HolderSlot {
+    /// Every slot.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) const ALL: [HolderSlot; 3] =
+        [HolderSlot::Writer, HolderSlot::Reader, HolderSlot::Permit];
+
+    /// Whether a grant in this slot cannot coexist with any grant in `other`, whatever their
+    /// number — the rule the twins apply: a writer excludes every grant; a reader the writer
+    /// and the permits; a permit the writer and the readers (permits exclude each other only
+    /// past the semaphore's count, which the twin counts).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn excludes(self, other: HolderSlot) -> bool {
+        match self {
+            HolderSlot::Writer => true,
+            HolderSlot::Reader => other != HolderSlot::Reader,
+            HolderSlot::Permit => other != HolderSlot::Permit,
+        }
+    }
 }
 
 impl Kind {

@@ -11,6 +11,8 @@
 //! Neighbours: `etcd.rs` reads and writes these keys; `watcher.rs` reads them back from
 //! events.
 
+use crate::kind::HolderSlot;
+
 /// `lock` with `%` and `/` escaped: a path segment no other lock key escapes to.
 pub(super) fn escape(lock: &str) -> String {
     let mut out = String::with_capacity(lock.len());
@@ -41,6 +43,15 @@ pub(super) fn state_key(lock: &str) -> String {
 
 /// What comes after a lock's directory in a grant's key.
 pub(super) const HOLDER: &str = "h/";
+
+/// The side of a grant in `slot`, as its key names it.
+pub(super) fn side(slot: HolderSlot) -> char {
+    match slot {
+        HolderSlot::Writer => 'w',
+        HolderSlot::Reader => 'r',
+        HolderSlot::Permit => 'p',
+    }
+}
 
 /// The key of `owner`'s grant on `side` (`w`, `r`, `p`).
 pub(super) fn holder_key(lock: &str, side: char, owner: &str) -> String {

@@ -20,6 +20,7 @@ use super::leases::ttl_secs;
 use super::{layout, EtcdStore};
 use crate::error::{BackendErrorKind, LockError};
 use crate::kind::twins::{State, TokenSource};
+use crate::kind::HolderSlot;
 use crate::protocol::{FencingToken, LockKey};
 use crate::store::every_key::Subscription;
 use crate::store::key_state::{decode, encode, KeyState, Timeline};
@@ -259,7 +260,10 @@ impl EtcdStore {
                 };
                 with_holders(&mut key_state.entry, &directory.holders, now)
                     .map_err(|why| not_a_lock(lock, why))?;
-                before.insert(lock.clone(), holders(&key_state.entry));
+                before.insert(
+                    lock.clone(),
+                    (holders(&key_state.entry), bookkeeping(&key_state)),
+                );
                 state.locks.insert(lock.clone(), key_state.entry);
                 if let Some(record) = key_state.record {
                     state.records.insert(lock.clone(), record);
@@ -281,7 +285,7 @@ impl EtcdStore {
                     record: state.records.remove(lock),
                 };
                 let now_holding = holders(&after.entry);
-                let was_holding = &before[lock];
+                let (was_holding, old_kept) = &before[lock];
                 // What the transaction must find unchanged since the read: the bookkeeping,
                 // and no grant created on a side the new grants exclude.
                 let mut sides = HashSet::new();
@@ -360,17 +364,16 @@ impl EtcdStore {
                         gone.push((lock.clone(), owner.clone(), key.lease));
                     }
                 }
-                let old = directory.state.as_ref().map(|(_, json)| json);
+                // Against the bookkeeping as the read decoded it (not decoded again).
                 let kept = bookkeeping(&after);
                 let new = (!kept.is_empty()).then(|| encode(&kept, &read.time));
-                let state_changed = match (&new, old) {
-                    (Some(new), Some(old)) => decode(old, &read.time).map_or(true, |old| {
-                        let old = bookkeeping(&old);
-                        let old_json = encode(&old, &read.time);
+                let state_changed = match (&new, directory.state.is_some()) {
+                    (Some(new), true) => {
+                        let old_json = encode(old_kept, &read.time);
                         old_json != *new
-                            && old_json != encode(&unpushed(&kept, &old, now), &read.time)
-                    }),
-                    (None, None) => false,
+                            && old_json != encode(&unpushed(&kept, old_kept, now), &read.time)
+                    }
+                    (None, false) => false,
                     _ => true,
                 };
                 if creates || state_changed {
@@ -384,20 +387,24 @@ impl EtcdStore {
                         revision,
                     ));
                 }
-                // The sides a new grant excludes: a writer every grant; a reader the writers
-                // and permits; a permit the writers and readers (other permits take other
-                // seats, or find theirs taken).
-                let excluded: &[Option<char>] = if sides.contains(&'w') {
-                    &[None]
+                // The sides the new grants exclude (the kinds' rule, `HolderSlot::excludes`;
+                // other permits take other seats, or find theirs taken): no grant there may
+                // have been created since the read. All three: the whole range at once.
+                let excluded: Vec<char> = HolderSlot::ALL
+                    .into_iter()
+                    .filter(|&other| {
+                        HolderSlot::ALL
+                            .into_iter()
+                            .any(|slot| sides.contains(&layout::side(slot)) && slot.excludes(other))
+                    })
+                    .map(layout::side)
+                    .collect();
+                let ranges: Vec<Option<char>> = if excluded.len() == HolderSlot::ALL.len() {
+                    vec![None]
                 } else {
-                    match (sides.contains(&'r'), sides.contains(&'p')) {
-                        (true, true) => &[None],
-                        (true, false) => &[Some('w'), Some('p')],
-                        (false, true) => &[Some('w'), Some('r')],
-                        (false, false) => &[],
-                    }
+                    excluded.into_iter().map(Some).collect()
                 };
-                for &side in excluded {
+                for side in ranges {
                     let start = layout::holders_of(lock, side);
                     let end = layout::range_end(&start);
                     compares.push(
