@@ -21,7 +21,10 @@ const LATE: Duration = Duration::from_millis(150);
 const WAIT: Duration = Duration::from_millis(300);
 
 /// Asks for `key` with [`WAIT`] until a grant, at most `tries` times, and returns how many it
-/// took; every request that is not granted fails as the store's (too slow) failure.
+/// took; every request that is not granted fails as the store's (too slow) failure, or times
+/// out behind a try of its own: a try cut off unanswered may have landed, and until its
+/// give-back (one more slow round trip) reaches the server, the next request finds the key
+/// held by it. Either way no request is granted without the connection.
 async fn granted_within(client: &Client, key: &str, tries: usize) -> usize {
     for request in 1..=tries {
         match client.lock(key).wait(WAIT).acquire().await {
@@ -30,6 +33,11 @@ async fn granted_within(client: &Client, key: &str, tries: usize) -> usize {
                 return request;
             }
             Err(LockError::Backend(err)) => eprintln!("request {request}: {err}"),
+            // The key held by the previous request's cut try, not yet given back: the
+            // connection answered.
+            Err(err @ LockError::Timeout { .. }) if request > 1 => {
+                eprintln!("request {request}: {err}")
+            }
             Err(other) => panic!("request {request}: expected the store's failure, got {other}"),
         }
     }
