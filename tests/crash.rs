@@ -36,7 +36,7 @@
 //! fair waiters run on a member of their own whose history the harness compacts to the
 //! current revision every 100 ms (etcd pitfall 5: a compacted watch must lose no wake-up);
 //! the workers are struck as on PostgreSQL (frozen for twice etcd's lease); and on 3-member
-//! clusters listed leader first, the leader is SIGKILLed and restarted, or SIGSTOPped for 6 s
+//! clusters listed leader first, the leader is SIGKILLed and restarted, or SIGSTOPped for 7 s
 //! and thawed, under the workers: [`check_work`]'s checks hold, and a worker is granted the
 //! lock within an election and a lease of the fault. The etcd scenarios start once the others
 //! are down to their long tail (`main`).
@@ -700,6 +700,19 @@ fn crashed_permit_holders_on(store: &str) {
 
 /// The fair waiters' heartbeat in [`twenty_fair_waiters_keep_their_order_while_three_are_killed`].
 const FAIR_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// The fair waiters' heartbeat on `store`: [`FAIR_HEARTBEAT`], but on etcd the default 1 s. A
+/// waiter there keeps its place with less slack than its heartbeat promises (a try that only
+/// pushes its deadline writes nothing while the old deadline has half the new one's distance
+/// left, `store/etcd/directory.rs` `unpushed`: a quarter heartbeat of slack), and at 500 ms a
+/// head waiting on a loaded machine was dropped and passed by the waiter behind it.
+fn fair_heartbeat(store: &str) -> Duration {
+    if is_etcd(store) {
+        Duration::from_secs(1)
+    } else {
+        FAIR_HEARTBEAT
+    }
+}
 /// A fair waiter process: queues for the lock `fair` on `store`, says `granted` and its
 /// fencing token when it gets it, holds it until the harness says `release` on its standard
 /// input (the harness first kills the waiter behind it, if that one is to die queued), releases
@@ -708,7 +721,7 @@ fn wait_fairly(store: &str) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let client =
-            Client::new(store_config(store).fair_heartbeat(FAIR_HEARTBEAT)).expect("client");
+            Client::new(store_config(store).fair_heartbeat(fair_heartbeat(store))).expect("client");
         let guard = client
             .lock("fair")
             .fair()
@@ -857,11 +870,12 @@ fn fair_waiters_killed_on(store: &str) {
         // (Lines of two processes may be read in either order: a wait too short to measure
         // counts as none.)
         let stall = granted_at.saturating_duration_since(free_since);
-        let allowed = FAIR_HEARTBEAT * 2 * dead_ahead + Duration::from_millis(700);
+        let heartbeat = fair_heartbeat(store);
+        let allowed = heartbeat * 2 * dead_ahead + Duration::from_millis(700);
         assert!(
             stall <= allowed,
             "{store}: waiter {i} was granted {stall:?} after the lock was free, with \
-             {dead_ahead} dead waiters just ahead of it (heartbeat {FAIR_HEARTBEAT:?})"
+             {dead_ahead} dead waiters just ahead of it (heartbeat {heartbeat:?})"
         );
         stalls.push(format!("{}:{}ms", i, stall.as_millis()));
         free_since = released.expect("released");
@@ -2378,6 +2392,10 @@ fn compact_until(endpoint: &str, stop: &AtomicBool) -> Vec<(u64, i64)> {
 /// has heard nothing for a randomised 1–2 election timeouts (1 s, etcd's default, which the
 /// scenarios' clusters run at), and an election takes a round on top.
 const ETCD_ELECTION: Duration = Duration::from_secs(2);
+/// What a new leader adds to every lease: etcd refreshes them all to their TTL and an election
+/// timeout on top (docs/etcd.md, "Lease granularity": it delays a takeover, never shortens a
+/// grant).
+const ETCD_LEASE_EXTENSION: Duration = Duration::from_secs(1);
 
 /// A 3-member cluster (etcd's defaults) with its leader listed first, so that every client
 /// starts on it, and four workers on it; then the leader is SIGKILLed, a new one is elected,
@@ -2385,7 +2403,8 @@ const ETCD_ELECTION: Duration = Duration::from_secs(2);
 /// inside, tokens unique and rising, every request within its wait); a worker is granted the
 /// lock within an election and the lease as etcd keeps it (and the margin) after the kill —
 /// a holder that was using the dead member is told it lost the lock and its lease runs out,
-/// extended by the new leader — and again after the restart; nobody holds the lock at the end.
+/// extended by the new leader ([`ETCD_LEASE_EXTENSION`]) — and again after the restart;
+/// nobody holds the lock at the end.
 fn etcd_leader_killed_under_holders_and_waiters() {
     let mut cluster = EtcdCluster::start();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -2418,7 +2437,7 @@ fn etcd_leader_killed_under_holders_and_waiters() {
     };
     let resumed = first_grant_after(killed_at)
         .unwrap_or_else(|| panic!("{deployment}: no grant after the leader's death"));
-    let bound = ETCD_ELECTION + freed_within(&store) + HANDOVER_SLACK;
+    let bound = ETCD_ELECTION + ETCD_LEASE_EXTENSION + freed_within(&store) + HANDOVER_SLACK;
     assert!(
         resumed <= bound.as_micros() as u64,
         "{deployment}: the first grant came {} ms after the leader's death; an election and a \
@@ -2449,14 +2468,15 @@ fn etcd_cluster_store(name: &str, cluster: &EtcdCluster, first: usize) -> String
 /// How long [`etcd_member_frozen_under_holders_and_waiters`] keeps the leader frozen: past an
 /// election and a lease as etcd keeps it, and the margin (the bound on the first grant while
 /// it is frozen), with a second to spare.
-const MEMBER_FROZEN_FOR: Duration = Duration::from_secs(6);
+const MEMBER_FROZEN_FOR: Duration = Duration::from_secs(7);
 
 /// A 3-member cluster (etcd's defaults) with its leader listed first, so that every client
-/// starts on it, and four workers on it; the leader is SIGSTOPped for 6 s (the others elect a
+/// starts on it, and four workers on it; the leader is SIGSTOPped for 7 s (the others elect a
 /// new one), then thawed, and rejoins as a follower. [`check_work`] holds (no two writers
 /// inside, tokens unique and rising, every request within its wait); grants go on through the
 /// other members while it is frozen — the first within an election, the lease as etcd keeps
-/// it and the margin of the freeze, which a client that stays on the silent member misses —
+/// it (extended by the new leader) and the margin of the freeze, which a client that stays
+/// on the silent member misses —
 /// and again after the thaw; nobody holds the lock at the end.
 fn etcd_member_frozen_under_holders_and_waiters() {
     let cluster = EtcdCluster::start();
@@ -2488,7 +2508,7 @@ fn etcd_member_frozen_under_holders_and_waiters() {
     };
     let resumed = first_grant_after(frozen_at)
         .unwrap_or_else(|| panic!("{deployment}: no grant after the leader froze"));
-    let bound = ETCD_ELECTION + freed_within(&store) + HANDOVER_SLACK;
+    let bound = ETCD_ELECTION + ETCD_LEASE_EXTENSION + freed_within(&store) + HANDOVER_SLACK;
     assert!(
         resumed <= bound.as_micros() as u64 && frozen_at + resumed < thawed_at,
         "{deployment}: the first grant came {} ms after the leader froze, which lasted {} ms; \

@@ -1,9 +1,9 @@
 //! The etcd store's faults and pitfalls against real etcd members (issue 39, item 6, and the
 //! etcd pitfalls of `../shared/research-stores.md`, Part 3): a 3-member cluster's leader
 //! SIGKILLed under contention for one fenced lock (clients of every member, or of the
-//! followers alone), its quorum lost and regained, the member
-//! listed first SIGKILLed or SIGSTOPped; a holder that stops renewing, or that is cut off from etcd, loses
-//! the lock when etcd expires its lease and knows it first; the lease as etcd grants it
+//! followers alone), its quorum lost and regained, the member listed first SIGKILLed or
+//! SIGSTOPped; a holder that stops renewing, or that is cut off from etcd, loses the lock
+//! when etcd expires its lease and knows it first; the lease as etcd grants it
 //! (whole seconds, raised to the server's minimum); a release after the lease ran out that
 //! leaves the next holder alone; a least-privilege user, wrong credentials, and a grant's key
 //! or lease removed behind its holder's back. What the store does is seen from outside: the
