@@ -1,9 +1,9 @@
 //! The etcd store's faults and pitfalls against real etcd members (issue 39, item 6, and the
 //! etcd pitfalls of `../shared/research-stores.md`, Part 3): a 3-member cluster's leader
 //! SIGKILLed under contention for one fenced lock (clients of every member, or of the
-//! followers alone), its quorum lost and regained, the member
-//! listed first SIGKILLed; a holder that stops renewing, or that is cut off from etcd, loses
-//! the lock when etcd expires its lease and knows it first; the lease as etcd grants it
+//! followers alone), its quorum lost and regained, the member listed first SIGKILLed or
+//! SIGSTOPped; a holder that stops renewing, or that is cut off from etcd, loses the lock
+//! when etcd expires its lease and knows it first; the lease as etcd grants it
 //! (whole seconds, raised to the server's minimum); a release after the lease ran out that
 //! leaves the next holder alone; a least-privilege user, wrong credentials, and a grant's key
 //! or lease removed behind its holder's back. What the store does is seen from outside: the
@@ -591,6 +591,85 @@ async fn a_killed_member_listed_first_leaves_requests_to_the_others_within_their
         failures.is_empty(),
         "with member {first} (listed first) killed, {} failures in {cycles} acquire-release \
          cycles and a release; the first: {shown:#?}",
+        failures.len()
+    );
+}
+
+/// A member frozen (SIGSTOP) keeps its connections open and answers nothing, which no
+/// connection error reveals: the member listed first (a follower: no election) is frozen
+/// while a client uses it. A grant held across the freeze keeps being renewed through the
+/// others for more than its lease, and six acquire-release cycles on that client are each
+/// granted within their wait: the first request without an answer moves the client on.
+/// Shown to fail (every request timed out against the frozen member, the grant lost) while
+/// only a failed or broken connection moved the client on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_member_listed_first_leaves_requests_to_the_others_within_their_wait() {
+    let cluster = EtcdCluster::start();
+    let leader = cluster.leader().await;
+    let first = (leader + 1) % 3;
+    let mut endpoints = vec![cluster.member(first).endpoint()];
+    endpoints.extend(
+        (0..3)
+            .filter(|&index| index != first)
+            .map(|index| cluster.member(index).endpoint()),
+    );
+    let store = client(config(&endpoints));
+    let lease = Duration::from_secs(3);
+    let held = store
+        .lock("etcdf:frozen-held")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+
+    cluster.freeze(first);
+    let frozen = Instant::now();
+    let wait = Duration::from_secs(3);
+    let mut failures = Vec::new();
+    for round in 0..6 {
+        let key = format!("etcdf:frozen-{round}");
+        let sent = Instant::now();
+        let acquired = store.lock(key.as_str()).wait(wait).acquire().await;
+        let took = sent.elapsed();
+        if took > wait + WAIT_MARGIN {
+            failures.push(format!(
+                "acquire {round} took {took:?}, its wait is {wait:?}"
+            ));
+        }
+        match acquired {
+            Ok(guard) => match guard.release().await {
+                Ok(true) => {}
+                other => failures.push(format!("release {round}: {other:?}")),
+            },
+            Err(err) => failures.push(format!("acquire {round} after {took:?}: {err}")),
+        }
+    }
+    // More than a lease after the freeze, the grant is still held: renewed through the others.
+    let lost = timeout(
+        (lease + Duration::from_secs(1)).saturating_sub(frozen.elapsed()),
+        held.lost(),
+    )
+    .await;
+    let renewed = lost.is_err() && held.is_held();
+    let lasted = frozen.elapsed();
+    cluster.thaw(first);
+    assert!(
+        renewed,
+        "the grant held across the freeze was lost {lasted:?} after it"
+    );
+    match held.release().await {
+        Ok(true) => {}
+        other => failures.push(format!("the release of the grant held across: {other:?}")),
+    }
+    let shown: Vec<String> = failures
+        .iter()
+        .take(3)
+        .map(|failure| failure.chars().take(400).collect())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "with member {first} (listed first) frozen, {} failures in six acquire-release cycles \
+         and a release; the first: {shown:#?}",
         failures.len()
     );
 }

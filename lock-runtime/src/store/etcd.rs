@@ -166,7 +166,10 @@ impl Store for EtcdStore {
                     self.shared.move_on(index);
                     return Err(err);
                 }
-                Err(_) => return Err(timed_out("extend").into()),
+                Err(_) => {
+                    self.shared.move_on(index);
+                    return Err(timed_out("extend").into());
+                }
             };
         let ids: Vec<Option<i64>> = leases
             .iter()
@@ -187,7 +190,11 @@ impl Store for EtcdStore {
         });
         let answers = match tokio::time::timeout_at(deadline.into(), renewing).await {
             Ok(Ok(answers)) => answers,
-            _ => return Err(timed_out("extend").into()),
+            _ => {
+                // A member that answers nothing (frozen): the next round on the next one.
+                self.shared.move_on(index);
+                return Err(timed_out("extend").into());
+            }
         };
         let mut renewed = Vec::with_capacity(answers.len());
         let mut first_error = None;

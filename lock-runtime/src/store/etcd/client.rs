@@ -1,6 +1,6 @@
 //! The etcd store's requests (`etcd.rs`): a client per endpoint, connected on the I/O runtime
-//! on first use, and the one in use moved on to the next when a connection fails or breaks or
-//! a member has no leader; a request run as a task of the I/O runtime until its deadline, sent
+//! on first use, and the one in use moved on to the next when a connection fails or breaks, a
+//! member has no leader or a request gets no answer in its time; a request run as a task of the I/O runtime until its deadline, sent
 //! again to the next endpoint when it was never sent; leases granted and revoked. Neighbours:
 //! `transaction.rs` reads and writes through it, `leases.rs` keeps grants' leases alive on its
 //! clients, `errors.rs` names its failures.
@@ -99,8 +99,10 @@ impl Shared {
 
     /// Runs `request` on the client of the endpoint in use, as a task on the I/O runtime,
     /// and waits for it until `deadline`: a request without an answer by then fails with a
-    /// timeout (and may still take effect). A failed connection, a member without a leader
-    /// or a broken connection moves the client on to the next endpoint; a request that was
+    /// timeout (and may still take effect). A failed connection, a member without a leader,
+    /// a broken connection or a request without an answer moves the client on to the next
+    /// endpoint (a frozen member keeps its connections open and answers nothing: a client
+    /// that stayed would fail every request for as long as it is frozen); a request that was
     /// never sent (its connection refused) is sent again there, within the deadline, once
     /// to each endpoint at most.
     pub(super) async fn call<T, F, Fut>(
@@ -129,7 +131,10 @@ impl Shared {
                     }
                     return Err(err);
                 }
-                Err(_) => return Err(timed_out(operation).into()),
+                Err(_) => {
+                    self.move_on(index);
+                    return Err(timed_out(operation).into());
+                }
             };
             let running = self.io.spawn(request(client));
             let err = match tokio::time::timeout_at(deadline.into(), running).await {
@@ -143,7 +148,10 @@ impl Shared {
                     )
                     .into())
                 }
-                Err(_) => return Err(timed_out(operation).into()),
+                Err(_) => {
+                    self.move_on(index);
+                    return Err(timed_out(operation).into());
+                }
             };
             let unsent = errors::never_sent(&err);
             let error = store_error(if unsent { "connect" } else { operation }, err);
