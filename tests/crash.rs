@@ -701,18 +701,6 @@ fn crashed_permit_holders_on(store: &str) {
 /// The fair waiters' heartbeat in [`twenty_fair_waiters_keep_their_order_while_three_are_killed`].
 const FAIR_HEARTBEAT: Duration = Duration::from_millis(500);
 
-/// The fair waiters' heartbeat on `store`: [`FAIR_HEARTBEAT`], but on etcd the default 1 s. A
-/// waiter there keeps its place with less slack than its heartbeat promises (a try that only
-/// pushes its deadline writes nothing while the old deadline has half the new one's distance
-/// left, `store/etcd/directory.rs` `unpushed`: a quarter heartbeat of slack), and at 500 ms a
-/// head waiting on a loaded machine was dropped and passed by the waiter behind it.
-fn fair_heartbeat(store: &str) -> Duration {
-    if is_etcd(store) {
-        Duration::from_secs(1)
-    } else {
-        FAIR_HEARTBEAT
-    }
-}
 /// A fair waiter process: queues for the lock `fair` on `store`, says `granted` and its
 /// fencing token when it gets it, holds it until the harness says `release` on its standard
 /// input (the harness first kills the waiter behind it, if that one is to die queued), releases
@@ -721,7 +709,7 @@ fn wait_fairly(store: &str) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let client =
-            Client::new(store_config(store).fair_heartbeat(fair_heartbeat(store))).expect("client");
+            Client::new(store_config(store).fair_heartbeat(FAIR_HEARTBEAT)).expect("client");
         let guard = client
             .lock("fair")
             .fair()
@@ -870,7 +858,7 @@ fn fair_waiters_killed_on(store: &str) {
         // (Lines of two processes may be read in either order: a wait too short to measure
         // counts as none.)
         let stall = granted_at.saturating_duration_since(free_since);
-        let heartbeat = fair_heartbeat(store);
+        let heartbeat = FAIR_HEARTBEAT;
         let allowed = heartbeat * 2 * dead_ahead + Duration::from_millis(700);
         assert!(
             stall <= allowed,

@@ -65,14 +65,18 @@ pub(super) fn bookkeeping(state: &KeyState) -> KeyState {
 }
 
 /// `after` with each fair waiter's deadline and the writer-waiting mark as `before` had them
-/// wherever the push is not needed yet: where the old time still has more than half of
-/// the new one's distance from `now` ahead of it. A try that only pushes such times writes
-/// nothing, so that the waiters behind the head (each trying every half heartbeat) do not
-/// keep rewriting the key under the head's own try.
+/// wherever the push is not needed yet: where the old time is still more than five sixths of
+/// the new one's distance from `now` ahead of it, i.e. it was pushed within the last sixth of
+/// that distance (a quarter heartbeat for a fair waiter's one and a half). A try that only
+/// pushes such times writes nothing, so that a burst of tries (waiters woken by each release)
+/// does not keep rewriting the key under the head's own try; a waiter's periodic try, every
+/// half heartbeat, always pushes, and keeps the slack it has on the other stores (a
+/// heartbeat). Keeping pushes due within half the distance left a quarter heartbeat of slack:
+/// a live head whose try came that late on a loaded machine was dropped and passed.
 pub(super) fn unpushed(after: &KeyState, before: &KeyState, now: Instant) -> KeyState {
     let keep = |old: Instant, new: Instant| {
-        let half = new.saturating_duration_since(now) / 2;
-        (old <= new && old > now + half).then_some(old)
+        let recent = new.saturating_duration_since(now) * 5 / 6;
+        (old <= new && old > now + recent).then_some(old)
     };
     let mut kept = after.clone();
     if let (Some(new), Some(old)) = (after.entry.writer_waiting, before.entry.writer_waiting) {
