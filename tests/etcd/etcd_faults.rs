@@ -148,6 +148,9 @@ fn token(guard: &LockGuard) -> u64 {
 /// timeout.
 fn unavailable(err: &LockError) -> bool {
     match err {
+        // With etcd's advice, never Redis' (a try cut off by its wait once said "Redis did not
+        // answer in time").
+        LockError::Backend(err) if err.to_string().contains("Redis") => false,
         LockError::Backend(err) => matches!(
             err.kind(),
             BackendErrorKind::Unavailable | BackendErrorKind::Timeout

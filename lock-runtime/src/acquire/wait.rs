@@ -70,6 +70,7 @@ impl Plan {
                     budget,
                     self.waits,
                 )
+                .advised_as(timeout)
                 .into()
             }
             _ => err,

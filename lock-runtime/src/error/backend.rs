@@ -179,6 +179,16 @@ impl BackendError {
         .maybe_applied(true)
     }
 
+    /// This error with the advice of `store`'s error where it gives one (a store other than
+    /// Redis): a cut-off try's error, made by the acquire loop, keeps the advice of the
+    /// store's own timeout that it replaces.
+    pub(crate) fn advised_as(mut self, store: &BackendError) -> Self {
+        if let Some(advice) = store.advice {
+            self.advice = Some(advice);
+        }
+        self
+    }
+
     /// Whether this is a try cut off by the end of its request's wait ([`Self::cut_by_wait`]).
     pub(crate) fn is_cut_by_wait(&self) -> bool {
         self.source.is::<CutByWait>()
@@ -325,5 +335,18 @@ mod tests {
             once.to_string().contains("within 1s, the response timeout"),
             "{once}"
         );
+    }
+
+    #[test]
+    fn a_cut_off_try_keeps_the_advice_of_the_store_that_timed_out() {
+        let etcd = BackendError::new("acquire", BackendErrorKind::Timeout, "deadline exceeded")
+            .advice("etcd did not answer in time");
+        let cut =
+            BackendError::cut_by_wait("etcd via 127.0.0.1:2400", Duration::from_secs(1), true)
+                .advised_as(&etcd);
+        let message = cut.to_string();
+        assert!(message.contains("etcd did not answer in time"), "{message}");
+        assert!(!message.contains("Redis"), "{message}");
+        assert!(cut.is_cut_by_wait(), "{message}");
     }
 }
