@@ -91,6 +91,31 @@ async fn a_silent_server_does_not_stretch_any_request_past_its_wait() {
     every_request_ends_within_its_wait("single silent server", &client).await;
 }
 
+/// [`a_silent_server_does_not_stretch_any_request_past_its_wait`] at a response timeout far
+/// past every wait (an hour: `Config` sets no bound): a request that waits still ends within
+/// its wait (its first try's floor, a tenth of the response timeout, stops at 100 ms: at an
+/// hour's tenth a 500 ms wait lasted six minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_does_not_stretch_a_wait_at_the_largest_response_timeout() {
+    let silent = SilentServer::start();
+    let client = client(
+        Config::from_url(&silent.url())
+            .expect("url")
+            .response_timeout(Duration::from_secs(3600)),
+    );
+    for round in ["fresh client", "client that already tried"] {
+        let wait = Duration::from_millis(500);
+        let what = format!("silent server, response timeout 1 h, {round}: wait({wait:?})");
+        let result = within(
+            &what,
+            wait,
+            client.lock("silent:largest").wait(wait).acquire(),
+        )
+        .await;
+        assert_store_failure(&what, result);
+    }
+}
+
 /// A `redis-server` that served the client and then froze (SIGSTOP): the client's connection
 /// is open, and a new one is taken into the kernel's backlog but never answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

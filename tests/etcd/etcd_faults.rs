@@ -423,8 +423,25 @@ async fn kill_the_leader_under_contention(key: &'static str, endpoints: Endpoint
 /// answer) — or the request's own timeout (checked last, after the rest).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_lost_ends_requests_within_their_wait_with_an_error_and_grants_nothing() {
+    quorum_lost_and_regained(Duration::from_secs(1)).await;
+}
+
+/// [`quorum_lost_ends_requests_within_their_wait_with_an_error_and_grants_nothing`] at a
+/// response timeout far past every wait and lease ([`LARGEST_RESPONSE_TIMEOUT`]: `Config`
+/// sets no bound): a request still ends within its wait (a try that does not wait is bounded
+/// by the response timeout, so it is not sent here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_lost_ends_requests_within_their_wait_at_the_largest_response_timeout() {
+    quorum_lost_and_regained(LARGEST_RESPONSE_TIMEOUT).await;
+}
+
+/// A response timeout far past every wait and lease of these tests: the largest setting a
+/// test can tell from an unbounded one (`Config` accepts any).
+const LARGEST_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+async fn quorum_lost_and_regained(response_timeout: Duration) {
     let cluster = EtcdCluster::start();
-    let store = client(config(cluster.endpoints()));
+    let store = client(config(cluster.endpoints()).response_timeout(response_timeout));
     let key = "etcdf:quorum";
     let before = store.lock(key).acquire().await.expect("acquire");
     let earlier = token(&before);
@@ -454,21 +471,23 @@ async fn quorum_lost_ends_requests_within_their_wait_with_an_error_and_grants_no
             "request {round} without a quorum took {took:?}, its wait is {wait:?}"
         );
     }
-    let sent = Instant::now();
-    let tried = store.lock(key).try_acquire().await;
-    let took = sent.elapsed();
-    eprintln!("a try without a quorum: {took:?}, {tried:?}");
-    match tried {
-        Err(err) if unavailable(&err) => {}
-        Err(err) => other_kinds.push(format!("the try: {err:?}")),
-        // A try cut off unanswered reads as "held": nothing granted either way.
-        Ok(None) => {}
-        Ok(Some(guard)) => panic!("a try without a quorum was granted: {guard:?}"),
+    if response_timeout < LARGEST_RESPONSE_TIMEOUT {
+        let sent = Instant::now();
+        let tried = store.lock(key).try_acquire().await;
+        let took = sent.elapsed();
+        eprintln!("a try without a quorum: {took:?}, {tried:?}");
+        match tried {
+            Err(err) if unavailable(&err) => {}
+            Err(err) => other_kinds.push(format!("the try: {err:?}")),
+            // A try cut off unanswered reads as "held": nothing granted either way.
+            Ok(None) => {}
+            Ok(Some(guard)) => panic!("a try without a quorum was granted: {guard:?}"),
+        }
+        assert!(
+            took <= response_timeout + WAIT_MARGIN,
+            "a try without a quorum took {took:?}, its response timeout is {response_timeout:?}"
+        );
     }
-    assert!(
-        took <= Duration::from_secs(1) + WAIT_MARGIN,
-        "a try without a quorum took {took:?}, its response timeout is 1 s"
-    );
 
     for member in frozen {
         cluster.thaw(member);
@@ -750,9 +769,23 @@ async fn a_holder_that_stops_renewing_loses_the_lock_when_etcd_expires_its_lease
 /// old holder's release says the lock was no longer its own, and the new holder keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_cut_off_from_etcd_is_told_before_etcd_frees_its_lock() {
+    holder_cut_off(Duration::from_secs(1)).await;
+}
+
+/// [`a_holder_cut_off_from_etcd_is_told_before_etcd_frees_its_lock`] with the holder at a
+/// response timeout far past its lease ([`LARGEST_RESPONSE_TIMEOUT`]): its renewals' deadline,
+/// not their response timeout, tells it of the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_at_the_largest_response_timeout_is_told_before_etcd_frees_its_lock() {
+    holder_cut_off(LARGEST_RESPONSE_TIMEOUT).await;
+}
+
+async fn holder_cut_off(response_timeout: Duration) {
     let server = EtcdServer::start();
     let proxy = Proxy::start(server.port());
-    let cut_off = client(config([format!("http://127.0.0.1:{}", proxy.port())]));
+    let cut_off = client(
+        config([format!("http://127.0.0.1:{}", proxy.port())]).response_timeout(response_timeout),
+    );
     let other = client(config([server.endpoint()]));
     let key = "etcdf:cut-off";
     let lease = Duration::from_secs(1);

@@ -166,16 +166,28 @@ impl Plan {
 }
 
 /// How long before its deadline a request that waits sends its last try: a hundredth of the
-/// response timeout (10 ms by default), for its answer to come within the wait.
+/// response timeout (10 ms by default), for its answer to come within the wait — at most
+/// [`LAST_TRY_ALLOWANCE_MAX`], so that a long response timeout does not end a short wait
+/// early.
 pub(super) fn last_try_allowance(response_timeout: Duration) -> Duration {
-    response_timeout / 100
+    (response_timeout / 100).min(LAST_TRY_ALLOWANCE_MAX)
 }
 
+/// The most [`last_try_allowance`] takes off a wait: what it is at the default response
+/// timeout.
+const LAST_TRY_ALLOWANCE_MAX: Duration = Duration::from_millis(10);
+
 /// The least a request that waits gives its first try: a tenth of the response timeout
-/// (100 ms by default).
+/// (100 ms by default), at most [`FIRST_TRY_FLOOR_MAX`] — a short wait still gets one round
+/// trip, and a long response timeout never stretches a wait (at an hour's, a tenth of it
+/// made a 2 s wait last six minutes against a silent server).
 fn first_try_floor(response_timeout: Duration) -> Duration {
-    response_timeout / 10
+    (response_timeout / 10).min(FIRST_TRY_FLOOR_MAX)
 }
+
+/// The most a first try's floor ([`first_try_floor`]) adds to a short wait: what it is at the
+/// default response timeout.
+const FIRST_TRY_FLOOR_MAX: Duration = Duration::from_millis(100);
 
 /// `request`, cut off after `budget` ([`Plan::budget`]) with a timeout that may have taken
 /// effect: the acquire loop then gives the possible grant back in the background, as after
