@@ -11,6 +11,8 @@ mod etcd;
 mod postgres;
 mod replicas;
 mod store;
+#[cfg(feature = "etcd")]
+mod tls_settings;
 mod validate;
 
 use std::fmt;
@@ -81,6 +83,8 @@ pub(crate) use store::EtcdTarget;
 pub(crate) use store::{InProcessLocks, StoreConfig};
 #[cfg(feature = "postgres")]
 pub(crate) use store::{PostgresOptions, PostgresTarget};
+#[cfg(feature = "etcd")]
+pub(crate) use tls_settings::TlsSettings;
 pub(crate) use validate::lease_out_of_bounds;
 
 /// Settings of a [`Client`](crate::Client): the store and the defaults of every request.

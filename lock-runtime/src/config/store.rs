@@ -70,6 +70,9 @@ pub(crate) struct EtcdTarget {
     pub(crate) endpoints: Vec<String>,
     /// User and password, when the cluster has authentication on.
     pub(crate) user: Option<(String, String)>,
+    /// The CA and client certificate for `https://` endpoints (`Config::etcd_ca_pem`,
+    /// `Config::etcd_client_cert`).
+    pub(crate) tls: super::TlsSettings,
 }
 
 /// A PostgreSQL server as a [`Config`](super::Config) names it: how to connect, and the

@@ -40,6 +40,10 @@ impl Config {
                 )));
             }
         }
+        #[cfg(feature = "etcd")]
+        if let StoreConfig::Etcd(target) = &self.store {
+            target.check()?;
+        }
         if self.node_timeout > MAX_NODE_TIMEOUT {
             return Err(LockError::Config(format!(
                 "`node_timeout` is {:?}; it must be at most {MAX_NODE_TIMEOUT:?} \
