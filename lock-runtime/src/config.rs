@@ -11,7 +11,7 @@ mod etcd;
 mod postgres;
 mod replicas;
 mod store;
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 mod tls_settings;
 mod validate;
 
@@ -82,8 +82,8 @@ use store::server_list;
 pub(crate) use store::EtcdTarget;
 pub(crate) use store::{InProcessLocks, StoreConfig};
 #[cfg(feature = "postgres")]
-pub(crate) use store::{PostgresOptions, PostgresTarget};
-#[cfg(feature = "etcd")]
+pub(crate) use store::{PostgresOptions, PostgresSslMode, PostgresTarget};
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) use tls_settings::TlsSettings;
 pub(crate) use validate::lease_out_of_bounds;
 

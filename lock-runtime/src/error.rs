@@ -317,7 +317,7 @@ impl fmt::Display for Shortened<'_> {
 
 /// `err` and each of its causes not already in the text, `: `-separated: for a client whose
 /// `Display` keeps the cause to itself ("error performing TLS handshake", "transport error").
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();

@@ -2,7 +2,7 @@
 //! time (rcgen): the CA's certificate is what a client must trust, the server's certificate
 //! names `localhost` and `127.0.0.1`. Each server gets a CA of its own, so trusting one
 //! server's CA does not make another's certificate valid. [`certificates`] makes such a set
-//! for the etcd members of `etcd.rs` too.
+//! for the etcd and PostgreSQL servers of `etcd.rs` and `postgres.rs` too.
 
 use std::path::PathBuf;
 
@@ -117,7 +117,7 @@ impl TlsRedisServer {
 }
 
 /// What [`certificates`] makes, all PEM: for the TLS servers of other stores too (etcd's
-/// `--cert-file`).
+/// `--cert-file`, PostgreSQL's `ssl_cert_file`).
 pub struct Certificates {
     /// The CA's certificate: what a client must trust.
     pub ca_pem: String,

@@ -6,7 +6,7 @@
 //! "The system trusts" is played by `SSL_CERT_FILE` (read by the root-certificate loader the
 //! redis crate uses), set once before any test connects, to the CAs of three servers only:
 //! one for the single-server tests, and all three as Redlock masters; and to the CA of
-//! [`trusted_certificates`], which `etcd.rs` gives its members.
+//! [`trusted_certificates`], which `etcd.rs` and `postgres.rs` give their servers.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -37,7 +37,8 @@ fn trusted_servers() -> &'static [TlsRedisServer; 3] {
 }
 
 /// Server certificates (and their CA) that this process trusts as if the system did, once
-/// [`trust_the_test_roots`] has run: for the etcd members of `etcd.rs`.
+/// [`trust_the_test_roots`] has run: for the etcd and PostgreSQL servers of `etcd.rs` and
+/// `postgres.rs`.
 pub(crate) fn trusted_certificates() -> &'static Certificates {
     static CERTIFICATES: OnceLock<Certificates> = OnceLock::new();
     CERTIFICATES.get_or_init(certificates)

@@ -1,9 +1,10 @@
-//! The certificates a [`Config`](super::Config) gives a store for TLS ([`TlsSettings`]: a
-//! private certificate authority, a client certificate), their check when a client is made,
-//! and the rustls client configuration made of them. Neighbours: `config/etcd.rs` takes them
-//! from its setters; the etcd store (`store/etcd/client.rs`) hands them to its gRPC client
-//! and diagnoses its TLS failures with them; `tls.rs` does the same for `rediss://`, where the
-//! redis crate takes the certificates itself.
+//! The certificates a [`Config`](super::Config) gives the etcd and PostgreSQL stores for TLS
+//! ([`TlsSettings`]: a private certificate authority, a client certificate), their check
+//! when a client is made, and the rustls client configuration made of them. Neighbours:
+//! `config/etcd.rs` and `config/postgres.rs` take them from their setters; the etcd store
+//! (`store/etcd/client.rs`) hands them to its gRPC client, the PostgreSQL store
+//! (`store/postgres/tls.rs`) to its connections; `tls.rs` does the same for `rediss://`, where
+//! the redis crate takes the certificates itself.
 
 use std::fmt;
 
@@ -163,7 +164,7 @@ fn advice(store: &str) -> String {
     )
 }
 
-/// The error for TLS to a store (`what`) in a build without the `tls` feature.
+/// The error for TLS to etcd or PostgreSQL (`what`) in a build without the `tls` feature.
 #[cfg(not(feature = "tls"))]
 pub(crate) fn missing_feature(what: &str) -> LockError {
     LockError::Config(format!(

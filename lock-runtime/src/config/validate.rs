@@ -39,6 +39,7 @@ impl Config {
                      characters)"
                 )));
             }
+            target.options.check_tls()?;
         }
         #[cfg(feature = "etcd")]
         if let StoreConfig::Etcd(target) = &self.store {
