@@ -11,6 +11,8 @@ mod etcd;
 mod postgres;
 mod replicas;
 mod store;
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+mod tls_settings;
 mod validate;
 
 use std::fmt;
@@ -80,7 +82,9 @@ use store::server_list;
 pub(crate) use store::EtcdTarget;
 pub(crate) use store::{InProcessLocks, StoreConfig};
 #[cfg(feature = "postgres")]
-pub(crate) use store::{PostgresOptions, PostgresTarget};
+pub(crate) use store::{PostgresOptions, PostgresSslMode, PostgresTarget};
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+pub(crate) use tls_settings::TlsSettings;
 pub(crate) use validate::lease_out_of_bounds;
 
 /// Settings of a [`Client`](crate::Client): the store and the defaults of every request.

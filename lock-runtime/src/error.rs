@@ -315,6 +315,22 @@ impl fmt::Display for Shortened<'_> {
     }
 }
 
+/// `err` and each of its causes not already in the text, `: `-separated: for a client whose
+/// `Display` keeps the cause to itself ("error performing TLS handshake", "transport error").
+#[cfg(any(feature = "etcd", feature = "postgres"))]
+pub(crate) fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

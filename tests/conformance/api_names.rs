@@ -332,6 +332,21 @@ async fn the_observability_pages_names() {
     assert!(first.expect("the stream goes on").is_none(), "nobody leads");
 }
 
+/// The certificate setters of docs/tls.md, docs/etcd.md and docs/postgres.md
+/// (`Config::etcd_ca_pem`, `etcd_client_cert`, `postgres_ca_pem`, `postgres_client_cert`),
+/// each taking PEM: compiled, never run.
+#[cfg(all(feature = "etcd", feature = "postgres"))]
+#[allow(dead_code)]
+fn the_tls_names(ca: &str, cert: Vec<u8>, key: &[u8]) -> Result<(), LockError> {
+    let _: Config = Config::etcd(["https://127.0.0.1:2379"])?
+        .etcd_ca_pem(ca)
+        .etcd_client_cert(cert.clone(), key);
+    let _: Config = Config::postgres("postgres://app@127.0.0.1/app?sslmode=verify-full")?
+        .postgres_ca_pem(ca)
+        .postgres_client_cert(cert, key);
+    Ok(())
+}
+
 /// The PostgreSQL names of docs/postgres.md, docs/fenced-writes.md and the README
 /// (`Config::postgres`, `postgres_schema`, `postgres_create_schema`, `postgres_schema_sql`,
 /// `DEFAULT_POSTGRES_SCHEMA`, `DISTLOCK_POSTGRES_URL`, `fenced::postgres::begin`, `update`,

@@ -7,7 +7,8 @@
 //! faults a store test needs are here: a clean stop, a SIGKILL, a restart on the same data and
 //! ports (after a SIGKILL that is a crash recovery), a frozen member (SIGSTOP) and a thawed
 //! one, and a leader to find or wait for. [`EtcdServer::enable_auth`] sets up the
-//! least-privilege user a store runs as. [`shared_etcd`] lets one test binary start a single
+//! least-privilege user a store runs as; [`EtcdServer::start_tls`] a member that serves its
+//! clients over TLS (client certificates required, or not). [`shared_etcd`] lets one test binary start a single
 //! member. Clients are `etcd-client`'s, made on the caller's runtime.
 
 use std::ffi::OsStr;
@@ -23,6 +24,7 @@ use futures_util::future::join_all;
 use super::process::{
     find_on_path, signal, stop_all, watcher_command, Launching, StartError, Watched,
 };
+use super::tls::Certificates;
 use super::{free_port, memory_scratch_dir};
 
 const INSTALL_HINT: &str = "etcd was not found on PATH. The tests start their own etcd \
@@ -93,6 +95,8 @@ pub struct EtcdServer {
     /// The root password once auth is on, shared by a cluster's members.
     root_password: Arc<Mutex<Option<String>>>,
     process: Option<Watched>,
+    /// `https` for a member started by [`start_tls`](Self::start_tls), else `http`.
+    client_scheme: &'static str,
 }
 
 impl EtcdServer {
@@ -107,6 +111,22 @@ impl EtcdServer {
     /// passed as `--flag=value`, so booleans work too) after the support's own, so that they
     /// override them.
     pub fn start_with(flags: &[(&str, &str)]) -> Self {
+        Self::start_single(flags, None)
+    }
+
+    /// A one-member cluster that serves its clients over TLS alone, with `certificates`'
+    /// server certificate (for `localhost` and `127.0.0.1`): its [`endpoint`](Self::endpoint)
+    /// is `https://127.0.0.1:PORT`. With `client_cert_auth`, it takes only clients that show
+    /// a certificate `certificates`' CA signed (`--client-cert-auth`, `--trusted-ca-file`).
+    /// Its peers' URL stays plain. The support's own clients speak plaintext: this member's
+    /// [`client`](Self::client) cannot reach it.
+    pub fn start_tls(certificates: &Certificates, client_cert_auth: bool) -> Self {
+        Self::start_single(&[], Some((certificates, client_cert_auth)))
+    }
+
+    /// A one-member cluster with `flags`, over TLS with `tls` (certificates, client
+    /// certificates required) if given.
+    fn start_single(flags: &[(&str, &str)], tls: Option<(&Certificates, bool)>) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
             let name = member_name(0);
@@ -120,6 +140,9 @@ impl EtcdServer {
                 flags,
                 Arc::default(),
             );
+            if let Some((certificates, client_cert_auth)) = tls {
+                server.serve_tls(certificates, client_cert_auth);
+            }
             match server
                 .launch()
                 .and_then(|member| member.wait_ready(READY, START_TIMEOUT))
@@ -136,9 +159,10 @@ impl EtcdServer {
         panic!("could not start etcd on free ports after 5 tries: {last_error}");
     }
 
-    /// `http://127.0.0.1:PORT`, the member's client URL.
+    /// `http://127.0.0.1:PORT` (`https://` for [`start_tls`](Self::start_tls)), the
+    /// member's client URL.
     pub fn endpoint(&self) -> String {
-        url(self.client_port)
+        format!("{}://127.0.0.1:{}", self.client_scheme, self.client_port)
     }
 
     /// The port of [`endpoint`](Self::endpoint).
@@ -320,7 +344,28 @@ impl EtcdServer {
             args,
             root_password,
             process: None,
+            client_scheme: "http",
         }
+    }
+
+    /// Makes a configured member serve its clients over TLS alone (files in its directory).
+    fn serve_tls(&mut self, certificates: &Certificates, client_cert_auth: bool) {
+        let [ca, cert, key] = certificates.write_server_files(&self.dir);
+        let client_url = format!("https://127.0.0.1:{}", self.client_port);
+        let mut flags = vec![
+            ("--listen-client-urls", client_url.clone()),
+            ("--advertise-client-urls", client_url),
+            ("--cert-file", cert.to_string_lossy().into_owned()),
+            ("--key-file", key.to_string_lossy().into_owned()),
+        ];
+        if client_cert_auth {
+            flags.push(("--client-cert-auth", "true".to_owned()));
+            flags.push(("--trusted-ca-file", ca.to_string_lossy().into_owned()));
+        }
+        // After the support's own flags, so that they override the plain client URLs.
+        self.args
+            .extend(flags.iter().map(|(flag, value)| format!("{flag}={value}")));
+        self.client_scheme = "https";
     }
 
     /// Runs `etcd` under the watcher; the caller waits for its ready line.

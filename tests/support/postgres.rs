@@ -6,7 +6,9 @@
 //! readiness is the server's own "database system is ready to accept connections" log line.
 //! The faults a store test needs are here: a fast shutdown, a restart on the same data and
 //! port, a SIGKILLed server (restarted, it recovers) and a frozen one (SIGSTOP of every
-//! process). [`shared_postgres`] lets one test binary start a single server.
+//! process). [`PostgresServer::start_tls`] starts one with `ssl = on`, taking clients over
+//! TLS alone or not ([`TlsAccess`]). [`shared_postgres`] lets one test binary start a single
+//! server.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -19,6 +21,7 @@ use super::process::{
     children_of, is_gone, signal, stop_all, stopped, watcher_command, Launching, StartError,
     Watched, GONE_TIMEOUT,
 };
+use super::tls::Certificates;
 use super::{free_port, scratch_dir, wait_until};
 
 const INSTALL_HINT: &str = "PostgreSQL's `initdb` and `postgres` were found neither on PATH nor \
@@ -81,8 +84,54 @@ impl PostgresServer {
     /// e.g. `("shared_preload_libraries", "'pg_stat_statements'")`) written after the tests'
     /// own, so that they override them (`benches/postgres.rs` loads `pg_stat_statements`).
     pub fn start_with(settings: &[(&str, &str)]) -> Self {
+        Self::start_configured(settings, PLAIN_HBA, None)
+    }
+
+    /// A server with `ssl = on` and `certificates`' server certificate (for `localhost` and
+    /// `127.0.0.1`; the files in its data directory, owned by the server's user, the key
+    /// mode 0600), its CA as `ssl_ca_file` for client certificates, taking clients as
+    /// `access` says. The support's own [`connect`](Self::connect) speaks plaintext;
+    /// [`psql`](Self::psql) (libpq's `prefer`) speaks TLS where the server offers it.
+    pub fn start_tls(certificates: &Certificates, access: TlsAccess) -> Self {
+        let hba = match access {
+            TlsAccess::TlsOrPlain => PLAIN_HBA,
+            TlsAccess::TlsOnly => {
+                "# tests/support/postgres.rs: loopback TCP over TLS only, no password.\n\
+                 hostssl all all 127.0.0.1/32 trust\n"
+            }
+            TlsAccess::ClientCertificate => {
+                "# tests/support/postgres.rs: loopback TCP over TLS with a client certificate \
+                 the CA signed.\n\
+                 hostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n"
+            }
+        };
+        let settings = [
+            ("ssl", "on"),
+            ("ssl_cert_file", "'server.pem'"),
+            ("ssl_key_file", "'server.key'"),
+            ("ssl_ca_file", "'ca.pem'"),
+        ];
+        Self::start_configured(&settings, hba, Some(certificates))
+    }
+
+    /// A server with the tests' settings, then `settings`, `hba` as its `pg_hba.conf` and,
+    /// with `certificates`, their server files in its data directory.
+    fn start_configured(
+        settings: &[(&str, &str)],
+        hba: &str,
+        certificates: Option<&Certificates>,
+    ) -> Self {
         let dir = scratch_dir("postgres");
-        init_data_dir(&dir, settings);
+        init_data_dir(&dir, settings, hba);
+        if let Some(certificates) = certificates {
+            let data = dir.join("data");
+            for file in certificates.write_server_files(&data) {
+                if let Some(user) = server_user() {
+                    std::os::unix::fs::chown(&file, Some(user.uid), Some(user.gid))
+                        .expect("give a TLS file to the postgres user");
+                }
+            }
+        }
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -267,9 +316,25 @@ fn spawn(dir: &Path, port: u16) -> Result<Watched, StartError> {
     Launching::spawn(command, &format!("postgres on port {port}"))?.wait_ready(READY, START_TIMEOUT)
 }
 
+/// The `pg_hba.conf` of a server without TLS: loopback TCP, no password.
+const PLAIN_HBA: &str = "# tests/support/postgres.rs: loopback TCP only, no password.\n\
+    host all all 127.0.0.1/32 trust\n";
+
+/// Whom a [`PostgresServer::start_tls`] server takes (its `pg_hba.conf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsAccess {
+    /// Clients over TLS or not (`host`).
+    TlsOrPlain,
+    /// Clients over TLS alone (`hostssl`): a plaintext one is refused.
+    TlsOnly,
+    /// Clients over TLS that show a certificate the CA signed (`hostssl …
+    /// clientcert=verify-ca`).
+    ClientCertificate,
+}
+
 /// Runs `initdb` for `dir/data` as the server's user (giving it `dir` first), then writes the
-/// tests' settings, then `extra` ones, and a `pg_hba.conf` that trusts 127.0.0.1 alone.
-fn init_data_dir(dir: &Path, extra: &[(&str, &str)]) {
+/// tests' settings, then `extra` ones, and `hba` as its `pg_hba.conf` (127.0.0.1 alone).
+fn init_data_dir(dir: &Path, extra: &[(&str, &str)], hba: &str) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .expect("make the postgres scratch dir private");
     if let Some(user) = server_user() {
@@ -306,12 +371,7 @@ fn init_data_dir(dir: &Path, extra: &[(&str, &str)]) {
     for (name, value) in extra {
         writeln!(conf, "{name} = {value}").expect("write postgresql.conf");
     }
-    std::fs::write(
-        data.join("pg_hba.conf"),
-        "# tests/support/postgres.rs: loopback TCP only, no password.\n\
-         host all all 127.0.0.1/32 trust\n",
-    )
-    .expect("write pg_hba.conf");
+    std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
 }
 
 /// Where `initdb`, `postgres` and `psql` are.

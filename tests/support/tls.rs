@@ -1,7 +1,8 @@
 //! A `redis-server` that speaks only TLS, with a certificate authority made for it at test
 //! time (rcgen): the CA's certificate is what a client must trust, the server's certificate
 //! names `localhost` and `127.0.0.1`. Each server gets a CA of its own, so trusting one
-//! server's CA does not make another's certificate valid.
+//! server's CA does not make another's certificate valid. [`certificates`] makes such a set
+//! for the etcd and PostgreSQL servers of `etcd.rs` and `postgres.rs` too.
 
 use std::path::PathBuf;
 
@@ -115,18 +116,45 @@ impl TlsRedisServer {
     }
 }
 
-/// What [`certificates`] makes, all PEM.
-struct Certificates {
-    ca_pem: String,
-    server_cert_pem: String,
-    server_key_pem: String,
-    client_cert_pem: String,
-    client_key_pem: String,
+/// What [`certificates`] makes, all PEM: for the TLS servers of other stores too (etcd's
+/// `--cert-file`, PostgreSQL's `ssl_cert_file`).
+pub struct Certificates {
+    /// The CA's certificate: what a client must trust.
+    pub ca_pem: String,
+    /// The server's certificate, for `localhost` and `127.0.0.1`.
+    pub server_cert_pem: String,
+    /// The server certificate's key.
+    pub server_key_pem: String,
+    /// A client certificate the CA signed (common name `distlock test client`).
+    pub client_cert_pem: String,
+    /// The client certificate's key.
+    pub client_key_pem: String,
+}
+
+impl Certificates {
+    /// Writes the CA's certificate, the server's certificate and its key (mode 0600) into
+    /// `dir` as `ca.pem`, `server.pem` and `server.key`, and returns their paths in that
+    /// order.
+    pub fn write_server_files(&self, dir: &std::path::Path) -> [PathBuf; 3] {
+        use std::os::unix::fs::PermissionsExt;
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .unwrap_or_else(|err| panic!("write {}: {err}", path.display()));
+            path
+        };
+        let ca = write("ca.pem", &self.ca_pem);
+        let cert = write("server.pem", &self.server_cert_pem);
+        let key = write("server.key", &self.server_key_pem);
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .expect("make the server's key private");
+        [ca, cert, key]
+    }
 }
 
 /// A fresh CA, a server certificate it signed for `localhost` and `127.0.0.1`, and a client
 /// certificate it signed.
-fn certificates() -> Certificates {
+pub fn certificates() -> Certificates {
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
     ca_params

@@ -5,16 +5,17 @@
 //!
 //! "The system trusts" is played by `SSL_CERT_FILE` (read by the root-certificate loader the
 //! redis crate uses), set once before any test connects, to the CAs of three servers only:
-//! one for the single-server tests, and all three as Redlock masters.
+//! one for the single-server tests, and all three as Redlock masters; and to the CA of
+//! [`trusted_certificates`], which `etcd.rs` and `postgres.rs` give their servers.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::support::tls::TlsRedisServer;
+use crate::support::tls::{certificates, Certificates, TlsRedisServer};
 use distlock::{BackendErrorKind, Client, Config, LockError};
 
 /// The servers whose CAs this process trusts as if they were in the system's store (each
-/// server has a CA of its own; the file holds the three).
+/// server has a CA of its own; the file holds the three, and [`trusted_certificates`]' CA).
 fn trusted_servers() -> &'static [TlsRedisServer; 3] {
     static SERVERS: OnceLock<[TlsRedisServer; 3]> = OnceLock::new();
     SERVERS.get_or_init(|| {
@@ -24,7 +25,8 @@ fn trusted_servers() -> &'static [TlsRedisServer; 3] {
             TlsRedisServer::start(),
         ];
         let bundle = crate::support::scratch_dir("trusted-cas").join("trusted.pem");
-        let pems: Vec<&str> = servers.iter().map(TlsRedisServer::ca_pem).collect();
+        let mut pems: Vec<&str> = servers.iter().map(TlsRedisServer::ca_pem).collect();
+        pems.push(&trusted_certificates().ca_pem);
         std::fs::write(&bundle, pems.join("\n")).expect("write the trusted CAs");
         // Before any TLS connection of this binary is made (every test comes through here
         // first), so no thread reads the environment while it changes.
@@ -34,12 +36,26 @@ fn trusted_servers() -> &'static [TlsRedisServer; 3] {
     })
 }
 
+/// Server certificates (and their CA) that this process trusts as if the system did, once
+/// [`trust_the_test_roots`] has run: for the etcd and PostgreSQL servers of `etcd.rs` and
+/// `postgres.rs`.
+pub(crate) fn trusted_certificates() -> &'static Certificates {
+    static CERTIFICATES: OnceLock<Certificates> = OnceLock::new();
+    CERTIFICATES.get_or_init(certificates)
+}
+
+/// Points `SSL_CERT_FILE` at the trusted CAs (once, before any TLS connection of this
+/// binary): every TLS test calls it first.
+pub(crate) fn trust_the_test_roots() {
+    trusted_servers();
+}
+
 /// The server the single-server tests use, one of [`trusted_servers`].
 fn trusted_server() -> &'static TlsRedisServer {
     &trusted_servers()[0]
 }
 
-fn client(config: Config) -> Client {
+pub(crate) fn client(config: Config) -> Client {
     Client::new(
         config
             .connect_timeout(Duration::from_secs(2))
@@ -50,7 +66,7 @@ fn client(config: Config) -> Client {
 
 /// Takes `key` with `a`, checks that `b` is kept out while it is held, gives it back, and
 /// checks that `b` gets it then.
-async fn exclusive_over(a: &Client, b: &Client, key: &str) {
+pub(crate) async fn exclusive_over(a: &Client, b: &Client, key: &str) {
     let held = a.lock(key).acquire().await.expect("acquire over TLS");
     assert!(held.fencing_token().is_some());
     match b.lock(key).wait(Duration::ZERO).acquire().await {

@@ -2,7 +2,8 @@
 //! config is made, naming the feature; and a TLS `redis::Client` handed over through
 //! `Config::from_redis_client` by an application whose redis crate has TLS but no rustls crypto
 //! provider (rustls then panics while connecting) gives a clear error naming the feature, on
-//! every try, instead of "the client's I/O runtime has shut down". Built only without the
+//! every try, instead of "the client's I/O runtime has shut down"; `https://` etcd endpoints
+//! and PostgreSQL's `sslmode=verify-full` name the feature too. Built only without the
 //! feature (`cargo test --test tls`); with it, `with_feature.rs` runs instead.
 
 use std::time::Duration;
@@ -84,4 +85,38 @@ async fn a_tls_client_without_a_crypto_provider_is_a_clear_error_not_a_dead_runt
     .join()
     .expect("the caller thread");
     assert_eq!(from_io_thread, BackendErrorKind::Tls);
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn an_https_etcd_endpoint_is_a_config_error_that_names_the_feature() {
+    let err = Config::etcd(["https://etcd-1.internal:2379"]).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, LockError::Config(_)), "{err:?}");
+    assert!(
+        message.contains("https://etcd-1.internal:2379"),
+        "{message}"
+    );
+    assert!(message.contains(r#"features = ["tls"]"#), "{message}");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_tls_is_a_config_error_that_names_the_feature() {
+    for url in [
+        "postgres://app:SECRET@db.internal/app?sslmode=verify-full",
+        "postgres://app:SECRET@db.internal/app?sslmode=require",
+    ] {
+        let err = Config::postgres(url).unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, LockError::Config(_)), "{err:?}");
+        assert!(message.contains(r#"features = ["tls"]"#), "{message}");
+        assert!(!message.contains("SECRET"), "{message}");
+    }
+    // Certificates given through the config ask for TLS too.
+    let config = Config::postgres("postgres://app@db.internal/app")
+        .unwrap()
+        .postgres_ca_pem("-----BEGIN CERTIFICATE-----");
+    let err = Client::new(config).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains(r#"features = ["tls"]"#), "{err}");
 }

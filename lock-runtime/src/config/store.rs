@@ -70,6 +70,9 @@ pub(crate) struct EtcdTarget {
     pub(crate) endpoints: Vec<String>,
     /// User and password, when the cluster has authentication on.
     pub(crate) user: Option<(String, String)>,
+    /// The CA and client certificate for `https://` endpoints (`Config::etcd_ca_pem`,
+    /// `Config::etcd_client_cert`).
+    pub(crate) tls: super::TlsSettings,
 }
 
 /// A PostgreSQL server as a [`Config`](super::Config) names it: how to connect, and the
@@ -89,6 +92,26 @@ pub(crate) struct PostgresOptions {
     pub(crate) schema: String,
     /// Create what is missing on first use (the default), or only check it.
     pub(crate) create: bool,
+    /// Whether the URL asked for TLS, and how (`sslmode`).
+    pub(crate) ssl_mode: PostgresSslMode,
+    /// The CA and client certificate (`Config::postgres_ca_pem`,
+    /// `Config::postgres_client_cert`).
+    pub(crate) tls: super::TlsSettings,
+}
+
+/// What a PostgreSQL URL's `sslmode` asked for, of the modes distlock honours
+/// (`config/postgres.rs` refuses the others).
+#[cfg(feature = "postgres")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum PostgresSslMode {
+    /// No `sslmode`: TLS if certificates were given, else none.
+    #[default]
+    Unset,
+    /// `sslmode=disable`: no TLS.
+    Disable,
+    /// `sslmode=require` or `verify-full`: TLS, the certificate checked against its roots and
+    /// the host name.
+    VerifyFull,
 }
 
 #[cfg(feature = "postgres")]
@@ -97,6 +120,8 @@ impl Default for PostgresOptions {
         Self {
             schema: super::DEFAULT_POSTGRES_SCHEMA.to_owned(),
             create: true,
+            ssl_mode: PostgresSslMode::Unset,
+            tls: super::TlsSettings::default(),
         }
     }
 }
@@ -124,10 +149,11 @@ impl PostgresTarget {
             })
             .collect();
         format!(
-            "postgres {}/{} (schema {})",
+            "postgres {}/{} (schema {}{})",
             hosts.join(","),
             self.connect.get_dbname().unwrap_or(""),
-            self.options.schema
+            self.options.schema,
+            if self.options.uses_tls() { ", TLS" } else { "" }
         )
     }
 }

@@ -39,6 +39,11 @@ impl Config {
                      characters)"
                 )));
             }
+            target.options.check_tls()?;
+        }
+        #[cfg(feature = "etcd")]
+        if let StoreConfig::Etcd(target) = &self.store {
+            target.check()?;
         }
         if self.node_timeout > MAX_NODE_TIMEOUT {
             return Err(LockError::Config(format!(

@@ -21,6 +21,7 @@ mod connections;
 mod listener;
 mod schema;
 mod statements;
+mod tls;
 mod transaction;
 
 use std::collections::HashMap;
@@ -60,22 +61,30 @@ pub(crate) struct PostgresStore {
 
 impl PostgresStore {
     pub(crate) fn new(
-        config: tokio_postgres::Config,
+        mut config: tokio_postgres::Config,
         options: PostgresOptions,
         connect_timeout: std::time::Duration,
         response_timeout: std::time::Duration,
         io: Handle,
     ) -> Result<Self, LockError> {
+        let connector = tls::connector(&mut config, &options)?;
         let waiters = Waiters::default();
         let listener = Listener::new(
             config.clone(),
+            connector.clone(),
             io.clone(),
             options.schema.clone(),
             waiters.clone(),
             connect_timeout,
         );
         let waker = ReleaseListener::new(waiters, EveryKeyFeed(listener.clone()));
-        let connections = Connections::new(config, io.clone(), connect_timeout, response_timeout)?;
+        let connections = Connections::new(
+            config,
+            connector,
+            io.clone(),
+            connect_timeout,
+            response_timeout,
+        )?;
         Ok(Self {
             shared: Arc::new(Shared::new(connections, options, io)),
             listener,

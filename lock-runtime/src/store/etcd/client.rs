@@ -1,7 +1,10 @@
 //! The etcd store's requests (`etcd.rs`): a client per endpoint, connected on the I/O runtime
 //! on first use, and the one in use moved on to the next when a connection fails or breaks, a
-//! member has no leader or a request gets no answer in its time; a request run as a task of the I/O runtime until its deadline, sent
-//! again to the next endpoint when it was never sent; leases granted and revoked. Neighbours:
+//! member has no leader or a request gets no answer in its time; a request run as a task of
+//! the I/O runtime until its deadline, sent again to the next endpoint when it was never sent;
+//! leases granted and revoked. `https://` endpoints get TLS, and a connection that broke at
+//! once there is told apart from a TLS refusal by a handshake of the store's own
+//! (`Shared::diagnosed`). Neighbours:
 //! `transaction.rs` reads and writes through it, `leases.rs` keeps grants' leases alive on its
 //! clients, `errors.rs` names its failures.
 
@@ -63,13 +66,21 @@ impl Shared {
                 if let Some((user, password)) = &self.target.user {
                     options = options.with_user(user.clone(), password.clone());
                 }
+                #[cfg(feature = "tls")]
+                if self.target.is_tls() {
+                    options = options.with_tls(tls_options(&self.target.tls, self.connect_timeout));
+                }
                 let endpoints = [endpoint.clone()];
                 let connecting = self
                     .io
                     .spawn(async move { Client::connect(endpoints, Some(options)).await });
                 match tokio::time::timeout(self.connect_timeout, connecting).await {
                     Ok(Ok(Ok(client))) => Ok(client),
-                    Ok(Ok(Err(err))) => Err(LockError::from(store_error("connect", err))),
+                    Ok(Ok(Err(err))) => {
+                        let error = store_error("connect", err);
+                        let error = self.diagnosed(error, index, self.connect_timeout).await;
+                        Err(LockError::from(error))
+                    }
                     Ok(Err(_)) => Err(etcd_error(
                         "connect",
                         BackendErrorKind::Connection,
@@ -87,6 +98,38 @@ impl Shared {
             })
             .await?;
         Ok(client.clone())
+    }
+
+    /// `error`, or, when it is a connection that broke at once on an `https://` endpoint, the
+    /// TLS refusal that broke it. A member that takes TLS 1.3 connections checks the client's
+    /// certificate after the client has finished its handshake, and its alert ("bad
+    /// certificate") races the client's first request: the request often sees only a closed
+    /// connection. A handshake of its own with endpoint `index` (at most `within`), that
+    /// waits for the member's first word, tells which it was.
+    async fn diagnosed(
+        &self,
+        error: crate::error::BackendError,
+        index: usize,
+        within: Duration,
+    ) -> crate::error::BackendError {
+        #[cfg(feature = "tls")]
+        if error.kind() == BackendErrorKind::Connection && self.target.is_tls() {
+            let endpoint = self.target.endpoints[index % self.target.endpoints.len()].clone();
+            let settings = self.target.tls.clone();
+            let probe = self.io.spawn(async move {
+                tokio::time::timeout(within, tls_refusal(&endpoint, &settings))
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|said| format!("{endpoint} refused this client in TLS: {said}"))
+            });
+            if let Ok(Some(said)) = probe.await {
+                return etcd_error(error.operation(), BackendErrorKind::Tls, said);
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = (index, within);
+        error
     }
 
     /// Moves on from endpoint `index` to the next, unless another request already did.
@@ -155,6 +198,10 @@ impl Shared {
             };
             let unsent = errors::never_sent(&err);
             let error = store_error(if unsent { "connect" } else { operation }, err);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let error = self
+                .diagnosed(error, index, left.min(self.connect_timeout))
+                .await;
             if matches!(
                 error.kind(),
                 BackendErrorKind::Connection | BackendErrorKind::Unavailable
@@ -199,6 +246,52 @@ impl Shared {
             }
         });
     }
+}
+
+/// The TLS of `https://` endpoints: the CA given (alone) or the system's roots, the client
+/// certificate given, and a handshake cut off at the connect timeout. The certificates were
+/// checked when the client was made (`config/tls_settings.rs`).
+#[cfg(feature = "tls")]
+fn tls_options(
+    settings: &crate::config::TlsSettings,
+    connect_timeout: Duration,
+) -> etcd_client::TlsOptions {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    let mut options = TlsOptions::new().timeout(connect_timeout);
+    options = match &settings.ca_pem {
+        Some(pem) => options.ca_certificate(Certificate::from_pem(pem)),
+        None => options.with_native_roots(),
+    };
+    if let Some((cert, key)) = &settings.client_cert {
+        options = options.identity(Identity::from_pem(cert, key));
+    }
+    options
+}
+
+/// What the member at `endpoint` (`https://host:port`) says in TLS to a client with
+/// `settings`, when it refuses it: a handshake, then its first word (HTTP/2's settings, or
+/// the alert of a refused client certificate). `None` if it takes the client, or answers
+/// nothing in TLS.
+#[cfg(feature = "tls")]
+async fn tls_refusal(endpoint: &str, settings: &crate::config::TlsSettings) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let authority = endpoint.strip_prefix("https://")?;
+    let (host, _) = authority.rsplit_once(':')?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let server = rustls::pki_types::ServerName::try_from(host).ok()?;
+    let mut config = settings.client_config("etcd", true).ok()?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(authority).await.ok()?;
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let said = match connector.connect(server, tcp).await {
+        Ok(mut tls) => tls.read(&mut [0u8; 1]).await.err()?.to_string(),
+        Err(err) => err.to_string(),
+    };
+    // A connection reset or cut is no refusal of TLS's.
+    errors::is_tls_failure(&said).then_some(said)
 }
 
 /// An etcd lease as granted: its id and the TTL etcd gave it (seconds).

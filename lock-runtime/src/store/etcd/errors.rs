@@ -29,6 +29,13 @@ pub(crate) fn etcd_error(
         BackendErrorKind::Authentication => {
             "check the user and password given to `Config::etcd_user` (`etcdctl user get`)"
         }
+        BackendErrorKind::Tls => {
+            "check that the members serve TLS on these `https://` endpoints, that their \
+             certificates name the host of the endpoint and chain to the CA given by \
+             `Config::etcd_ca_pem` (or, without one, to a root this machine trusts), and, \
+             with `--client-cert-auth`, that `Config::etcd_client_cert` gives a certificate \
+             their `--trusted-ca-file` signed (docs/tls.md)"
+        }
         _ => {
             "check etcd's log and the role of the user distlock authenticates as: it needs \
               read and write on the key prefix (docs/etcd.md)"
@@ -41,10 +48,12 @@ pub(crate) fn etcd_error(
 pub(crate) fn store_error(operation: &'static str, err: etcd_client::Error) -> BackendError {
     use etcd_client::Error;
     use tonic::Code;
+    let details = format!("{err:?}");
     let kind = match &err {
         // The HTTP/2 keep-alive got no answer: a member that takes connections and answers
         // nothing (frozen, or cut off).
-        _ if format!("{err:?}").contains("KeepAliveTimedOut") => BackendErrorKind::Timeout,
+        _ if details.contains("KeepAliveTimedOut") => BackendErrorKind::Timeout,
+        _ if is_tls_failure(&details) => BackendErrorKind::Tls,
         Error::GRpcStatus(status) => match status.code() {
             Code::DeadlineExceeded => BackendErrorKind::Timeout,
             Code::Unauthenticated => BackendErrorKind::Authentication,
@@ -69,7 +78,33 @@ pub(crate) fn store_error(operation: &'static str, err: etcd_client::Error) -> B
         }
         _ => BackendErrorKind::Server,
     };
+    if kind == BackendErrorKind::Tls {
+        // The client's `Display` says "transport error" alone; the cause is in the chain.
+        return etcd_error(operation, kind, crate::error::with_causes(&err));
+    }
     etcd_error(operation, kind, err.to_string())
+}
+
+/// Whether a failure (its `Debug`, where the gRPC layer keeps the causes) is TLS's: a
+/// certificate refused either way, a handshake broken or cut off, no roots to check with,
+/// or a server that does not speak HTTP/2 over TLS.
+pub(crate) fn is_tls_failure(details: &str) -> bool {
+    [
+        "InvalidCertificate",
+        "invalid peer certificate",
+        "AlertReceived",
+        "received fatal alert",
+        "peer is incompatible",
+        "PeerIncompatible",
+        "PeerMisbehaved",
+        "InvalidContentType",
+        "CorruptMessage",
+        "NativeCertsNotFound",
+        "HandshakeTimeout",
+        "H2NotNegotiated",
+    ]
+    .iter()
+    .any(|sign| details.contains(sign))
 }
 
 /// Whether the request that failed with `err` was never sent: its connection could not be

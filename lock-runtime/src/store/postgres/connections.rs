@@ -11,7 +11,8 @@
 //! the transaction's task, which keeps the client's turn on the keys until then: nothing of
 //! it can commit after the clean-up that follows an ambiguous try. Errors read as
 //! [`BackendError`]s with PostgreSQL's advice here ([`store_error`], [`pg_error`]). Neighbours: `postgres.rs`
-//! runs its transactions here; `schema.rs` is set up through the first connection.
+//! runs its transactions here; `schema.rs` is set up through the first connection; `tls.rs`
+//! gives the connections their TLS.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,9 @@ use futures_util::future::BoxFuture;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
+
+use super::tls::Connector;
 
 use crate::error::{BackendError, BackendErrorKind, LockError};
 
@@ -77,7 +80,11 @@ impl From<LockError> for Failure {
 
 /// Makes the pool's connections on the client's I/O runtime (the pool would make them on the
 /// caller's, which a test or a short-lived runtime may drop with the connection in it).
-struct OnIo(Handle);
+struct OnIo {
+    io: Handle,
+    /// TLS, or none (`tls.rs`).
+    connector: Connector,
+}
 
 impl deadpool_postgres::Connect for OnIo {
     fn connect(
@@ -85,11 +92,13 @@ impl deadpool_postgres::Connect for OnIo {
         config: &Config,
     ) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
         let config = config.clone();
-        let io = self.0.clone();
+        let io = self.io.clone();
+        let connector = self.connector.clone();
         Box::pin(async move {
             let on_io = config.clone();
+            let on_io_connector = connector.clone();
             let connecting = io.clone().spawn(async move {
-                let (client, connection) = on_io.connect(NoTls).await?;
+                let (client, connection) = on_io.connect(on_io_connector).await?;
                 let task = io.spawn(async move {
                     let _ = connection.await;
                 });
@@ -99,7 +108,7 @@ impl deadpool_postgres::Connect for OnIo {
                 Ok(connected) => connected,
                 // The I/O runtime is shutting down: connect here, as the pool would.
                 Err(_) => {
-                    let (client, connection) = config.connect(NoTls).await?;
+                    let (client, connection) = config.connect(connector).await?;
                     Ok((
                         client,
                         tokio::spawn(async move {
@@ -115,6 +124,7 @@ impl deadpool_postgres::Connect for OnIo {
 impl Connections {
     pub(crate) fn new(
         mut config: Config,
+        connector: Connector,
         io: Handle,
         connect_timeout: Duration,
         response_timeout: Duration,
@@ -133,7 +143,10 @@ impl Connections {
         config.connect_timeout(connect_timeout);
         let manager = Manager::from_connect(
             config,
-            OnIo(io.clone()),
+            OnIo {
+                io: io.clone(),
+                connector,
+            },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -354,6 +367,12 @@ fn is_retry(err: &tokio_postgres::Error) -> bool {
 }
 
 fn connect_error(message: &str, err: &(dyn std::error::Error + 'static)) -> LockError {
+    // tokio-postgres' words for a failed TLS set-up: a handshake (a certificate refused, a
+    // server that does not offer TLS, the client's certificate refused) or a name.
+    if message.contains("error performing TLS handshake") {
+        let said = crate::error::with_causes(err);
+        return pg_error("connect", BackendErrorKind::Tls, said).into();
+    }
     let mut source = err.source();
     while let Some(inner) = source {
         if let Some(pg) = inner.downcast_ref::<tokio_postgres::Error>() {
@@ -376,10 +395,18 @@ pub(crate) fn pg_error(
     let advice = match kind {
         BackendErrorKind::Timeout => TIMEOUT_ADVICE,
         BackendErrorKind::Connection => CONNECT_ADVICE,
+        BackendErrorKind::Tls => TLS_ADVICE,
         _ => "check PostgreSQL's log",
     };
     BackendError::new(operation, kind, message).advice(advice)
 }
+
+/// What a failed TLS set-up advises.
+const TLS_ADVICE: &str = "check that the server has `ssl = on`, that its certificate names the \
+    host in the URL and chains to the CA given by `Config::postgres_ca_pem` (or, without one, to \
+    a root this machine trusts), and, if its `pg_hba.conf` asks for a client certificate \
+    (`cert`, `clientcert=`), that `Config::postgres_client_cert` gives one its CA signed \
+    (docs/tls.md)";
 
 /// What a connection that could not be made advises.
 const CONNECT_ADVICE: &str = "check that PostgreSQL is running and reachable at the configured \
@@ -398,6 +425,23 @@ pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) 
             BackendErrorKind::Unavailable,
             "the server is read-only (a hot standby, say after a failover): point the URL at \
              the primary",
+        )
+    } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        && db.message().contains("no encryption")
+    {
+        (
+            BackendErrorKind::Authentication,
+            "the server takes this client over TLS only (`hostssl` in `pg_hba.conf`): add \
+             `sslmode=verify-full` to the URL (distlock's `tls` feature; docs/tls.md)",
+        )
+    } else if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        && db.message().contains("certificate")
+    {
+        (
+            BackendErrorKind::Authentication,
+            "the server asks for a client certificate its CA signed (`cert` or `clientcert=` \
+             in `pg_hba.conf`), whose name, for `cert`, is the user's: give it with \
+             `Config::postgres_client_cert` (docs/tls.md)",
         )
     } else if *code == SqlState::INVALID_PASSWORD
         || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION

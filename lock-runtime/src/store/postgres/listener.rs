@@ -5,15 +5,18 @@
 //! A notification is a hint: one lost while the connection is down (or to a server restart)
 //! costs a waiter one backoff step, and the connection is made again after a pause. The
 //! listener's task and the waiters' feed are `store/every_key.rs`'s (one channel for every
-//! key, so nothing is subscribed per key). Neighbours: `wake.rs` (the waiters),
-//! `connections.rs` (how a connection is made).
+//! key, so nothing is subscribed per key). Its connection speaks TLS as the pool's do
+//! (`tls.rs`). Neighbours: `wake.rs` (the waiters), `connections.rs` (how a connection is
+//! made).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::runtime::Handle;
-use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Config};
+
+use super::tls::Connector;
 
 use crate::store::every_key::{EveryKey, Subscription};
 use crate::wake::Waiters;
@@ -21,6 +24,8 @@ use crate::wake::Waiters;
 /// The listener of one client, shared by its feed and its store.
 pub(crate) struct Listener {
     config: Config,
+    /// TLS as the pool's connections have it (`tls.rs`).
+    connector: Connector,
     /// The channel: the schema's name.
     channel: String,
     waiters: Waiters,
@@ -31,6 +36,7 @@ pub(crate) struct Listener {
 impl Listener {
     pub(crate) fn new(
         config: Config,
+        connector: Connector,
         io: Handle,
         channel: String,
         waiters: Waiters,
@@ -38,6 +44,7 @@ impl Listener {
     ) -> Arc<Self> {
         Arc::new(Self {
             config,
+            connector,
             channel,
             waiters,
             connect_timeout,
@@ -47,7 +54,10 @@ impl Listener {
 
     /// One connection's life: connect, `LISTEN`, deliver until it breaks.
     async fn listen_once(&self) {
-        let connecting = tokio::time::timeout(self.connect_timeout, self.config.connect(NoTls));
+        let connecting = tokio::time::timeout(
+            self.connect_timeout,
+            self.config.connect(self.connector.clone()),
+        );
         let Ok(Ok((client, mut connection))) = connecting.await else {
             return;
         };
