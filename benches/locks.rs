@@ -77,7 +77,8 @@
 //! to `target/bench.jsonl`: the header as `{"header": {...}}`, then one line per (deployment,
 //! workload, library) with the medians and the medians of the per-round ratios
 //! (`<metric>_vs_raw`, `<metric>_vs_rslock`). The pinning, the header, the rounds' medians and
-//! ratios, their tables and JSON lines are `benches/support/`'s, shared with `postgres.rs`.
+//! ratios, their tables and JSON lines are `benches/support/`'s, shared with `postgres.rs`
+//! and `etcd.rs`.
 
 #[path = "../tests/support/mod.rs"]
 mod support;

@@ -1,7 +1,7 @@
 //! distlock on PostgreSQL beside the raw floor (the statements distlock sends, sent by hand)
 //! and plain `pg_advisory_lock`, in one run, on a server started for the purpose (issue 38,
 //! item 8). Its sibling for Redis is `locks.rs`, whose conventions it keeps; what they share
-//! is `benches/support/`'s.
+//! (with `etcd.rs`) is `benches/support/`'s.
 //!
 //!     cargo bench --bench postgres --features postgres      # 5 alternating rounds, pinned
 //!     BENCH_RUNS=9 cargo bench --bench postgres --features postgres

@@ -1,7 +1,7 @@
 //! CPU time, shared by the benches: this process's ([`process_cpu`], every thread, to the
 //! nanosecond) and a server process's as `/proc` counts it ([`ProcessCpu`], in clock ticks:
-//! `postgres.rs` sums PostgreSQL's processes). Included with `#[path]` (see `mod.rs`, the rest
-//! of the benches' shared code).
+//! `postgres.rs` sums PostgreSQL's processes, `etcd.rs` its members). Included with `#[path]`
+//! (see `mod.rs`, the rest of the benches' shared code).
 
 #![allow(dead_code)] // each bench uses its own part
 
