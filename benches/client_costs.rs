@@ -11,7 +11,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "process_cpu.rs"]
+#[path = "support/process_cpu.rs"]
 mod process_cpu;
 
 use std::time::Instant;

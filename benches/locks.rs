@@ -76,22 +76,25 @@
 //! measurement on stderr, the table of medians, the per-round tables. JSON lines are appended
 //! to `target/bench.jsonl`: the header as `{"header": {...}}`, then one line per (deployment,
 //! workload, library) with the medians and the medians of the per-round ratios
-//! (`<metric>_vs_raw`, `<metric>_vs_rslock`).
+//! (`<metric>_vs_raw`, `<metric>_vs_rslock`). The pinning, the header, the rounds' medians and
+//! ratios, their tables and JSON lines are `benches/support/`'s, shared with `postgres.rs`
+//! and `etcd.rs`.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "process_cpu.rs"]
-mod process_cpu;
-use process_cpu::process_cpu;
+#[path = "support/mod.rs"]
+mod bench_support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bench_support::header::{self, Header};
+use bench_support::pinning;
+use bench_support::process_cpu::process_cpu;
+use bench_support::rounds::{self, pct, selected, Measured};
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -601,11 +604,6 @@ impl Cost {
     }
 }
 
-fn pct(samples: &mut [Duration], q: f64) -> f64 {
-    samples.sort();
-    samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3
-}
-
 type Row = BTreeMap<&'static str, f64>;
 
 async fn w1(lib: &Lib, deployed: &Deployed) -> Row {
@@ -1111,21 +1109,33 @@ async fn libraries(deployed: &Deployed) -> Vec<Lib> {
     libs
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    values[values.len() / 2]
-}
-
-/// Whether `name` is in the comma-separated list `var`, or `var` is unset (then `default`).
-fn selected(var: &str, name: &str, default: bool) -> bool {
-    std::env::var(var).map_or(default, |list| list.split(',').any(|item| item == name))
-}
-
 /// (deployment, workload, library).
 type Key = (Deployment, String, String);
 
+impl Measured for Key {
+    fn deployment(&self) -> &str {
+        self.0.name()
+    }
+
+    fn workload(&self) -> &str {
+        &self.1
+    }
+
+    fn library(&self) -> &str {
+        &self.2
+    }
+
+    fn with_library(&self, library: &'static str) -> Self {
+        (self.0, self.1.clone(), library.to_owned())
+    }
+
+    fn label(&self) -> String {
+        format!("{:<7} {} {:<11}", self.0.name(), self.1, self.2)
+    }
+}
+
 /// One row per round, in round order (every library runs every workload once a round).
-type Results = BTreeMap<Key, Vec<Row>>;
+type Results = rounds::Results<Key, &'static str>;
 
 /// Runs the selected workloads `runs` rounds on one deployment, then prints its servers' time
 /// per call of each command (scripts include the commands they run).
@@ -1139,8 +1149,7 @@ async fn bench(deployed: &Deployed, runs: usize, results: &mut Results) {
     }
     for round in 0..runs {
         // Alternate the order between rounds so no library always goes first.
-        let mut order: Vec<&Lib> = libs.iter().collect();
-        order.rotate_left(round % libs.len());
+        let order = rounds::rotated(&libs, round);
         for workload in [
             "W1",
             "W2",
@@ -1251,407 +1260,22 @@ fn main_metrics(workload: &str) -> &'static [&'static str] {
     }
 }
 
-/// `key`'s `metric` over `baseline`'s, round by round (`None` where the baseline's is zero), or
-/// `None` if the baseline is `key`'s own library or did not run.
-fn round_ratios(
-    results: &Results,
-    key: &Key,
-    baseline: &str,
-    metric: &str,
-) -> Option<Vec<Option<f64>>> {
-    let (deployment, workload, lib) = key;
-    if lib == baseline {
-        return None;
-    }
-    let base = results.get(&(*deployment, workload.clone(), baseline.to_owned()))?;
-    let ratios = results[key]
-        .iter()
-        .zip(base)
-        .map(|(row, base)| {
-            let (value, base) = (row.get(metric)?, base.get(metric)?);
-            (*base != 0.0).then(|| value / base)
-        })
-        .collect();
-    Some(ratios)
-}
-
-/// The median of the ratios there are.
-fn ratio_median(ratios: &[Option<f64>]) -> Option<f64> {
-    let mut values: Vec<f64> = ratios.iter().flatten().copied().collect();
-    (!values.is_empty()).then(|| median(&mut values))
-}
-
-/// A figure for the tables: whole numbers with thousands separators from 100 up (and whole
-/// counts), three decimals below.
-fn figure(value: f64) -> String {
-    if value.abs() < 100.0 && value.fract() != 0.0 {
-        return format!("{value:.3}");
-    }
-    let digits = format!("{:.0}", value.abs());
-    let mut grouped = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(digit);
-    }
-    if value < 0.0 {
-        grouped.insert(0, '-');
-    }
-    grouped
-}
-
-/// Two decimals; four below 0.1 (W4's requests), so that no ratio shows as zero.
-fn shown_ratio(ratio: f64) -> String {
-    if ratio.abs() < 0.1 {
-        format!("{ratio:.4}")
-    } else {
-        format!("{ratio:.2}")
-    }
-}
-
-/// `vs raw: 0.41 0.40 - (median 0.41)`, or nothing when there is no such comparison.
-fn ratio_cell(baseline: &str, ratios: Option<Vec<Option<f64>>>) -> String {
-    let Some(ratios) = ratios else {
-        return String::new();
-    };
-    let rounds: Vec<String> = ratios
-        .iter()
-        .map(|ratio| ratio.map_or("-".to_owned(), shown_ratio))
-        .collect();
-    let median = ratio_median(&ratios).map_or("-".to_owned(), shown_ratio);
-    format!("vs {baseline}: {} (median {median})", rounds.join(" "))
-}
-
-/// Prints rows of cells, each column as wide as its widest cell.
-fn print_aligned(rows: &[Vec<String>]) {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            let width = |row: &Vec<String>| row.get(c).map_or(0, |cell| cell.chars().count());
-            rows.iter().map(width).max().unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, &width)| format!("{cell:<width$}"))
-            .collect();
-        println!("  {}", cells.join(" | ").trim_end_matches([' ', '|']));
-    }
-}
-
-/// Per deployment, workload and main figure: each library's figure round by round and its
-/// ratios to the baselines' of the same round.
-fn print_round_ratios(results: &Results) {
-    println!("\nper round: each library's figure, then its ratio to raw's and rslock's of the same round");
-    let mut libs_of: BTreeMap<(Deployment, &str), Vec<&Key>> = BTreeMap::new();
-    for key in results.keys() {
-        libs_of
-            .entry((key.0, key.1.as_str()))
-            .or_default()
-            .push(key);
-    }
-    for ((deployment, workload), keys) in libs_of {
-        for metric in main_metrics(workload) {
-            println!("\n{} {workload} {metric}", deployment.name());
-            let values = |key: &Key| -> Vec<String> {
-                let value = |row: &Row| row.get(metric).map_or("-".to_owned(), |v| figure(*v));
-                results[key].iter().map(value).collect()
-            };
-            let width = keys.iter().flat_map(|key| values(key)).map(|v| v.len());
-            let width = width.max().unwrap_or(0);
-            let rows: Vec<Vec<String>> = keys
-                .iter()
-                .map(|key| {
-                    let values: Vec<String> =
-                        values(key).iter().map(|v| format!("{v:>width$}")).collect();
-                    let mut cells = vec![format!("{:<11} {}", key.2, values.join(" "))];
-                    for baseline in BASELINES {
-                        cells.push(ratio_cell(
-                            baseline,
-                            round_ratios(results, key, baseline, metric),
-                        ));
-                    }
-                    cells
-                })
-                .collect();
-            print_aligned(&rows);
-        }
-    }
-}
-
-/// The median over the rounds of every metric.
-fn medians(results: &Results) -> BTreeMap<Key, Row> {
-    results
-        .iter()
-        .map(|(key, rows)| {
-            let mut row = Row::new();
-            for metric in rows[0].keys() {
-                let mut values: Vec<f64> = rows.iter().map(|r| r[metric]).collect();
-                row.insert(metric, median(&mut values));
-            }
-            (key.clone(), row)
-        })
-        .collect()
-}
-
-fn print_medians(medians: &BTreeMap<Key, Row>, runs: usize) {
-    println!("\nmedians of {runs} alternating rounds (ratio to the raw floor in brackets)\n");
-    for ((deployment, workload, lib), row) in medians {
-        let floor = medians.get(&(*deployment, workload.clone(), "raw".to_owned()));
-        let cells: Vec<String> = row
-            .iter()
-            .map(|(metric, value)| match floor.and_then(|f| f.get(metric)) {
-                Some(base) if *base != 0.0 && lib != "raw" => {
-                    format!("{metric}={value:.3} [{:.2}x]", value / base)
-                }
-                _ => format!("{metric}={value:.3}"),
-            })
-            .collect();
-        let deployment = deployment.name();
-        println!("{deployment:<7} {workload} {lib:<11} {}", cells.join("  "));
-    }
-}
-
-/// The JSON line of one (deployment, workload, library): its medians, then the medians of its
-/// per-round ratios to the baselines (`<metric>_vs_<baseline>`).
-fn result_line(results: &Results, key: &Key, medians: &Row, runs: usize) -> String {
-    let (deployment, workload, lib) = key;
-    let mut fields: Vec<String> = medians
-        .iter()
-        .map(|(k, v)| format!("\"{k}\": {v:.4}"))
-        .collect();
-    for metric in main_metrics(workload) {
-        for baseline in BASELINES {
-            let ratios = round_ratios(results, key, baseline, metric);
-            if let Some(median) = ratios.as_deref().and_then(ratio_median) {
-                fields.push(format!("\"{metric}_vs_{baseline}\": {median:.4}"));
-            }
-        }
-    }
-    format!(
-        "{{\"deployment\": \"{}\", \"workload\": \"{workload}\", \"library\": \"{lib}\", \"runs\": {runs}, {}}}",
-        deployment.name(),
-        fields.join(", ")
-    )
-}
-
-/// Appends the header and a line per (deployment, workload, library) to `target/bench.jsonl`.
-fn write_jsonl(header: &Header, results: &Results, medians: &BTreeMap<Key, Row>, runs: usize) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.jsonl");
-    let _ = std::fs::create_dir_all(path.parent().expect("a parent"));
-    let mut jsonl = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open target/bench.jsonl");
-    let _ = writeln!(jsonl, "{}", header.json());
-    for (key, row) in medians {
-        let _ = writeln!(jsonl, "{}", result_line(results, key, row, runs));
-    }
-}
-
-/// Stops the bench with `message`.
-fn fail(message: &str) -> ! {
-    eprintln!("benches/locks.rs: {message}");
-    std::process::exit(2)
-}
-
-/// How many CPUs a list like `0-3,6` (the kernel's notation) names.
-fn cpu_count(list: &str) -> usize {
-    list.trim()
-        .split(',')
-        .filter(|item| !item.is_empty())
-        .map(|item| match item.split_once('-') {
-            Some((first, last)) => {
-                let number = |n: &str| n.parse::<usize>().unwrap_or(0);
-                (number(last) + 1).saturating_sub(number(first))
-            }
-            None => 1,
-        })
-        .sum()
-}
-
-/// The CPUs online, as `nproc --all` counts them.
-fn online_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .map(|list| cpu_count(&list))
-        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, usize::from))
-}
-
-/// The CPUs this process may run on (`Cpus_allowed_list` of `/proc/self/status`).
-fn allowed_cpus() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    support::info_field(&status, "Cpus_allowed_list")
-        .map_or("?".to_owned(), |list| list.trim().to_owned())
-}
-
-/// Pins this process to `cpus` with `taskset`. Done while it has a single thread: the threads
-/// created later inherit its CPUs.
-fn pin_process(cpus: &str) {
-    let pid = std::process::id().to_string();
-    let output = Command::new("taskset")
-        .args(["-p", "-c", cpus, &pid])
-        .output()
-        .unwrap_or_else(|err| {
-            fail(&format!(
-                "cannot run taskset to pin the client ({err}); install util-linux or set BENCH_PIN=0"
-            ))
-        });
-    if !output.status.success() {
-        fail(&format!(
-            "`taskset -p -c {cpus} {pid}` failed: {}; set BENCH_CLIENT_CPUS, or BENCH_PIN=0",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-}
-
-/// Puts the servers on CPU 0 (`DISTLOCK_SERVER_CPUS`, unless set) and this process on
-/// `BENCH_CLIENT_CPUS` (default 1), unless `BENCH_PIN=0` or the machine has one CPU. Must run
-/// before any thread starts. Returns what was done, for the header.
-fn pin() -> String {
-    if std::env::var("BENCH_PIN").as_deref() == Ok("0") {
-        return format!("not pinned (BENCH_PIN=0): {}", placement());
-    }
-    if online_cpus() < 2 {
-        return format!("not pinned (a single CPU): {}", placement());
-    }
-    if std::env::var_os("DISTLOCK_SERVER_CPUS").is_none() {
-        std::env::set_var("DISTLOCK_SERVER_CPUS", "0");
-    }
-    pin_process(&std::env::var("BENCH_CLIENT_CPUS").unwrap_or_else(|_| "1".to_owned()));
-    placement()
-}
-
-/// Where the servers and this process run.
-fn placement() -> String {
-    let servers = std::env::var("DISTLOCK_SERVER_CPUS").unwrap_or_else(|_| "any".to_owned());
-    format!(
-        "servers on CPUs {servers}, client on CPUs {}",
-        allowed_cpus()
-    )
-}
-
-/// The first line of what `program args` prints, if it runs and succeeds.
-fn command_line(program: &str, args: &[&str]) -> Option<String> {
-    let output = Command::new(program).args(args).output().ok()?;
-    let stdout = String::from_utf8(output.stdout).ok()?;
-    let line = stdout.lines().next()?.trim().to_owned();
-    (output.status.success() && !line.is_empty()).then_some(line)
-}
-
-/// The commit of this checkout, `-dirty` if it has changes to tracked files.
-fn commit() -> Option<String> {
-    let dir = env!("CARGO_MANIFEST_DIR");
-    let hash = command_line("git", &["-C", dir, "rev-parse", "--short", "HEAD"])?;
-    let dirty = command_line("git", &["-C", dir, "status", "--porcelain", "-uno"]).is_some();
-    Some(if dirty { format!("{hash}-dirty") } else { hash })
-}
-
-/// The `model name` of the first CPU in `/proc/cpuinfo`.
-fn cpu_model() -> Option<String> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let line = cpuinfo
-        .lines()
-        .find(|line| line.starts_with("model name"))?;
-    Some(line.split_once(':')?.1.trim().to_owned())
-}
-
-/// The machine and the build a run is read against.
-struct Header {
-    fields: Vec<(&'static str, Fact)>,
-}
-
-/// One value of the header: text, or a count (a number in JSON).
-enum Fact {
-    Text(String),
-    Count(usize),
-}
-
-impl Fact {
-    fn json(&self) -> String {
-        match self {
-            Fact::Text(text) => json_string(text),
-            Fact::Count(count) => count.to_string(),
-        }
-    }
-}
-
-impl std::fmt::Display for Fact {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fact::Text(text) => f.write_str(text),
-            Fact::Count(count) => write!(f, "{count}"),
-        }
-    }
-}
-
-impl Header {
-    fn collect(pinning: String, runs: usize) -> Self {
-        let text = |value: Option<String>| Fact::Text(value.unwrap_or_else(|| "?".to_owned()));
-        let fields = vec![
-            (
-                "date",
-                text(command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])),
-            ),
-            ("commit", text(commit())),
-            ("nproc", Fact::Count(online_cpus())),
-            ("cpu", text(cpu_model())),
-            (
-                "redis_server",
-                text(command_line("redis-server", &["--version"])),
-            ),
-            ("pinning", Fact::Text(pinning)),
-            ("rounds", Fact::Count(runs)),
-        ];
-        Self { fields }
-    }
-
-    fn print(&self) {
-        for (name, value) in &self.fields {
-            println!("{name:<12} {value}");
-        }
-    }
-
-    /// `{"header": {"date": "...", ...}}`
-    fn json(&self) -> String {
-        let fields: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(name, value)| format!("\"{name}\": {}", value.json()))
-            .collect();
-        format!("{{\"header\": {{{}}}}}", fields.join(", "))
-    }
-}
-
-/// `text` as a JSON string.
-fn json_string(text: &str) -> String {
-    let mut quoted = String::from('"');
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                quoted.push('\\');
-                quoted.push(c);
-            }
-            c if c.is_control() => quoted.push_str(&format!("\\u{:04x}", c as u32)),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
-}
-
 fn main() {
     // First, while this process has one thread.
-    let pinning = pin();
+    let pinning = pinning::pin("servers");
     let temp_dir = private_temp_dir();
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let header = Header::collect(pinning, runs);
+    let runs = rounds::runs();
+    let header = Header::new(None)
+        .text("date", header::date())
+        .text("commit", header::commit())
+        .count("nproc", pinning::online_cpus())
+        .text("cpu", header::cpu_model())
+        .text(
+            "redis_server",
+            header::known(header::command_line("redis-server", &["--version"])),
+        )
+        .text("pinning", pinning)
+        .count("rounds", runs);
     header.print();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1674,8 +1298,8 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(temp_dir);
 
-    let medians = medians(&results);
-    print_medians(&medians, runs);
-    print_round_ratios(&results);
-    write_jsonl(&header, &results, &medians, runs);
+    let medians = rounds::medians(&results);
+    rounds::print_medians(&medians, runs, "raw");
+    rounds::print_round_ratios(&results, &BASELINES, main_metrics);
+    rounds::write_jsonl(&header, &results, &medians, runs, &BASELINES, main_metrics);
 }

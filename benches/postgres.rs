@@ -1,6 +1,7 @@
 //! distlock on PostgreSQL beside the raw floor (the statements distlock sends, sent by hand)
 //! and plain `pg_advisory_lock`, in one run, on a server started for the purpose (issue 38,
-//! item 8). Its sibling for Redis is `locks.rs`, whose conventions it keeps.
+//! item 8). Its sibling for Redis is `locks.rs`, whose conventions it keeps; what they share
+//! (with `etcd.rs`) is `benches/support/`'s.
 //!
 //!     cargo bench --bench postgres --features postgres      # 5 alternating rounds, pinned
 //!     BENCH_RUNS=9 cargo bench --bench postgres --features postgres
@@ -84,17 +85,18 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-#[path = "process_cpu.rs"]
-mod process_cpu;
-use process_cpu::process_cpu;
+#[path = "support/mod.rs"]
+mod bench_support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bench_support::header::{self, Header};
+use bench_support::pinning;
+use bench_support::process_cpu::{clock_ticks, process_cpu, ProcessCpu};
+use bench_support::rounds::{self, median, pct, scaled, Measured};
 use futures_util::future::{join, join3, join_all};
 use serde_json::{json, Value};
 use support::postgres::PostgresServer;
@@ -660,22 +662,10 @@ impl Probe {
         let processes = self.server.processes();
         let mut ticks = 0u64;
         for (i, pid) in processes.iter().enumerate() {
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            let Some(cpu) = ProcessCpu::of(*pid) else {
                 continue;
             };
-            // Fields after the command's closing parenthesis, from the state (field 3) on.
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            let fields: Vec<u64> = rest
-                .split_whitespace()
-                .skip(1)
-                .map(|field| field.parse().unwrap_or(0))
-                .collect();
-            // utime, stime, cutime, cstime are fields 14–17.
-            let own = fields.get(10..12).map_or(0, |f| f.iter().sum::<u64>());
-            let children = fields.get(12..14).map_or(0, |f| f.iter().sum::<u64>());
-            ticks += own + if i == 0 { children } else { 0 };
+            ticks += cpu.own + if i == 0 { cpu.children } else { 0 };
         }
         Duration::from_secs_f64(ticks as f64 / self.ticks)
     }
@@ -687,8 +677,30 @@ type Row = BTreeMap<String, f64>;
 /// (workload, library).
 type Key = (&'static str, &'static str);
 
+impl Measured for Key {
+    fn deployment(&self) -> &str {
+        "postgres"
+    }
+
+    fn workload(&self) -> &str {
+        self.0
+    }
+
+    fn library(&self) -> &str {
+        self.1
+    }
+
+    fn with_library(&self, library: &'static str) -> Self {
+        (self.0, library)
+    }
+
+    fn label(&self) -> String {
+        format!("{} {:<9}", self.0, self.1)
+    }
+}
+
 /// One row per round, in round order.
-type Results = BTreeMap<Key, Vec<Row>>;
+type Results = rounds::Results<Key, String>;
 
 /// A stretch of a workload under measurement: its wall time, this process's and the server's
 /// CPU time, the round trips the library counted. The server is read outside the clock.
@@ -738,20 +750,6 @@ impl Window {
         }
         row
     }
-}
-
-/// The `q` quantile of `samples`, in milliseconds.
-fn pct(samples: &mut [Duration], q: f64) -> f64 {
-    if samples.is_empty() {
-        return 0.0;
-    }
-    samples.sort();
-    samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3
-}
-
-/// `count` scaled by `BENCH_SCALE`, at least 1.
-fn scaled(count: usize, scale: f64) -> usize {
-    ((count as f64 * scale).round() as usize).max(1)
 }
 
 async fn w1(lib: &Lib, probe: &Probe, cycles: usize) -> Row {
@@ -979,30 +977,19 @@ impl Database {
     }
 }
 
-/// Whether `name` is in the comma-separated list `var`, or `var` is unset.
-fn selected(var: &str, name: &str) -> bool {
-    std::env::var(var).map_or(true, |list| list.split(',').any(|item| item.trim() == name))
-}
-
 const WORKLOADS: [&str; 4] = ["W1", "W2", "W3", "W4"];
 
 fn main() {
     // First, while this process has one thread.
-    let pinning = pin();
+    let pinning = pinning::pin("server");
     run(pinning);
 }
 
 /// The bench, on the runtime a plain `#[tokio::main]` service gets.
 #[tokio::main]
 async fn run(pinning: String) {
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|runs| runs.parse().ok())
-        .unwrap_or(5);
-    let scale: f64 = std::env::var("BENCH_SCALE")
-        .ok()
-        .and_then(|scale| scale.parse().ok())
-        .unwrap_or(1.0);
+    let runs = rounds::runs();
+    let scale = rounds::scale();
     let server = PostgresServer::start_with(&[
         ("shared_preload_libraries", "'pg_stat_statements'"),
         // Each distinct `SET LOCAL lock_timeout` text is an entry of its own.
@@ -1019,7 +1006,7 @@ async fn run(pinning: String) {
         .expect("CREATE EXTENSION pg_stat_statements");
     let names: Vec<&'static str> = Lib::NAMES
         .into_iter()
-        .filter(|name| selected("BENCH_LIBS", name))
+        .filter(|name| rounds::selected("BENCH_LIBS", name, true))
         .collect();
     for name in &names {
         probe_client
@@ -1032,16 +1019,22 @@ async fn run(pinning: String) {
         .await
         .expect("the server's version")
         .get(0);
-    let ticks = command_line("getconf", &["CLK_TCK"])
-        .and_then(|ticks| ticks.parse().ok())
-        .unwrap_or(100.0);
+    let ticks = clock_ticks();
     let probe = Probe {
         client: probe_client,
         server,
         ticks,
     };
 
-    let header = Header::collect(pinning, runs, scale, version);
+    let header = Header::new(Some("postgres"))
+        .text("date", header::date())
+        .text("commit", header::commit())
+        .text("nproc", pinning::online_cpus().to_string())
+        .text("cpu", header::cpu_model())
+        .text("postgres", version)
+        .text("pinning", pinning)
+        .text("rounds", runs.to_string())
+        .text("scale", scale.to_string());
     header.print();
 
     let mut libs = Vec::new();
@@ -1097,7 +1090,7 @@ async fn run(pinning: String) {
         let mut order: Vec<&Lib> = libs.iter().collect();
         order.rotate_left(round % libs.len().max(1));
         for workload in WORKLOADS {
-            if !selected("BENCH_WORKLOADS", workload) {
+            if !rounds::selected("BENCH_WORKLOADS", workload, true) {
                 continue;
             }
             for lib in &order {
@@ -1154,11 +1147,11 @@ async fn run(pinning: String) {
         probe.print_statements(&database.name).await;
     }
 
-    let medians = medians(&results);
-    print_medians(&medians, runs);
+    let medians = rounds::medians(&results);
+    rounds::print_medians(&medians, runs, "raw");
     print_round_ratios(&results);
     print_targets(&medians);
-    write_jsonl(&header, &results, &medians, runs);
+    rounds::write_jsonl(&header, &results, &medians, runs, &BASELINES, main_metrics);
 }
 
 /// `metric=value` pairs of a row.
@@ -1167,44 +1160,6 @@ fn shown_row(row: &Row) -> String {
         .map(|(metric, value)| format!("{metric}={value:.3}"))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values[values.len() / 2]
-}
-
-/// The median over the rounds of every metric.
-fn medians(results: &Results) -> BTreeMap<Key, Row> {
-    results
-        .iter()
-        .map(|(key, rows)| {
-            let mut row = Row::new();
-            for metric in rows[0].keys() {
-                let mut values: Vec<f64> =
-                    rows.iter().filter_map(|r| r.get(metric)).copied().collect();
-                row.insert(metric.clone(), median(&mut values));
-            }
-            (*key, row)
-        })
-        .collect()
-}
-
-fn print_medians(medians: &BTreeMap<Key, Row>, runs: usize) {
-    println!("\nmedians of {runs} alternating rounds (ratio to the raw floor in brackets)\n");
-    for ((workload, lib), row) in medians {
-        let floor = medians.get(&(*workload, "raw"));
-        let cells: Vec<String> = row
-            .iter()
-            .map(|(metric, value)| match floor.and_then(|f| f.get(metric)) {
-                Some(base) if *base != 0.0 && *lib != "raw" => {
-                    format!("{metric}={value:.3} [{:.2}x]", value / base)
-                }
-                _ => format!("{metric}={value:.3}"),
-            })
-            .collect();
-        println!("{workload} {lib:<9} {}", cells.join("  "));
-    }
 }
 
 /// The libraries each one's figures are divided by, round by round.
@@ -1220,28 +1175,6 @@ fn main_metrics(workload: &str) -> &'static [&'static str] {
     }
 }
 
-/// `key`'s `metric` over `baseline`'s, round by round; `None` if the baseline is `key`'s own
-/// library or did not run.
-fn round_ratios(results: &Results, key: &Key, baseline: &str, metric: &str) -> Option<Vec<f64>> {
-    if key.1 == baseline {
-        return None;
-    }
-    let base = results
-        .iter()
-        .find(|((w, l), _)| *w == key.0 && *l == baseline)?
-        .1;
-    Some(
-        results[key]
-            .iter()
-            .zip(base)
-            .filter_map(|(row, base)| {
-                let (value, base) = (row.get(metric)?, base.get(metric)?);
-                (*base != 0.0).then(|| value / base)
-            })
-            .collect(),
-    )
-}
-
 fn print_round_ratios(results: &Results) {
     println!("\nper round: each library's figure, then its ratio to raw's and advisory's of the same round");
     for workload in WORKLOADS {
@@ -1254,9 +1187,10 @@ fn print_round_ratios(results: &Results) {
                     .collect();
                 let mut line = format!("  {:<9} {}", key.1, values.join(" "));
                 for baseline in BASELINES {
-                    let Some(mut ratios) = round_ratios(results, key, baseline, metric) else {
+                    let Some(ratios) = rounds::round_ratios(results, key, baseline, metric) else {
                         continue;
                     };
+                    let mut ratios: Vec<f64> = ratios.into_iter().flatten().collect();
                     if ratios.is_empty() {
                         continue;
                     }
@@ -1313,186 +1247,4 @@ fn print_targets(medians: &BTreeMap<Key, Row>) {
         shown(get("W4", "distlock", "renewal_statements_per_round")),
         shown(get("W4", "distlock", "locks_lost")),
     );
-}
-
-/// Appends the header and a line per (workload, library) to `target/bench.jsonl`: the
-/// medians, then the medians of the per-round ratios (`<metric>_vs_<baseline>`).
-fn write_jsonl(header: &Header, results: &Results, medians: &BTreeMap<Key, Row>, runs: usize) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench.jsonl");
-    let _ = std::fs::create_dir_all(path.parent().expect("a parent"));
-    let mut jsonl = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("open target/bench.jsonl");
-    let _ = writeln!(jsonl, "{}", header.json());
-    for (key, row) in medians {
-        let mut fields: Vec<String> = row
-            .iter()
-            .map(|(metric, value)| format!("\"{metric}\": {value:.4}"))
-            .collect();
-        for metric in main_metrics(key.0) {
-            for baseline in BASELINES {
-                if let Some(mut ratios) = round_ratios(results, key, baseline, metric) {
-                    if !ratios.is_empty() {
-                        fields.push(format!(
-                            "\"{metric}_vs_{baseline}\": {:.4}",
-                            median(&mut ratios)
-                        ));
-                    }
-                }
-            }
-        }
-        let _ = writeln!(
-            jsonl,
-            "{{\"deployment\": \"postgres\", \"workload\": \"{}\", \"library\": \"{}\", \
-             \"runs\": {runs}, {}}}",
-            key.0,
-            key.1,
-            fields.join(", ")
-        );
-    }
-}
-
-/// Stops the bench with `message`.
-fn fail(message: &str) -> ! {
-    eprintln!("benches/postgres.rs: {message}");
-    std::process::exit(2)
-}
-
-/// How many CPUs a list like `0-3,6` (the kernel's notation) names.
-fn cpu_count(list: &str) -> usize {
-    list.trim()
-        .split(',')
-        .filter(|item| !item.is_empty())
-        .map(|item| match item.split_once('-') {
-            Some((first, last)) => {
-                let number = |n: &str| n.parse::<usize>().unwrap_or(0);
-                (number(last) + 1).saturating_sub(number(first))
-            }
-            None => 1,
-        })
-        .sum()
-}
-
-/// The CPUs online, as `nproc --all` counts them.
-fn online_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .map(|list| cpu_count(&list))
-        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, usize::from))
-}
-
-/// The CPUs this process may run on (`Cpus_allowed_list` of `/proc/self/status`).
-fn allowed_cpus() -> String {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    support::info_field(&status, "Cpus_allowed_list")
-        .map_or("?".to_owned(), |list| list.trim().to_owned())
-}
-
-/// Puts the server on CPU 0 (`DISTLOCK_SERVER_CPUS`, unless set) and this process on
-/// `BENCH_CLIENT_CPUS` (default 1), unless `BENCH_PIN=0` or the machine has one CPU. Must run
-/// before any thread starts. Returns what was done, for the header.
-fn pin() -> String {
-    if std::env::var("BENCH_PIN").as_deref() == Ok("0") {
-        return format!("not pinned (BENCH_PIN=0): {}", placement());
-    }
-    if online_cpus() < 2 {
-        return format!("not pinned (a single CPU): {}", placement());
-    }
-    if std::env::var_os("DISTLOCK_SERVER_CPUS").is_none() {
-        std::env::set_var("DISTLOCK_SERVER_CPUS", "0");
-    }
-    let cpus = std::env::var("BENCH_CLIENT_CPUS").unwrap_or_else(|_| "1".to_owned());
-    let pid = std::process::id().to_string();
-    let output = Command::new("taskset")
-        .args(["-p", "-c", &cpus, &pid])
-        .output()
-        .unwrap_or_else(|err| {
-            fail(&format!(
-                "cannot run taskset to pin the client ({err}); install util-linux or set BENCH_PIN=0"
-            ))
-        });
-    if !output.status.success() {
-        fail(&format!(
-            "`taskset -p -c {cpus} {pid}` failed: {}; set BENCH_CLIENT_CPUS, or BENCH_PIN=0",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    placement()
-}
-
-/// Where the server and this process run.
-fn placement() -> String {
-    let server = std::env::var("DISTLOCK_SERVER_CPUS").unwrap_or_else(|_| "any".to_owned());
-    format!("server on CPUs {server}, client on CPUs {}", allowed_cpus())
-}
-
-/// The first line of what `program args` prints, if it runs and succeeds.
-fn command_line(program: &str, args: &[&str]) -> Option<String> {
-    let output = Command::new(program).args(args).output().ok()?;
-    let stdout = String::from_utf8(output.stdout).ok()?;
-    let line = stdout.lines().next()?.trim().to_owned();
-    (output.status.success() && !line.is_empty()).then_some(line)
-}
-
-/// The commit of this checkout, `-dirty` if it has changes to tracked files.
-fn commit() -> Option<String> {
-    let dir = env!("CARGO_MANIFEST_DIR");
-    let hash = command_line("git", &["-C", dir, "rev-parse", "--short", "HEAD"])?;
-    let dirty = command_line("git", &["-C", dir, "status", "--porcelain", "-uno"]).is_some();
-    Some(if dirty { format!("{hash}-dirty") } else { hash })
-}
-
-/// The `model name` of the first CPU in `/proc/cpuinfo`.
-fn cpu_model() -> Option<String> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let line = cpuinfo
-        .lines()
-        .find(|line| line.starts_with("model name"))?;
-    Some(line.split_once(':')?.1.trim().to_owned())
-}
-
-/// The machine and the build a run is read against.
-struct Header {
-    fields: Vec<(&'static str, String)>,
-}
-
-impl Header {
-    fn collect(pinning: String, runs: usize, scale: f64, postgres: String) -> Self {
-        let text = |value: Option<String>| value.unwrap_or_else(|| "?".to_owned());
-        Self {
-            fields: vec![
-                (
-                    "date",
-                    text(command_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])),
-                ),
-                ("commit", text(commit())),
-                ("nproc", online_cpus().to_string()),
-                ("cpu", text(cpu_model())),
-                ("postgres", postgres),
-                ("pinning", pinning),
-                ("rounds", runs.to_string()),
-                ("scale", scale.to_string()),
-            ],
-        }
-    }
-
-    fn print(&self) {
-        for (name, value) in &self.fields {
-            println!("{name:<12} {value}");
-        }
-    }
-
-    /// `{"header": {"date": "...", ...}}`, every value a string.
-    fn json(&self) -> String {
-        let fields: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(name, value)| format!("\"{name}\": {}", Value::from(value.as_str())))
-            .collect();
-        format!(
-            "{{\"header\": {{\"store\": \"postgres\", {}}}}}",
-            fields.join(", ")
-        )
-    }
 }
