@@ -87,7 +87,13 @@ impl Leases {
         let mut slot = keeper.lock().await;
         if slot.is_none() {
             match client.lease_client().keep_alive(lease).await {
-                Ok(stream) => *slot = Some(stream),
+                // Opening the stream sent a keep-alive and read its answer, a TTL above 0: the
+                // lease was renewed (a second keep-alive now cost each lease's first renewal
+                // two messages).
+                Ok(stream) => {
+                    *slot = Some(stream);
+                    return Ok(Renewed::Yes);
+                }
                 // etcd-client says so when the first answer has a TTL of 0: the lease is gone.
                 Err(err) if err.to_string().contains("not found") => return Ok(Renewed::No),
                 Err(err) => return Err(err),
