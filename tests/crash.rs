@@ -1444,7 +1444,8 @@ fn campaigners_elect_one_leader_at_a_time(
         }
         let next = leads
             .iter()
-            .find(|l| l.at > strike.at && l.pid != strike.pid)
+            .filter(|l| l.at > strike.at && l.pid != strike.pid)
+            .min_by_key(|l| l.at)
             .unwrap_or_else(|| panic!("{deployment}: no leader after {} was struck", strike.pid));
         let took = next.at - strike.at;
         assert!(
@@ -1884,9 +1885,12 @@ fn check_work(
     // A struck holder's lock: another worker's within a lease.
     let mut handovers = Vec::new();
     for strike in strikes.iter().filter(|s| s.leader) {
+        // The earliest by time, not by the log's order: a worker frozen right after its grant
+        // logs it once thawed, after grants made later.
         let next = grants
             .iter()
-            .find(|g| g.at > strike.at && g.pid != strike.pid)
+            .filter(|g| g.at > strike.at && g.pid != strike.pid)
+            .min_by_key(|g| g.at)
             .unwrap_or_else(|| {
                 panic!(
                     "{deployment}: no grant after holder {} was struck",
@@ -1896,9 +1900,16 @@ fn check_work(
         let took = next.at - strike.at;
         assert!(
             took <= micros(freed + HANDOVER_SLACK),
-            "{deployment}: the next grant came {took} µs after holder {} was struck; lease \
-             {LEASE:?}, freed within {freed:?} by the store",
-            strike.pid
+            "{deployment}: the next grant came {took} µs after holder {} was {}; lease \
+             {LEASE:?}, freed within {freed:?} by the store; the log from a wait before the \
+             strike to that grant (what:pid:N:µs after the strike):\n{}",
+            strike.pid,
+            if strike.resumed.is_some() {
+                "frozen"
+            } else {
+                "killed"
+            },
+            log_between(&events, strike.at, micros(WORKER_WAIT), next.at)
         );
         handovers.push(took);
     }
@@ -1929,6 +1940,26 @@ fn check_work(
         handovers.iter().max().copied().unwrap_or(0) / 1000
     );
     events
+}
+
+/// The events of `events` logged from `before` µs ahead of `from` to `to`, a line each, their
+/// times as µs after `from` (negative before it).
+fn log_between(events: &[Event], from: u64, before: u64, to: u64) -> String {
+    let relative = |t: u64| t as i64 - from as i64;
+    events
+        .iter()
+        .filter(|e| e.at + before >= from && e.at <= to)
+        .map(|e| {
+            // A request's N is when it started: shown on the same scale as its end.
+            let n = if matches!(e.what.as_str(), "Q" | "T" | "E") {
+                relative(e.epoch).to_string()
+            } else {
+                e.epoch.to_string()
+            };
+            format!("  {}:{}:{}:{}", e.what, e.pid, n, relative(e.at))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// How long the harness strikes the workers in [`holders_and_waiters_killed_and_frozen_on`],
@@ -2162,9 +2193,12 @@ fn postgres_restarted_under_holders_and_waiters() {
             grant.epoch
         );
     }
-    let resumed = grants().find(|g| g.at > restart_to).unwrap_or_else(|| {
-        panic!("{deployment}: no worker was granted the lock after the restart")
-    });
+    let resumed = grants()
+        .filter(|g| g.at > restart_to)
+        .min_by_key(|g| g.at)
+        .unwrap_or_else(|| {
+            panic!("{deployment}: no worker was granted the lock after the restart")
+        });
     println!(
         "{deployment}: the restart took {} ms; the first grant {} ms after it",
         (restart_to - restart_from) / 1000,
@@ -2266,7 +2300,8 @@ fn postgres_frozen_past_a_lease_under_holders_and_waiters() {
     let events = check_work(deployment, &store, &recorder, &[], FROZEN_OVERRUN);
     let resumed = events
         .iter()
-        .find(|e| e.what == "G" && e.at > thawed_at)
+        .filter(|e| e.what == "G" && e.at > thawed_at)
+        .min_by_key(|e| e.at)
         .unwrap_or_else(|| panic!("{deployment}: no worker was granted the lock after the thaw"));
     let failed_while_frozen = events
         .iter()
@@ -2433,7 +2468,8 @@ fn etcd_leader_killed_under_holders_and_waiters() {
     let first_grant_after = |at: u64| {
         events
             .iter()
-            .find(|e| e.what == "G" && e.at > at)
+            .filter(|e| e.what == "G" && e.at > at)
+            .min_by_key(|e| e.at)
             .map(|e| e.at - at)
     };
     let resumed = first_grant_after(killed_at)
@@ -2504,7 +2540,8 @@ fn etcd_member_frozen_under_holders_and_waiters() {
     let first_grant_after = |at: u64| {
         events
             .iter()
-            .find(|e| e.what == "G" && e.at > at)
+            .filter(|e| e.what == "G" && e.at > at)
+            .min_by_key(|e| e.at)
             .map(|e| e.at - at)
     };
     let resumed = first_grant_after(frozen_at)
