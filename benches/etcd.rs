@@ -38,9 +38,10 @@
 //! - `distlock`: `Config::etcd(endpoints)` with its defaults (fencing tokens from revisions,
 //!   the watchdog, wake-ups by the watch). Its cycle: acquire = the read transaction of the
 //!   key's directory beside a lease grant, then the compare-and-swap transaction that creates
-//!   the grant's key on that lease; release = the read, then the transaction that deletes the
-//!   key if it is still the grant that was read, then the lease's revoke (in the background).
-//!   4 round trips by design (not counted here: the client does not expose them).
+//!   the grant's key on that lease; release = the transaction that deletes the key if the
+//!   lock still keeps no bookkeeping and the key is still on the grant's lease
+//!   (`store/etcd/give_back.rs`), then the lease's revoke (in the background). 3 round trips
+//!   by design (not counted here: the client does not expose them).
 //! - `raw`: the floor — those requests (`lock-runtime/src/store/etcd/{transaction,layout,
 //!   directory,leases}.rs`; the key layout copied in [`layout`]) sent by hand with
 //!   `etcd-client` on one client, the lease revoked in the background as distlock does. A
@@ -551,26 +552,24 @@ impl Raw {
         }
     }
 
-    /// Gives the grant back: the read, the transaction that deletes its key if it is still
-    /// the grant that was read, the lease's revoke in the background.
+    /// Gives the grant back as distlock gives back a writer's grant of a lock that keeps no
+    /// bookkeeping: one transaction that deletes its key if the bookkeeping is still absent
+    /// and the key still on the grant's lease, then the lease's revoke in the background.
     async fn release(&self, held: RawHeld) {
-        let (_, grants) = self.read(&held.lock).await;
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        assert!(
-            grants.contains(&(held.path.clone(), held.create_revision)),
-            "raw: {} was not its owner's at release",
-            held.lock
-        );
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                held.path.clone(),
-                CompareOp::Equal,
-                held.create_revision,
-            )])
+            .when([
+                Compare::create_revision(layout::state_key(&held.lock), CompareOp::Equal, 0),
+                Compare::lease(held.path.clone(), CompareOp::Equal, held.lease),
+            ])
             .and_then([TxnOp::delete(held.path.clone(), None)]);
         let response = self.client.clone().txn(txn).await.expect("raw release");
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        assert!(response.succeeded(), "raw: {} changed hands", held.lock);
+        assert!(
+            response.succeeded(),
+            "raw: {} (created at {}) changed hands",
+            held.lock,
+            held.create_revision
+        );
         self.revoke(held.lease);
     }
 }

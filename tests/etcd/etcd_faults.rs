@@ -978,6 +978,40 @@ async fn a_release_after_the_lease_ran_out_leaves_the_next_holder_alone() {
     assert!(grant_keys(&mut raw, prefix, key).await.is_empty());
 }
 
+/// A write or read grant of a lock that keeps no bookkeeping is given back in one transaction
+/// (`store/etcd/give_back.rs`: the uncontended cycle's fourth round trip saved), counted by a
+/// member of the test's own; a fair grant, whose queue is bookkeeping, is given back by the
+/// whole release (a read, then a transaction). Each release frees the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_grant_is_given_back_in_one_transaction_and_a_queued_one_in_two() {
+    let member = EtcdServer::start();
+    let client = client(config([member.endpoint()]));
+    for (what, transactions) in [("write", 1), ("read", 1), ("fair", 2)] {
+        let key = format!("lone-{what}");
+        let guard = match what {
+            "write" => client.lock(&key).acquire().await,
+            "read" => client.read_lock(&key).acquire().await,
+            _ => client.lock(&key).fair().acquire().await,
+        }
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+        let before = member.grpc_calls("Txn").await;
+        assert!(
+            guard.release().await.expect("release"),
+            "{what}: the release found the grant gone"
+        );
+        let sent = member.grpc_calls("Txn").await - before;
+        assert_eq!(
+            sent, transactions,
+            "{what}: the release sent {sent} transactions, not {transactions}"
+        );
+        let state = client.inspect(&key).await.expect("inspect");
+        assert!(
+            !state.is_locked(),
+            "{what}: still held after the release: {state:?}"
+        );
+    }
+}
+
 // --- Least privilege ----------------------------------------------------------------------
 
 /// Issue 39, item 4: with auth on, the store runs as a user whose role has read and write on

@@ -259,6 +259,33 @@ impl EtcdServer {
             .unwrap_or_else(|err| panic!("{err}"))
     }
 
+    /// How many unary gRPC calls of `method` (`Txn`, `LeaseGrant`, …) this member has
+    /// handled since it started, whatever their outcome: its `grpc_server_handled_total`,
+    /// read from `/metrics` on its client port. Panics if the member does not answer within
+    /// 10 s.
+    pub async fn grpc_calls(&self, method: &str) -> u64 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let port = self.port();
+        let reading = async move {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            stream
+                .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                .await?;
+            let mut text = String::new();
+            stream.read_to_string(&mut text).await?;
+            Ok::<_, std::io::Error>(text)
+        };
+        let text = tokio::time::timeout(Duration::from_secs(10), reading)
+            .await
+            .unwrap_or_else(|_| panic!("etcd's /metrics on port {port}: no answer in 10 s"))
+            .unwrap_or_else(|err| panic!("etcd's /metrics on port {port}: {err}"));
+        let method = format!("grpc_method=\"{method}\"");
+        text.lines()
+            .filter(|line| line.starts_with("grpc_server_handled_total{") && line.contains(&method))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     /// A client of this member logged in as `user` (e.g. [`ROOT_USER`] with
     /// [`root_password`](Self::root_password)). Panics if the login fails.
     pub async fn client_as(&self, user: &str, password: &str) -> Client {

@@ -134,6 +134,21 @@ impl Holding {
         call
     }
 
+    /// The slot of a grant whose give-back, on a key whose state is its holders alone, removes
+    /// that one grant and changes nothing else: a write or a read grant (`release_twin` of
+    /// `write.rs` and `read.rs`; what else a purge drops is grants whose leases ran out). A
+    /// store that keeps each grant as a key of its own (etcd) may then delete the key alone,
+    /// provided the key still holds this grant and the key keeps no other state. `None` for a
+    /// seat (it leaves a queue), a permit (its key is a seat, not named by its owner) and a
+    /// kept write grant (it is renewed, not removed).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn removes_alone(self) -> Option<HolderSlot> {
+        match self {
+            Holding::Grant(kind @ (Kind::Write | Kind::Read)) => Some(kind.holder_slot()),
+            Holding::Grant(Kind::Semaphore(_)) | Holding::Seat | Holding::KeptFor(_) => None,
+        }
+    }
+
     /// Gives a grant (or seat) back in the in-process store: whether a grant was ours.
     pub(crate) fn release_twin(self, entry: &mut TwinEntry, owner: &str, now: Instant) -> bool {
         match self {
@@ -183,7 +198,7 @@ impl HolderSlot {
 impl Kind {
     /// Where a grant of this kind is kept in a key's state ([`HolderSlot`]), as
     /// [`TwinEntry::extend`] finds it.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "etcd")), allow(dead_code))]
     pub(crate) fn holder_slot(self) -> HolderSlot {
         match self {
             Kind::Write => HolderSlot::Writer,

@@ -10,7 +10,8 @@
 //! server is gone from the directory, whatever any clock says, and the twins see it gone. A
 //! grant's fencing token is its key's create revision: strictly increasing across holders,
 //! cluster-wide, with no clock in the argument (`docs/guarantees.md`). Renewals are one
-//! keep-alive per lease; a release deletes the grant's key and revokes its lease. Waiters are
+//! keep-alive per lease; a release deletes the grant's key and revokes its lease (a write or
+//! read grant of a lock with no bookkeeping in one transaction: `etcd/give_back.rs`). Waiters are
 //! woken by a watch on the key prefix (`etcd/watcher.rs`), with the backoff as the fallback.
 //! Times that are not a grant's lease — a fair waiter's deadline, the writer-waiting mark —
 //! are kept on the writing client's clock: they decide who goes first, never who holds.
@@ -24,6 +25,7 @@
 mod client;
 mod directory;
 mod errors;
+mod give_back;
 mod layout;
 mod leases;
 mod transaction;
@@ -141,6 +143,11 @@ impl Store for EtcdStore {
         key: &LockKey,
         owner: &str,
     ) -> Result<bool, LockError> {
+        if let Some(slot) = holding.removes_alone() {
+            if self.give_back_alone(slot, key, owner).await? {
+                return Ok(true);
+            }
+        }
         let relet = matches!(holding, Holding::KeptFor(_)).then_some(owner);
         let (was_ours, _) = self
             .transact("release", &[key], None, relet, None, |state, read| {
