@@ -10,7 +10,8 @@
 //! conformance suites run on; `capture` keeps what distlock logs, for the tests of its spans
 //! and events; `panics` counts the panics of the library and the `redis` crate. `postgres`
 //! starts PostgreSQL servers the same way (`initdb` and `postgres`, run as the `postgres`
-//! system user when the tests run as root), for the Postgres store, under the watcher of
+//! system user when the tests run as root), with streaming standbys to promote, and
+//! `pgbouncer` puts PgBouncer in front of one, for the Postgres store, under the watcher of
 //! `process`, which also holds the faults (signals) and what `/proc` says of a process. `etcd`
 //! starts etcd members and three-member clusters under that watcher, for the etcd store.
 #![allow(dead_code)] // each test binary uses its own part of the support
@@ -22,6 +23,7 @@ pub mod etcd;
 pub mod masters;
 pub mod monitor;
 pub mod panics;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

@@ -7,8 +7,10 @@
 //! The faults a store test needs are here: a fast shutdown, a restart on the same data and
 //! port, a SIGKILLed server (restarted, it recovers) and a frozen one (SIGSTOP of every
 //! process). [`PostgresServer::start_tls`] starts one with `ssl = on`, taking clients over
-//! TLS alone or not ([`TlsAccess`]). [`shared_postgres`] lets one test binary start a single
-//! server.
+//! TLS alone or not ([`TlsAccess`]). [`PostgresServer::start_standby`] makes a streaming
+//! standby of a server (`pg_basebackup -R`), asynchronous or synchronous ([`Replication`]),
+//! and [`PostgresServer::promote`] fails over to it. [`shared_postgres`] lets one test binary
+//! start a single server. `pgbouncer.rs` puts PgBouncer in front of one.
 
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -36,8 +38,9 @@ const DEFAULT_PORT: u16 = 5432;
 /// shutdown may take on a loaded machine.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the server logs once it takes connections, after a start or a crash recovery.
-const READY: &str = "database system is ready to accept connections";
+/// What the server logs once it takes connections, after a start or a crash recovery: "…
+/// connections", or "… read-only connections" for a standby.
+const READY: &str = "database system is ready to accept";
 
 /// The settings the tests need, appended to `postgresql.conf` (the port is given on the
 /// command line, so a start that finds it taken can try another). Speed over durability
@@ -132,6 +135,12 @@ impl PostgresServer {
                 }
             }
         }
+        Self::spawn_on_free_port(dir)
+    }
+
+    /// Starts the server of the data directory `dir/data` on a free loopback port and waits
+    /// until it accepts connections.
+    fn spawn_on_free_port(dir: PathBuf) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
@@ -152,6 +161,93 @@ impl PostgresServer {
         }
         let _ = std::fs::remove_dir_all(&dir);
         panic!("could not start postgres on a free port after 5 tries: {last_error}");
+    }
+
+    /// A streaming standby of this server on a free loopback port: a base backup
+    /// (`pg_basebackup -R`, which writes `primary_conninfo` and `standby.signal`) in a scratch
+    /// directory of its own, started read-only (a hot standby). Returns once it streams from
+    /// this server; with [`Replication::Synchronous`], once this server has it as its
+    /// synchronous standby (`synchronous_standby_names`, set by `ALTER SYSTEM` and a reload),
+    /// so that every commit from then on returns only after the standby has flushed it.
+    pub fn start_standby(&self, replication: Replication) -> PostgresServer {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let name = format!(
+            "distlock_standby_{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let dir = scratch_dir("postgres");
+        give_to_server_user(&dir);
+        let data = dir.join("data");
+        let source = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={name}",
+            self.port
+        );
+        let output = as_server_user(binaries().bin.join("pg_basebackup"))
+            .args(["-d", &source, "-D"])
+            .arg(&data)
+            // A checkpoint at once, not spread; no fsync of what nothing must survive.
+            .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"])
+            .env("PGCONNECT_TIMEOUT", "10")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            output.status.success(),
+            "pg_basebackup of postgres on port {} failed:\n{}{}",
+            self.port,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // The primary's postgresql.conf came along; the socket goes in the standby's own
+        // directory.
+        let socket_dir = dir.to_string_lossy().replace('\'', "''");
+        let mut conf = std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("postgresql.conf"))
+            .expect("open the standby's postgresql.conf");
+        writeln!(conf, "unix_socket_directories = '{socket_dir}'")
+            .expect("write the standby's postgresql.conf");
+        let standby = Self::spawn_on_free_port(dir);
+        let wanted = match replication {
+            Replication::Asynchronous => "async",
+            Replication::Synchronous => {
+                self.psql(&format!(
+                    "ALTER SYSTEM SET synchronous_standby_names = '\"{name}\"'"
+                ));
+                self.psql("SELECT pg_reload_conf()");
+                "sync"
+            }
+        };
+        wait_until(
+            &format!("the standby on port {} to stream {wanted}", standby.port),
+            START_TIMEOUT,
+            || {
+                let state = self.psql(&format!(
+                    "SELECT state || ' ' || sync_state FROM pg_stat_replication \
+                     WHERE application_name = '{name}'"
+                ));
+                if state == format!("streaming {wanted}") {
+                    Ok(())
+                } else {
+                    Err(format!("pg_stat_replication says {state:?}"))
+                }
+            },
+        );
+        standby
+    }
+
+    /// Promotes this standby (`pg_promote`, waiting for it) and checks that it is out of
+    /// recovery: it takes writes.
+    pub fn promote(&self) {
+        let promoted = self.psql("SELECT pg_promote(true, 30)");
+        assert_eq!(promoted, "t", "postgres on port {}: pg_promote", self.port);
+        let in_recovery = self.psql("SELECT pg_is_in_recovery()");
+        assert_eq!(
+            in_recovery, "f",
+            "postgres on port {} is still a standby after pg_promote",
+            self.port
+        );
     }
 
     /// The port the server listens on.
@@ -316,9 +412,20 @@ fn spawn(dir: &Path, port: u16) -> Result<Watched, StartError> {
     Launching::spawn(command, &format!("postgres on port {port}"))?.wait_ready(READY, START_TIMEOUT)
 }
 
-/// The `pg_hba.conf` of a server without TLS: loopback TCP, no password.
+/// The `pg_hba.conf` of a server without TLS: loopback TCP, no password, and replication
+/// connections for a [standby](PostgresServer::start_standby).
 const PLAIN_HBA: &str = "# tests/support/postgres.rs: loopback TCP only, no password.\n\
-    host all all 127.0.0.1/32 trust\n";
+    host all all 127.0.0.1/32 trust\n\
+    host replication all 127.0.0.1/32 trust\n";
+
+/// How a [standby](PostgresServer::start_standby) follows its primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// A commit on the primary returns before the standby has it: a failover can lose it.
+    Asynchronous,
+    /// The primary's synchronous standby: a commit returns once the standby has flushed it.
+    Synchronous,
+}
 
 /// Whom a [`PostgresServer::start_tls`] server takes (its `pg_hba.conf`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,12 +442,7 @@ pub enum TlsAccess {
 /// Runs `initdb` for `dir/data` as the server's user (giving it `dir` first), then writes the
 /// tests' settings, then `extra` ones, and `hba` as its `pg_hba.conf` (127.0.0.1 alone).
 fn init_data_dir(dir: &Path, extra: &[(&str, &str)], hba: &str) {
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .expect("make the postgres scratch dir private");
-    if let Some(user) = server_user() {
-        std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))
-            .expect("give the postgres scratch dir to the postgres user");
-    }
+    give_to_server_user(dir);
     let data = dir.join("data");
     let output = as_server_user(binaries().bin.join("initdb"))
         .arg("-D")
@@ -372,6 +474,17 @@ fn init_data_dir(dir: &Path, extra: &[(&str, &str)], hba: &str) {
         writeln!(conf, "{name} = {value}").expect("write postgresql.conf");
     }
     std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+}
+
+/// Makes `dir` private to the server's user (the server refuses a data directory others can
+/// read).
+fn give_to_server_user(dir: &Path) {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .expect("make the postgres scratch dir private");
+    if let Some(user) = server_user() {
+        std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))
+            .expect("give the postgres scratch dir to the postgres user");
+    }
 }
 
 /// Where `initdb`, `postgres` and `psql` are.
@@ -418,15 +531,16 @@ fn newest_debian_bin() -> Option<PathBuf> {
         .map(|(_, bin)| bin)
 }
 
-/// The unprivileged user the server runs as when the tests run as root.
-struct ServerUser {
-    uid: u32,
-    gid: u32,
+/// The unprivileged user the server (and PgBouncer, `pgbouncer.rs`) runs as when the tests
+/// run as root.
+pub(super) struct ServerUser {
+    pub(super) uid: u32,
+    pub(super) gid: u32,
 }
 
 /// `Some(postgres)` when the tests run as root, `None` when the server runs as the current
 /// user. Panics if root finds no `postgres` user.
-fn server_user() -> Option<&'static ServerUser> {
+pub(super) fn server_user() -> Option<&'static ServerUser> {
     static USER: OnceLock<Option<ServerUser>> = OnceLock::new();
     USER.get_or_init(|| {
         let root = std::fs::metadata("/proc/self").is_ok_and(|me| me.uid() == 0);
@@ -456,7 +570,7 @@ fn server_user() -> Option<&'static ServerUser> {
 }
 
 /// `program` as a command run by the server's user: through `runuser` when root.
-fn as_server_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
+pub(super) fn as_server_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
     if server_user().is_some() {
         let mut command = Command::new("runuser");
         command.args(["-u", "postgres", "--"]).arg(program);
