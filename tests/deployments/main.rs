@@ -3,8 +3,9 @@
 //! scripts, ACL users that lack a command), the documented ACL user on each deployment, broken,
 //! stalled and redirected connections through the fault-injecting proxy, failures retried
 //! within a request's wait, servers that never answer, the eviction check, what an operator
-//! sees through `tracing`, the PostgreSQL store's semantics and faults (`postgres_faults`, with
-//! the `postgres` feature), and the test support's own deployments (Redis, PostgreSQL for the
+//! sees through `tracing`, the PostgreSQL store's semantics and faults (`postgres_faults`, and
+//! through PgBouncer and across a failover `postgres_pooler`, with the `postgres` feature), and
+//! the test support's own deployments (Redis, PostgreSQL for the
 //! Postgres store). The etcd store's faults have a binary of their own (`tests/etcd/`): its
 //! three-member clusters, run beside this binary's timing tests on two cores, made them late.
 //!
@@ -28,6 +29,8 @@ mod guarded_connections;
 mod observability;
 #[cfg(feature = "postgres")]
 mod postgres_faults;
+#[cfg(feature = "postgres")]
+mod postgres_pooler;
 mod postgres_server;
 mod pubsub_faults;
 mod reconnect_faults;

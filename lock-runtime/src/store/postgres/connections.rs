@@ -412,8 +412,32 @@ const TLS_ADVICE: &str = "check that the server has `ssl = on`, that its certifi
 const CONNECT_ADVICE: &str = "check that PostgreSQL is running and reachable at the configured \
     URL (`psql` with the same URL), and that it accepts this client (`pg_hba.conf`)";
 
+/// What PgBouncer's refusal of the store's `options` startup parameter advises (PgBouncer
+/// takes only the parameters it tracks unless told to ignore others).
+const POOLER_OPTIONS_ADVICE: &str = "a pooler between distlock and PostgreSQL (PgBouncer) \
+    refuses the `options` startup parameter, in which the store sets \
+    `idle_in_transaction_session_timeout`: add `ignore_startup_parameters = options` to \
+    `pgbouncer.ini` (PgBouncer then drops the setting: set its `idle_transaction_timeout` \
+    instead) with `pool_mode = session`, or connect to PostgreSQL directly (docs/postgres.md)";
+
+/// What a prepared statement missing from (or already on) the server connection advises.
+const POOLER_MODE_ADVICE: &str = "the store's prepared statements are not on the server \
+    connection its statement ran on: a pooler in transaction or statement mode (PgBouncer's \
+    `pool_mode = transaction`) is between distlock and PostgreSQL, and runs each transaction on \
+    whichever server connection is free, where the store needs one session per connection \
+    (its prepared statements, `LISTEN`, ending a stalled backend): set `pool_mode = session`, \
+    or connect to PostgreSQL directly (docs/postgres.md)";
+
+/// Whether the server said that a prepared statement of the connection is missing, or that
+/// one of its name is there already: the connection's statements do not all reach one
+/// session, as through a pooler in transaction mode.
+pub(crate) fn is_pooled_statement(db: &tokio_postgres::error::DbError) -> bool {
+    *db.code() == SqlState::INVALID_SQL_STATEMENT_NAME
+        || *db.code() == SqlState::DUPLICATE_PSTATEMENT
+}
+
 /// A PostgreSQL failure as a [`BackendError`]: what the server said (read-only, refused
-/// credentials, missing privileges), or a lost connection.
+/// credentials, missing privileges, a pooler in the way), or a lost connection.
 pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) -> BackendError {
     let Some(db) = err.as_db_error() else {
         return BackendError::new(operation, BackendErrorKind::Connection, err.to_string())
@@ -450,6 +474,12 @@ pub(crate) fn store_error(operation: &'static str, err: &tokio_postgres::Error) 
             BackendErrorKind::Authentication,
             "check the user and password in the URL",
         )
+    } else if *code == SqlState::PROTOCOL_VIOLATION
+        && db.message().contains("unsupported startup parameter")
+    {
+        (BackendErrorKind::Server, POOLER_OPTIONS_ADVICE)
+    } else if is_pooled_statement(db) {
+        (BackendErrorKind::Server, POOLER_MODE_ADVICE)
     } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
         (
             BackendErrorKind::Server,

@@ -164,10 +164,14 @@ async fn check(client: &Client, schema: &str) -> Result<(), Missing> {
 
 /// A failure to check or create the store's objects, in the server's own words: a role that
 /// may not create them, a read-only server (a hot standby: `Unavailable`, as for any
-/// statement), anything else.
+/// statement), a pooler in transaction mode (as for any statement), anything else.
 fn schema_error(schema: &str, err: &tokio_postgres::Error) -> LockError {
     let code = err.code();
-    if code == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) {
+    if code == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+        || err
+            .as_db_error()
+            .is_some_and(super::connections::is_pooled_statement)
+    {
         return super::connections::store_error("set up the PostgreSQL schema", err).into();
     }
     let said = err.as_db_error().map_or_else(

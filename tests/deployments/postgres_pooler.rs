@@ -1,0 +1,362 @@
+//! The PostgreSQL store through PgBouncer (the PostgreSQL pitfalls 1 and 9 of
+//! `../shared/research-stores.md`, Part 3): in session mode every kind works and a release
+//! wakes a waiter by `NOTIFY` through the pooler; in transaction mode, and through a PgBouncer
+//! that refuses the store's `options` startup parameter, the store fails with an error that
+//! says what to change, never a wrong grant. Each test starts its own server and pooler
+//! ([`PgBouncer`]); the store's rows are read over a direct connection of the test's own.
+//! Neighbours: `postgres_faults.rs` (one server's faults), `support/pgbouncer.rs` (the
+//! pooler).
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::support::panics::library_panics;
+use crate::support::pgbouncer::{PgBouncer, PoolMode};
+use crate::support::postgres::PostgresServer;
+use distlock::{BackendErrorKind, Client, Config, LockError, LockGuard};
+use tokio::time::{sleep, timeout, Instant};
+
+/// What the store's error says to do when PgBouncer refuses its `options` parameter.
+const IGNORE_OPTIONS: &str = "ignore_startup_parameters = options";
+
+/// What the store's error says to do through a pooler in transaction mode.
+const SESSION_MODE: &str = "set `pool_mode = session`";
+
+/// The config of a client at `url`, its sessions named `app`, with timeouts short enough for
+/// a fault to show in seconds.
+fn config(url: &str, app: &str) -> Config {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Config::postgres(&format!("{url}{separator}application_name={app}"))
+        .expect("a PostgreSQL URL")
+        .response_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
+}
+
+fn client(config: Config) -> Client {
+    Client::new(config).expect("a valid config")
+}
+
+/// A connection of the test's own to `url`, its task on the current runtime. Through
+/// PgBouncer in transaction mode only its simple queries work (`batch_execute`,
+/// `simple_query`): a prepared statement may be run on another server connection.
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|err| panic!("connect to {url}: {err}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    db
+}
+
+/// The row name of key `key` (the default prefix).
+fn row_of(key: &str) -> String {
+    format!("distlock:{{{key}}}")
+}
+
+/// Polls `check` every 10 ms until it gives a value; panics after `within` with `what` and
+/// the last reason.
+async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(reason) if Instant::now() >= deadline => {
+                panic!("timed out after {within:?} waiting for {what}: {reason}")
+            }
+            Err(_) => sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Whether key `key`'s row has `mark` at the top of its state (`ww`: a waiting writer; `q`:
+/// the fair queue).
+async fn marked(db: &tokio_postgres::Client, key: &str, mark: &str) -> Result<(), String> {
+    db.query_opt(
+        "SELECT 1 FROM distlock.locks WHERE name = $1 AND state ? $2",
+        &[&row_of(key), &mark],
+    )
+    .await
+    .expect("read a lock's row")
+    .map(drop)
+    .ok_or_else(|| format!("no `{mark}` in the row yet"))
+}
+
+/// The backend of `app`'s `LISTEN` session, once it listens.
+async fn listening(db: &tokio_postgres::Client, app: &str) -> Result<i32, String> {
+    db.query(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+         AND query LIKE 'LISTEN%' AND state = 'idle'",
+        &[&app],
+    )
+    .await
+    .expect("read pg_stat_activity")
+    .first()
+    .map(|row| row.get(0))
+    .ok_or_else(|| "no LISTEN session".to_owned())
+}
+
+fn token(guard: &LockGuard) -> u64 {
+    guard.fencing_token().expect("fenced").get()
+}
+
+/// `holder` holds `key` (plain, or fair); `waiter`, whose backoff steps are 5 s, asks for it
+/// and is refused (its mark is in the row); `holder` releases: how long the waiter took to get
+/// it from the release, and its guard.
+async fn handoff(
+    holder: &Client,
+    waiter: &Client,
+    db: &tokio_postgres::Client,
+    key: &'static str,
+    fair: bool,
+) -> (Duration, LockGuard) {
+    let request = |client: &Client| {
+        let request = client.lock(key).wait(Duration::from_secs(20));
+        if fair {
+            request.fair()
+        } else {
+            request
+        }
+    };
+    let guard = request(holder)
+        .acquire()
+        .await
+        .expect("the holder's acquire");
+    let waiting = tokio::spawn({
+        let request = request(waiter);
+        async move {
+            let guard = request.acquire().await.expect("the waiter's acquire");
+            (guard, Instant::now())
+        }
+    });
+    let mark = if fair { "q" } else { "ww" };
+    eventually("the waiter's refused try", Duration::from_secs(10), || {
+        marked(db, key, mark)
+    })
+    .await;
+    // From the mark's commit to the waiter's registration for wake-ups: its reply's way back,
+    // nothing to watch from here.
+    sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    assert!(guard.release().await.expect("the holder's release"));
+    let (guard, granted) = waiting.await.expect("the waiter's task");
+    (granted - released, guard)
+}
+
+// --- Through PgBouncer ----------------------------------------------------------------------
+
+/// Pitfalls 1 and 9. PgBouncer at its defaults refuses the `options` startup parameter the
+/// store sends (`idle_in_transaction_session_timeout`): the first request fails at once, not
+/// retried for its wait, saying to set `ignore_startup_parameters = options`. With it, in
+/// session mode, every kind runs through the pooler (an exclusive grant with its fencing
+/// token, readers side by side, a semaphore's permits, a fair queue), and a release hands a
+/// plain and a fair lock to a waiter whose backoff steps are 5 s within a second: woken by
+/// `NOTIFY`, which its `LISTEN` session (seen on the server, behind PgBouncer) received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_through_pgbouncer_in_session_mode_every_kind_works_and_notify_wakes() {
+    let server = PostgresServer::start();
+
+    let strict = PgBouncer::start_with(&server, PoolMode::Session, &[]);
+    let refused = client(config(&strict.url(), "pgp_strict"));
+    let started = Instant::now();
+    let wait = Duration::from_secs(5);
+    let outcome = refused.lock("pgp:strict").wait(wait).acquire().await;
+    let took = started.elapsed();
+    match outcome {
+        Err(LockError::Backend(err)) => {
+            assert_eq!(err.kind(), BackendErrorKind::Server, "{err}");
+            assert!(err.to_string().contains(IGNORE_OPTIONS), "{err}");
+        }
+        other => panic!("through PgBouncer at its defaults: {other:?}"),
+    }
+    assert!(took < wait / 2, "retried for {took:?}");
+    drop(strict);
+
+    let bouncer = PgBouncer::start(&server, PoolMode::Session);
+    let a = client(config(&bouncer.url(), "pgp_session_a"));
+    let waiter_app = "pgp_session_waiter";
+    let backoff = Duration::from_secs(5);
+    let b = client(config(&bouncer.url(), waiter_app).backoff(backoff, backoff));
+    let db = &server.connect().await;
+
+    // Exclusive, fenced.
+    let key = "pgp:session";
+    let first = a.lock(key).acquire().await.expect("acquire");
+    let refused = b.lock(key).wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "a second holder: {refused:?}"
+    );
+    let first_token = token(&first);
+    assert!(first.release().await.expect("release"));
+    let second = b
+        .lock(key)
+        .acquire()
+        .await
+        .expect("acquire after the release");
+    assert!(token(&second) > first_token, "tokens do not rise");
+    assert!(second.release().await.expect("release"));
+
+    // Readers side by side, a writer kept out.
+    let key = "pgp:session-read";
+    let readers = [
+        a.read_lock(key).acquire().await.expect("read"),
+        b.read_lock(key).acquire().await.expect("read beside it"),
+    ];
+    let writer = a.lock(key).wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(writer, Err(LockError::Timeout { .. })),
+        "{writer:?}"
+    );
+    for reader in readers {
+        assert!(reader.release().await.expect("release a reader"));
+    }
+
+    // A semaphore's two permits, a third refused.
+    let key = "pgp:session-permits";
+    let permits = [
+        a.semaphore(key, 2).acquire().await.expect("a permit"),
+        b.semaphore(key, 2).acquire().await.expect("another permit"),
+    ];
+    let third = a.semaphore(key, 2).wait(Duration::ZERO).acquire().await;
+    assert!(matches!(third, Err(LockError::Timeout { .. })), "{third:?}");
+    for permit in permits {
+        assert!(permit.release().await.expect("release a permit"));
+    }
+
+    // The waiter's listener starts with its first wait, through PgBouncer.
+    let listen_key = "pgp:session-listen";
+    let guard = a.lock(listen_key).acquire().await.expect("acquire");
+    let waiting = tokio::spawn({
+        let request = b.lock(listen_key).wait(Duration::from_secs(20));
+        async move { request.acquire().await }
+    });
+    eventually(
+        "the waiter's LISTEN session behind PgBouncer",
+        Duration::from_secs(10),
+        || listening(db, waiter_app),
+    )
+    .await;
+    assert!(guard.release().await.expect("release"));
+    let woken = waiting
+        .await
+        .expect("the waiter's task")
+        .expect("its acquire");
+    assert!(woken.release().await.expect("release"));
+
+    for (key, fair) in [("pgp:session-wake", false), ("pgp:session-fair", true)] {
+        let (took, guard) = handoff(&a, &b, db, key, fair).await;
+        assert!(
+            took < Duration::from_secs(1),
+            "the {} waiter took {took:?} after the release: not woken by NOTIFY",
+            if fair { "fair" } else { "plain" }
+        );
+        assert!(guard.release().await.expect("the waiter's release"));
+    }
+}
+
+/// Pitfall 1. Through PgBouncer in transaction mode (1.18: prepared statements not
+/// supported), the store's prepared statements land on one server connection and its next
+/// statements on another. The first request fails at once, saying to set
+/// `pool_mode = session` (PgBouncer hands out its server connections round robin, as a busy
+/// pooler does, so the first statement after a prepare runs elsewhere); two clients asking
+/// for one key round after round then get at most one grant at a time, with rising tokens,
+/// and every failure is that error or a wait that ran out: never two holders, never a hang
+/// or a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_through_pgbouncer_in_transaction_mode_is_a_clear_error_never_a_wrong_grant() {
+    let server = PostgresServer::start();
+    let bouncer = PgBouncer::start_with(
+        &server,
+        PoolMode::Transaction,
+        &[
+            ("ignore_startup_parameters", "options"),
+            ("server_round_robin", "1"),
+        ],
+    );
+    let panics = library_panics();
+    // Two server connections in the pool, so that round robin has a choice.
+    let (one, two) = (connect(&bouncer.url()).await, connect(&bouncer.url()).await);
+    let (pid_one, pid_two) =
+        tokio::join!(backend_in_transaction(&one), backend_in_transaction(&two));
+    assert_ne!(
+        pid_one, pid_two,
+        "PgBouncer gave two open transactions one backend"
+    );
+    one.batch_execute("COMMIT").await.expect("COMMIT");
+    two.batch_execute("COMMIT").await.expect("COMMIT");
+
+    let a = client(config(&bouncer.url(), "pgp_transaction_a"));
+    let b = client(config(&bouncer.url(), "pgp_transaction_b"));
+    let key = "pgp:transaction";
+    let first_wait = Duration::from_secs(5);
+    let started = Instant::now();
+    let first = a.lock(key).wait(first_wait).acquire().await;
+    match first {
+        Err(LockError::Backend(err)) => {
+            assert_eq!(err.kind(), BackendErrorKind::Server, "{err}");
+            assert!(err.to_string().contains(SESSION_MODE), "{err}");
+        }
+        other => panic!("the first request in transaction mode: {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took < first_wait / 2, "retried for {took:?}");
+
+    let wait = Duration::from_millis(500);
+    let mut tokens = Vec::new();
+    let mut clear_errors = 0;
+    for round in 0..10 {
+        let bound = wait + Duration::from_secs(5);
+        let request = |client: &Client| client.lock(key).lease(Duration::from_secs(1)).wait(wait);
+        let (from_a, from_b) = timeout(
+            bound,
+            futures_util::future::join(request(&a).acquire(), request(&b).acquire()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: a request hung past {bound:?}"));
+        assert!(
+            !(from_a.is_ok() && from_b.is_ok()),
+            "round {round}: two holders of one key"
+        );
+        for outcome in [from_a, from_b] {
+            match outcome {
+                Ok(guard) => {
+                    tokens.push(token(&guard));
+                    // A release may fail too (then the lease runs out).
+                    let _ = guard.release().await;
+                }
+                Err(LockError::Timeout { .. }) => {}
+                Err(LockError::Backend(err)) if err.to_string().contains(SESSION_MODE) => {
+                    clear_errors += 1;
+                }
+                Err(err) => panic!("round {round}: an error that does not say what to do: {err}"),
+            }
+        }
+    }
+    eprintln!("in transaction mode: grants with tokens {tokens:?}, {clear_errors} clear errors");
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+    assert_eq!(library_panics(), panics, "the library panicked");
+}
+
+/// Opens a transaction on `db` (through PgBouncer: it keeps its server connection to the
+/// end) and answers its backend's pid.
+async fn backend_in_transaction(db: &tokio_postgres::Client) -> String {
+    let messages = db
+        .simple_query("BEGIN; SELECT pg_backend_pid()")
+        .await
+        .expect("BEGIN");
+    messages
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("a pid")
+}
