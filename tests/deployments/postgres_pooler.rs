@@ -1,18 +1,20 @@
-//! The PostgreSQL store through PgBouncer (the PostgreSQL pitfalls 1 and 9 of
-//! `../shared/research-stores.md`, Part 3): in session mode every kind works and a release
-//! wakes a waiter by `NOTIFY` through the pooler; in transaction mode, and through a PgBouncer
-//! that refuses the store's `options` startup parameter, the store fails with an error that
-//! says what to change, never a wrong grant. Each test starts its own server and pooler
-//! ([`PgBouncer`]); the store's rows are read over a direct connection of the test's own.
-//! Neighbours: `postgres_faults.rs` (one server's faults), `support/pgbouncer.rs` (the
-//! pooler).
+//! The PostgreSQL store through PgBouncer and across a failover to a promoted standby (the
+//! PostgreSQL pitfalls 1, 9 and 10 of `../shared/research-stores.md`, Part 3): in session
+//! mode every kind works and a release wakes a waiter by `NOTIFY` through the pooler; in
+//! transaction mode, and through a PgBouncer that refuses the store's `options` startup
+//! parameter, the store fails with an error that says what to change, never a wrong grant;
+//! a synchronous standby promoted after the primary's crash still holds every grant the
+//! primary committed, and its tokens go on above the primary's. Each test starts its own
+//! server, pooler or standby ([`PgBouncer`], [`PostgresServer::start_standby`]); the store's
+//! rows are read over a direct connection of the test's own. Neighbours: `postgres_faults.rs`
+//! (one server's faults), `support/pgbouncer.rs` and `support/postgres.rs` (the deployments).
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::support::panics::library_panics;
 use crate::support::pgbouncer::{PgBouncer, PoolMode};
-use crate::support::postgres::PostgresServer;
+use crate::support::postgres::{PostgresServer, Replication};
 use distlock::{BackendErrorKind, Client, Config, LockError, LockGuard};
 use tokio::time::{sleep, timeout, Instant};
 
@@ -359,4 +361,131 @@ async fn backend_in_transaction(db: &tokio_postgres::Client) -> String {
             _ => None,
         })
         .expect("a pid")
+}
+
+// --- A failover to a promoted standby -------------------------------------------------------
+
+/// Pitfall 10. Holders on a primary with a synchronous standby, their clients' URL naming
+/// both servers (`target_session_attrs=read-write`): the primary is killed (SIGKILL of every
+/// process) and the standby promoted. The grant the primary had committed is held on the
+/// promoted standby, with its lease: another client is refused it; the holder's client renews
+/// it there; once the holder releases it, the other gets it. Every token after the failover
+/// is above every token before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_failover_to_a_synchronous_standby_keeps_grants_and_tokens_rise() {
+    let mut primary = PostgresServer::start();
+    let standby = primary.start_standby(Replication::Synchronous);
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let holder = client(config(&both, "pgp_failover_holder"));
+    let other = client(config(&both, "pgp_failover_other"));
+    let key = "pgp:failover";
+    let lease = Duration::from_secs(6);
+
+    let mut before = Vec::new();
+    for client in [&holder, &other] {
+        let guard = client
+            .lock("pgp:failover-before")
+            .acquire()
+            .await
+            .expect("acquire");
+        before.push(token(&guard));
+        assert!(guard.release().await.expect("release"));
+    }
+    let held = holder
+        .lock(key)
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    before.push(token(&held));
+    let refused = other.lock(key).wait(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "{refused:?}"
+    );
+
+    let failed_over = Instant::now();
+    primary.kill();
+    standby.promote();
+    let promoted = failed_over.elapsed();
+
+    // The grant is there, unexpired, on the promoted standby.
+    let db = &standby.connect().await;
+    let row = db
+        .query_opt(
+            "SELECT (state->'w'->>1)::bigint, \
+                 (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+             FROM distlock.locks WHERE name = $1",
+            &[&row_of(key)],
+        )
+        .await
+        .expect("read the holder's row on the promoted standby")
+        .expect("the grant the primary committed is not on the promoted standby");
+    let (until, now): (i64, i64) = (row.get(0), row.get(1));
+    assert!(until > now, "the grant ran out on the promoted standby");
+
+    // Another client reaches the new primary, and is refused the key.
+    let refused = eventually(
+        "the other client to reach the promoted standby",
+        Duration::from_secs(10),
+        || async {
+            match other.lock(key).wait(Duration::ZERO).acquire().await {
+                Err(LockError::Backend(err)) => Err(err.to_string()),
+                outcome => Ok(outcome),
+            }
+        },
+    )
+    .await;
+    let first_answer = failed_over.elapsed();
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "after the failover, a second holder: {refused:?}"
+    );
+
+    // The holder's client renews there: the grant's end moves past the one it had.
+    eventually("a renewal on the promoted standby", lease, || async move {
+        let renewed: i64 = db
+            .query_one(
+                "SELECT (state->'w'->>1)::bigint FROM distlock.locks WHERE name = $1",
+                &[&row_of(key)],
+            )
+            .await
+            .expect("read the row")
+            .get(0);
+        if renewed > until {
+            Ok(())
+        } else {
+            Err("not renewed yet".to_owned())
+        }
+    })
+    .await;
+    assert!(held.is_held(), "the holder lost its grant in the failover");
+    assert!(held
+        .release()
+        .await
+        .expect("release on the promoted standby"));
+
+    let after = other
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquire after the holder's release");
+    let (highest, later) = (
+        before.iter().max().copied().unwrap_or_default(),
+        token(&after),
+    );
+    assert!(
+        later > highest,
+        "a token after the failover ({later}) is not above those before it ({before:?})"
+    );
+    assert!(after.release().await.expect("release"));
+    eprintln!(
+        "failover: promoted {promoted:?} after the kill, first answer from the new primary \
+         {first_answer:?} after it; tokens before {before:?}, after {later}"
+    );
 }
