@@ -36,17 +36,18 @@
 //! Libraries (`BENCH_LIBS`, default all three), each under a key prefix of its own, so that
 //! distlock's watch (on its prefix) sees none of the others' keys:
 //! - `distlock`: `Config::etcd(endpoints)` with its defaults (fencing tokens from revisions,
-//!   the watchdog, wake-ups by the watch). Its cycle: acquire = the read transaction of the
-//!   key's directory beside a lease grant, then the compare-and-swap transaction that creates
-//!   the grant's key on that lease; release = the transaction that deletes the key if the
+//!   the watchdog, wake-ups by the watch). Its cycle: acquire = a lease grant, then the
+//!   transaction that creates the grant's key on that lease if the key's directory is empty
+//!   (else gets the directory: `FirstTry::Blind` in `store/etcd/transaction.rs`); release =
+//!   the transaction that deletes the key if the
 //!   lock still keeps no bookkeeping and the key is still on the grant's lease
 //!   (`store/etcd/give_back.rs`), then the lease's revoke (in the background). 3 round trips
 //!   by design (not counted here: the client does not expose them).
 //! - `raw`: the floor — those requests (`lock-runtime/src/store/etcd/{transaction,layout,
 //!   directory,leases}.rs`; the key layout copied in [`layout`]) sent by hand with
 //!   `etcd-client` on one client, the lease revoked in the background as distlock does. A
-//!   try that finds the key held tries again 1 ms later without a lease granted beside the
-//!   read (distlock's try after a refusal), as the other benches' raw floors poll.
+//!   try that finds the key held tries again 1 ms later with a read first (distlock's try
+//!   after a refusal), as the other benches' raw floors poll.
 //! - `v3lock`: `etcd_client::LockClient`'s `lock` with a lease of its own (granted first: etcd's
 //!   lock service needs one per lock; 10 s, kept alive by nobody) and `unlock`, the lease then
 //!   revoked in the background: 3 round trips per cycle. A waiter waits in the server (the
@@ -112,7 +113,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LockOptions, PutOptions, Txn, TxnOp,
     TxnOpResponse,
 };
-use futures_util::future::{join, join_all};
+use futures_util::future::join_all;
 use support::etcd::{EtcdCluster, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -493,50 +494,79 @@ impl Raw {
         });
     }
 
-    /// One try: the grant, or `None` if the key is held. `speculate`: a first try, whose
-    /// lease is granted beside the read.
-    async fn try_acquire(&self, lock: &str, owner: &str, speculate: bool) -> Option<RawHeld> {
-        let mut spare: Option<RawLease> = None;
-        loop {
-            let (revision, grants) = if speculate && spare.is_none() {
-                let (read, lease) = join(self.read(lock), self.grant()).await;
-                spare = Some(lease);
-                read
-            } else {
-                self.read(lock).await
-            };
+    /// The grants' keys (with their create revisions) in the answer to a get of `lock`'s
+    /// directory.
+    fn grants_in(lock: &str, range: &etcd_client::GetResponse) -> Vec<(String, i64)> {
+        let holders = layout::holders(lock);
+        range
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    kv.create_revision(),
+                )
+            })
+            .filter(|(key, _)| key.starts_with(&holders))
+            .collect()
+    }
+
+    /// One try: the grant, or `None` if the key is held. `first`: a first try, which skips the
+    /// read as distlock's does (`FirstTry::Blind`): the lease granted, then a transaction that
+    /// creates the grant's key if the directory is empty, else gets it.
+    async fn try_acquire(&self, lock: &str, owner: &str, first: bool) -> Option<RawHeld> {
+        let mut lease: Option<RawLease> = None;
+        // The directory's revision as read, `None` for a blind attempt (as if empty at 0).
+        let mut read: Option<i64> = None;
+        if !first {
+            let (revision, grants) = self.read(lock).await;
             self.round_trips.fetch_add(1, Ordering::Relaxed);
             if !grants.is_empty() {
-                if let Some(lease) = spare {
-                    self.revoke(lease.id);
-                }
                 return None;
             }
-            let lease = match spare.take() {
+            read = Some(revision);
+        }
+        loop {
+            let granted = match lease {
                 Some(lease) => lease,
                 None => {
-                    let lease = self.grant().await;
+                    let granted = self.grant().await;
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
-                    lease
+                    lease = Some(granted);
+                    granted
                 }
             };
             // A writer's grant: created only where no key is, the bookkeeping unchanged (here:
-            // still absent), and no grant of any side created since the read.
+            // still absent), and no grant of any side created since the read (blind: none).
             let path = layout::writer_key(lock, owner);
             let holders = layout::holders(lock);
             let holders_end = layout::range_end(&holders);
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(path.clone(), CompareOp::Equal, 0),
-                    Compare::mod_revision(layout::state_key(lock), CompareOp::Equal, 0),
-                    Compare::create_revision(holders, CompareOp::Less, revision + 1)
-                        .with_range(holders_end),
-                ])
-                .and_then([TxnOp::put(
-                    path.clone(),
-                    lease.granted.to_string(),
-                    Some(PutOptions::new().with_lease(lease.id)),
+            let directory = layout::directory(lock);
+            let directory_end = layout::range_end(&directory);
+            let mut compares = vec![
+                Compare::create_revision(path.clone(), CompareOp::Equal, 0),
+                Compare::mod_revision(layout::state_key(lock), CompareOp::Equal, 0),
+                Compare::create_revision(holders, CompareOp::Less, read.unwrap_or(0) + 1)
+                    .with_range(holders_end),
+            ];
+            if read.is_none() {
+                // Blind: no key at all in the directory.
+                compares.push(
+                    Compare::create_revision(directory.clone(), CompareOp::Less, 1)
+                        .with_range(directory_end.clone()),
+                );
+            }
+            let mut txn = Txn::new().when(compares).and_then([TxnOp::put(
+                path.clone(),
+                granted.granted.to_string(),
+                Some(PutOptions::new().with_lease(granted.id)),
+            )]);
+            if read.is_none() {
+                txn = txn.or_else([TxnOp::get(
+                    directory.clone(),
+                    Some(GetOptions::new().with_range(directory_end.clone())),
                 )]);
+            }
             let response = self.client.clone().txn(txn).await.expect("raw write");
             self.round_trips.fetch_add(1, Ordering::Relaxed);
             if response.succeeded() {
@@ -544,11 +574,26 @@ impl Raw {
                     lock: lock.to_owned(),
                     path,
                     create_revision: response.header().map_or(0, |header| header.revision()),
-                    lease: lease.id,
+                    lease: granted.id,
                 });
             }
-            // Someone wrote between the read and the transaction: read again, the lease kept.
-            spare = Some(lease);
+            // Held, or written since: what the blind attempt brought back, else a read.
+            let (revision, grants) = match (read, response.op_responses().into_iter().next()) {
+                (None, Some(TxnOpResponse::Get(range))) => (
+                    response.header().map_or(0, |header| header.revision()),
+                    Self::grants_in(lock, &range),
+                ),
+                _ => {
+                    let read = self.read(lock).await;
+                    self.round_trips.fetch_add(1, Ordering::Relaxed);
+                    read
+                }
+            };
+            if !grants.is_empty() {
+                self.revoke(granted.id);
+                return None;
+            }
+            read = Some(revision);
         }
     }
 
@@ -639,12 +684,12 @@ impl Lib {
                 // `LockKey::new`'s lock key, under the raw floor's prefix.
                 let lock = format!("raw:{{{key}}}");
                 let owner = uuid::Uuid::new_v4().simple().to_string();
-                let mut speculate = true;
+                let mut first = true;
                 loop {
-                    if let Some(held) = raw.try_acquire(&lock, &owner, speculate).await {
+                    if let Some(held) = raw.try_acquire(&lock, &owner, first).await {
                         break Held::Raw(held);
                     }
-                    speculate = false;
+                    first = false;
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }

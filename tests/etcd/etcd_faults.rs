@@ -978,37 +978,76 @@ async fn a_release_after_the_lease_ran_out_leaves_the_next_holder_alone() {
     assert!(grant_keys(&mut raw, prefix, key).await.is_empty());
 }
 
-/// A write or read grant of a lock that keeps no bookkeeping is given back in one transaction
-/// (`store/etcd/give_back.rs`: the uncontended cycle's fourth round trip saved), counted by a
-/// member of the test's own; a fair grant, whose queue is bookkeeping, is given back by the
-/// whole release (a read, then a transaction). Each release frees the lock.
+/// The transactions of an uncontended cycle, counted by a member of the test's own (its gRPC
+/// counters): a free key's write lock (one key or several) is taken without a read — one
+/// transaction that creates the grant if the key is free, else brings the key back as the
+/// read (`FirstTry::Blind`, `store/etcd/transaction.rs`) — and given back in one per key
+/// (`store/etcd/give_back.rs`); a read lock is read first (it shares the key) and given back
+/// in one; a fair lock (its queue is bookkeeping) reads first both ways. A try on a held key
+/// costs one transaction. Each release frees the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lone_grant_is_given_back_in_one_transaction_and_a_queued_one_in_two() {
+async fn an_uncontended_write_lock_is_one_transaction_each_way() {
     let member = EtcdServer::start();
-    let client = client(config([member.endpoint()]));
-    for (what, transactions) in [("write", 1), ("read", 1), ("fair", 2)] {
-        let key = format!("lone-{what}");
+    let (client, other) = (
+        client(config([member.endpoint()])),
+        client(config([member.endpoint()])),
+    );
+    // What: (transactions to acquire, to release; a multi-key grant's keys are given back one
+    // by one, at once).
+    for (what, expected) in [
+        ("write", (1, 1)),
+        ("multi", (1, 2)),
+        ("read", (2, 1)),
+        ("fair", (2, 2)),
+    ] {
+        let key = format!("cycle-{what}");
+        let second = format!("cycle-{what}-2");
+        let before = member.grpc_calls("Txn").await;
         let guard = match what {
             "write" => client.lock(&key).acquire().await,
+            "multi" => {
+                client
+                    .lock_all([key.as_str(), second.as_str()])
+                    .acquire()
+                    .await
+            }
             "read" => client.read_lock(&key).acquire().await,
             _ => client.lock(&key).fair().acquire().await,
         }
         .unwrap_or_else(|err| panic!("{what}: {err}"));
+        let taken = member.grpc_calls("Txn").await - before;
+        if what == "write" {
+            let before = member.grpc_calls("Txn").await;
+            let refused = other
+                .lock(&key)
+                .try_acquire()
+                .await
+                .expect("the other's try");
+            assert!(refused.is_none(), "the other was granted a held lock");
+            let tried = member.grpc_calls("Txn").await - before;
+            assert_eq!(
+                tried, 1,
+                "a try on a held key sent {tried} transactions, not 1"
+            );
+        }
         let before = member.grpc_calls("Txn").await;
         assert!(
             guard.release().await.expect("release"),
             "{what}: the release found the grant gone"
         );
-        let sent = member.grpc_calls("Txn").await - before;
+        let given = member.grpc_calls("Txn").await - before;
         assert_eq!(
-            sent, transactions,
-            "{what}: the release sent {sent} transactions, not {transactions}"
+            (taken, given),
+            expected,
+            "{what}: (transactions to acquire, to release)"
         );
-        let state = client.inspect(&key).await.expect("inspect");
-        assert!(
-            !state.is_locked(),
-            "{what}: still held after the release: {state:?}"
-        );
+        for key in [&key, &second] {
+            let state = client.inspect(key).await.expect("inspect");
+            assert!(
+                !state.is_locked(),
+                "{what}: {key} held after the release: {state:?}"
+            );
+        }
     }
 }
 

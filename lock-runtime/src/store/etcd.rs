@@ -3,10 +3,13 @@
 //! round trips — one read of the keys' etcd keys, one transaction that writes what the twin
 //! changed if what the decision rested on is unchanged (the bookkeeping's revision, no grant
 //! created since on a side the new grant excludes, a give-back's key still the one read; read
-//! again otherwise). A lock key is a directory of etcd keys (`etcd/layout.rs`): its
-//! bookkeeping (the kinds' state but its holders, as JSON, `key_state.rs`) and one key per
-//! grant, on an etcd lease of the grant's own (`etcd/leases.rs`), granted beside the read (a
-//! first try) or before the transaction that creates the key. What holds a lock is what etcd still has: a grant whose lease ran out on the
+//! again otherwise). A write grant's first try skips the read: its transaction, written as
+//! if the key were free, creates the grant only if it is and else brings the key's etcd keys
+//! back as the read (`FirstTry::Blind`). A lock key is a directory of etcd keys
+//! (`etcd/layout.rs`): its bookkeeping (the kinds' state but its holders, as JSON,
+//! `key_state.rs`) and one key per grant, on an etcd lease of the grant's own
+//! (`etcd/leases.rs`), granted beside the read (a first try that reads) or before the
+//! transaction that creates the key. What holds a lock is what etcd still has: a grant whose lease ran out on the
 //! server is gone from the directory, whatever any clock says, and the twins see it gone. A
 //! grant's fencing token is its key's create revision: strictly increasing across holders,
 //! cluster-wide, with no clock in the argument (`docs/guarantees.md`). Renewals are one
@@ -42,7 +45,7 @@ use tokio::runtime::Handle;
 use self::client::Shared;
 use self::errors::{store_error, timed_out};
 use self::leases::{ttl_secs, Leases};
-use self::transaction::Failure;
+use self::transaction::{Failure, FirstTry};
 use self::watcher::Watcher;
 use super::every_key::EveryKeyFeed;
 use super::glob::glob_matches;
@@ -112,7 +115,14 @@ impl Store for EtcdStore {
                 &[attempt.key],
                 attempt.cut,
                 None,
-                (!attempt.refused_before).then(|| ttl_secs(attempt.lease)),
+                (!attempt.refused_before).then(|| {
+                    let ttl = ttl_secs(attempt.lease);
+                    // A fair try's place is its read's revision: it reads first.
+                    match attempt.seat {
+                        Some(_) => FirstTry::Beside(ttl),
+                        None => FirstTry::Blind(ttl),
+                    }
+                }),
                 |state, read| {
                     let mut attempt = *attempt;
                     if let Some(seat) = attempt.seat.as_mut().filter(|seat| seat.place == 0) {
@@ -233,7 +243,7 @@ impl Store for EtcdStore {
                 &keys,
                 attempt.cut,
                 None,
-                (!attempt.refused_before).then(|| ttl_secs(attempt.lease)),
+                (!attempt.refused_before).then(|| FirstTry::Blind(ttl_secs(attempt.lease))),
                 |state, read| Ok(state.try_grant_all(attempt, read.time.now)),
             )
             .await;

@@ -1,5 +1,5 @@
-//! A release in one round trip: a write or read grant given back from a lock whose etcd keys
-//! are its grants alone (no bookkeeping key). There the twin's give-back deletes the grant's
+//! A release in one round trip: a write or read grant (each key of a multi-key grant is one)
+//! given back from a lock whose etcd keys are its grants alone (no bookkeeping key). There the twin's give-back deletes the grant's
 //! key and changes nothing else (`Holding::removes_alone`, `kind/mod.rs`), so one transaction
 //! deletes it, if the lock still keeps no bookkeeping and the key is still on the grant's
 //! lease — the same outcome as the read, the twin and the write of the whole release

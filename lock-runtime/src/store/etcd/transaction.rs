@@ -2,7 +2,8 @@
 //! directories at one revision, run the twin on the state they hold, and write back what the
 //! twin changed in one transaction that compares only what the decision rested on — the
 //! bookkeeping's revision, no grant created since the read on a side the new grant excludes,
-//! a permit's seat still free, a give-back's key still the one read — else read again. A grant
+//! a permit's seat still free, a give-back's key still the one read — else read again (a
+//! try's first attempt at a grant that excludes every other may skip the read: [`FirstTry`]). A grant
 //! the twin adds gets a key on a lease of its own; one it removes loses its key and its
 //! lease. Neighbours: `client.rs` sends the requests, `layout.rs` names the keys,
 //! `store/key_state.rs` is the bookkeeping's JSON.
@@ -85,6 +86,30 @@ impl Drop for SpareLease {
     }
 }
 
+/// How a request that expects a grant (a try's first attempt) begins; either way its grant's
+/// lease is asked with this many seconds.
+#[derive(Clone, Copy)]
+pub(super) enum FirstTry {
+    /// Without a read: the twin runs on empty directories, and the transaction creates the
+    /// grant only if they are (its compares say so: no key at all under them — no
+    /// bookkeeping, no grant, nothing the store did not write), else brings back what they
+    /// hold for the next attempt — on a free key, the
+    /// lease's grant and one transaction, as etcd's own lock recipe. Sent only when the
+    /// twin's grant excludes every side; otherwise (a read lock or a permit, which share the
+    /// key) the attempt becomes [`FirstTry::Beside`]'s.
+    Blind(i64),
+    /// The read, with the grant's lease granted beside it.
+    Beside(i64),
+}
+
+impl FirstTry {
+    fn ttl(self) -> i64 {
+        match self {
+            FirstTry::Blind(ttl) | FirstTry::Beside(ttl) => ttl,
+        }
+    }
+}
+
 /// What one read found: the keys' directories, at one revision.
 struct Loaded {
     revision: i64,
@@ -125,14 +150,7 @@ impl Committed {
 impl EtcdStore {
     /// Reads the directories of `locks` in one transaction (one revision).
     async fn read(&self, locks: &[String], deadline: Instant) -> Result<Loaded, LockError> {
-        let ops: Vec<TxnOp> = locks
-            .iter()
-            .map(|lock| {
-                let directory = layout::directory(lock);
-                let end = layout::range_end(&directory);
-                TxnOp::get(directory, Some(GetOptions::new().with_range(end)))
-            })
-            .collect();
+        let ops = read_ops(locks);
         let response = self
             .shared
             .call("read", deadline, |mut client| {
@@ -141,55 +159,7 @@ impl EtcdStore {
             })
             .await?;
         let revision = response.header().map_or(0, |header| header.revision());
-        let mut keys = HashMap::new();
-        for (lock, op) in locks.iter().zip(response.op_responses()) {
-            let TxnOpResponse::Get(range) = op else {
-                continue;
-            };
-            let mut directory = Directory::default();
-            for kv in range.kvs() {
-                let key = String::from_utf8_lossy(kv.key());
-                match layout::parse(&key) {
-                    Some((_, layout::Part::State)) => {
-                        let json = serde_json::from_slice(kv.value())
-                            .map_err(|err| not_a_lock(lock, &err.to_string()))?;
-                        directory.state = Some((kv.mod_revision(), json));
-                    }
-                    Some((_, layout::Part::Holder(side, name))) => {
-                        let value = std::str::from_utf8(kv.value()).unwrap_or("");
-                        let mut fields = value.split(' ');
-                        let ttl = fields.next().and_then(|ttl| ttl.parse().ok());
-                        // A permit's value: its lease, the semaphore's count, its owner.
-                        let (permits, owner) = match side {
-                            'p' => (
-                                fields.next().and_then(|count| count.parse().ok()),
-                                fields.next().filter(|_| layout::seat_of(&key).is_some()),
-                            ),
-                            _ => (Some(0), Some(name)),
-                        };
-                        let (Some(ttl), Some(permits), Some(owner), None) =
-                            (ttl, permits, owner, fields.next())
-                        else {
-                            return Err(not_a_lock(lock, "a grant's key of another shape"));
-                        };
-                        let holder = HolderKey {
-                            side,
-                            path: key.to_string(),
-                            create_revision: kv.create_revision(),
-                            lease: kv.lease(),
-                            ttl,
-                            permits,
-                        };
-                        if directory.holders.insert(owner.to_owned(), holder).is_some() {
-                            return Err(not_a_lock(lock, "one owner holding it twice"));
-                        }
-                    }
-                    None => return Err(not_a_lock(lock, "a key the store does not write")),
-                }
-            }
-            keys.insert(lock.clone(), directory);
-        }
-        Ok(Loaded { revision, keys })
+        loaded_from(locks, revision, response.op_responses())
     }
 
     /// Runs `twin` on the state of `keys` as etcd has it, and writes back what it changed in
@@ -197,15 +167,15 @@ impl EtcdStore {
     /// response timeout and `cut`): the twin's answer and what the transaction left. A grant
     /// the twin adds gets a key on a lease of its own; one it removes loses its key and its
     /// lease. `relet`: an owner whose grant keeps its key on a new lease, as long as the twin
-    /// left it (a release within `hold_at_least`). `speculate`: the lease (in seconds) of a
-    /// grant the request expects, granted beside the read.
+    /// left it (a release within `hold_at_least`). `first`: how a request that expects a
+    /// grant begins ([`FirstTry`]).
     pub(super) async fn transact<T>(
         &self,
         operation: &'static str,
         keys: &[&LockKey],
         cut: Option<Instant>,
         relet: Option<&str>,
-        speculate: Option<i64>,
+        first: Option<FirstTry>,
         mut twin: impl FnMut(&mut State, &Read) -> Result<T, LockError>,
     ) -> Result<(T, Committed), Failure> {
         let mut locks: Vec<String> = keys.iter().map(|key| key.lock.clone()).collect();
@@ -217,12 +187,23 @@ impl EtcdStore {
             shared: self.shared.clone(),
             lease: None,
         };
+        let mut blind = matches!(first, Some(FirstTry::Blind(_)));
+        // What a blind try found instead of empty directories: the next attempt's read.
+        let mut found: Option<Loaded> = None;
         loop {
-            // A try that expects a grant has its lease granted beside the read: one round
-            // trip less when it gets one, a revoked lease when it does not.
-            let speculate = speculate.filter(|_| spare.lease.is_none());
-            let loaded = match speculate {
-                Some(ttl) => {
+            // A try that expects a grant and is not blind has its lease granted beside the
+            // read: one round trip less when it gets one, a revoked lease when it does not.
+            let speculate = first.map(FirstTry::ttl).filter(|_| spare.lease.is_none());
+            let loaded = match (blind, found.take(), speculate) {
+                (true, ..) => Loaded {
+                    revision: 0,
+                    keys: locks
+                        .iter()
+                        .map(|lock| (lock.clone(), Directory::default()))
+                        .collect(),
+                },
+                (false, Some(loaded), _) => loaded,
+                (false, None, Some(ttl)) => {
                     let (loaded, lease) = tokio::join!(
                         self.read(&locks, deadline),
                         self.shared.grant(ttl, deadline)
@@ -232,7 +213,7 @@ impl EtcdStore {
                     }
                     loaded?
                 }
-                None => self.read(&locks, deadline).await?,
+                (false, None, None) => self.read(&locks, deadline).await?,
             };
             let read = Read {
                 time: Timeline {
@@ -278,6 +259,9 @@ impl EtcdStore {
             let mut wanted: Vec<(String, String, String, char, u32, i64)> = Vec::new();
             let mut gone: Vec<(String, String, i64)> = Vec::new();
             let mut created = HashMap::new();
+            // Whether the compares say every directory is empty (each lock's new grant
+            // excludes every side): all a blind try may rest on.
+            let mut all_excluded = true;
             for lock in &locks {
                 let directory = &loaded.keys[lock];
                 let after = KeyState {
@@ -399,6 +383,7 @@ impl EtcdStore {
                     })
                     .map(layout::side)
                     .collect();
+                all_excluded &= excluded.len() == HolderSlot::ALL.len();
                 let ranges: Vec<Option<char>> = if excluded.len() == HolderSlot::ALL.len() {
                     vec![None]
                 } else {
@@ -419,6 +404,12 @@ impl EtcdStore {
                     });
                 }
             }
+            if blind && (wanted.is_empty() || !all_excluded) {
+                // The twin's plan on empty directories does not say they are empty (a read
+                // or a permit shares the key): read them first.
+                blind = false;
+                continue;
+            }
             if ops.is_empty() && wanted.is_empty() {
                 return Ok((
                     answer,
@@ -429,28 +420,47 @@ impl EtcdStore {
                 ));
             }
             // A lease for every grant the transaction creates, granted first (the one granted
-            // beside the read, if any). Each key of a `lock_all` has its own: its keys may be
-            // given back one by one, and revoking a shared lease would free them all.
-            let mut granted = Vec::new();
+            // beside the read, if any; the others all at once). Each key of a `lock_all` has
+            // its own: its keys may be given back one by one, and revoking a shared lease
+            // would free them all.
             let mut leases: HashMap<(String, String), Lease> = HashMap::new();
-            for (lock, owner, path, side, permits, ttl) in &wanted {
-                let lease = match leases.get(&(lock.clone(), owner.clone())) {
-                    Some(lease) => *lease,
-                    None => {
-                        let lease = match spare.take(*ttl) {
-                            Some(lease) => lease,
-                            None => match self.shared.grant(*ttl, deadline).await {
-                                Ok(lease) => lease,
-                                Err(err) => {
-                                    self.shared.revoke(leases.values().map(|l| l.id).collect());
-                                    return Err(err.into());
-                                }
-                            },
-                        };
-                        leases.insert((lock.clone(), owner.clone()), lease);
-                        lease
+            let mut asked: Vec<((String, String), i64)> = Vec::new();
+            for (lock, owner, _, _, _, ttl) in &wanted {
+                let grant = (lock.clone(), owner.clone());
+                if leases.contains_key(&grant) || asked.iter().any(|(asked, _)| *asked == grant) {
+                    continue;
+                }
+                match spare.take(*ttl) {
+                    Some(lease) => {
+                        leases.insert(grant, lease);
                     }
-                };
+                    None => asked.push((grant, *ttl)),
+                }
+            }
+            let answers = futures_util::future::join_all(
+                asked
+                    .iter()
+                    .map(|(_, ttl)| self.shared.grant(*ttl, deadline)),
+            )
+            .await;
+            let mut failed = None;
+            for ((grant, _), answer) in asked.into_iter().zip(answers) {
+                match answer {
+                    Ok(lease) => {
+                        leases.insert(grant, lease);
+                    }
+                    Err(err) => failed = Some(err),
+                }
+            }
+            if let Some(err) = failed {
+                self.shared
+                    .revoke(leases.values().map(|lease| lease.id).collect());
+                return Err(err.into());
+            }
+            let mut granted = Vec::new();
+            for (lock, owner, path, side, permits, _) in &wanted {
+                let grant = (lock.clone(), owner.clone());
+                let lease = leases[&grant];
                 let value = match side {
                     'p' => format!("{} {permits} {owner}", lease.granted),
                     _ => lease.granted.to_string(),
@@ -460,9 +470,22 @@ impl EtcdStore {
                     value,
                     Some(PutOptions::new().with_lease(lease.id)),
                 ));
-                granted.push((lease.id, (lock.clone(), owner.clone())));
+                granted.push((lease.id, grant));
             }
-            let txn = Txn::new().when(compares).and_then(ops);
+            if blind {
+                // Nothing at all in the directories — not even a key the store does not
+                // write, which the read would refuse as not a lock's.
+                for lock in &locks {
+                    let start = layout::directory(lock);
+                    let end = layout::range_end(&start);
+                    compares
+                        .push(Compare::create_revision(start, CompareOp::Less, 1).with_range(end));
+                }
+            }
+            let mut txn = Txn::new().when(compares).and_then(ops);
+            if blind {
+                txn = txn.or_else(read_ops(&locks));
+            }
             let written = self
                 .shared
                 .call(operation, deadline, |mut client| {
@@ -484,6 +507,13 @@ impl EtcdStore {
                     spare.put(lease);
                 }
                 self.shared.revoke(unused.map(|lease| lease.id).collect());
+                if blind {
+                    // The directories were not empty: what they hold, read by the same
+                    // transaction, is the next attempt's read.
+                    blind = false;
+                    let revision = response.header().map_or(0, |header| header.revision());
+                    found = Some(loaded_from(&locks, revision, response.op_responses())?);
+                }
                 if Instant::now() < deadline {
                     continue;
                 }
@@ -512,6 +542,76 @@ impl EtcdStore {
             return Ok((answer, Committed { revision, created }));
         }
     }
+}
+
+/// The gets of the directories of `locks`, in their order: what a read sends, and what a
+/// blind try brings back when it finds them not empty.
+fn read_ops(locks: &[String]) -> Vec<TxnOp> {
+    locks
+        .iter()
+        .map(|lock| {
+            let directory = layout::directory(lock);
+            let end = layout::range_end(&directory);
+            TxnOp::get(directory, Some(GetOptions::new().with_range(end)))
+        })
+        .collect()
+}
+
+/// The directories of `locks` from the answers to [`read_ops`], read at `revision`.
+fn loaded_from(
+    locks: &[String],
+    revision: i64,
+    responses: Vec<TxnOpResponse>,
+) -> Result<Loaded, LockError> {
+    let mut keys = HashMap::new();
+    for (lock, op) in locks.iter().zip(responses) {
+        let TxnOpResponse::Get(range) = op else {
+            continue;
+        };
+        let mut directory = Directory::default();
+        for kv in range.kvs() {
+            let key = String::from_utf8_lossy(kv.key());
+            match layout::parse(&key) {
+                Some((_, layout::Part::State)) => {
+                    let json = serde_json::from_slice(kv.value())
+                        .map_err(|err| not_a_lock(lock, &err.to_string()))?;
+                    directory.state = Some((kv.mod_revision(), json));
+                }
+                Some((_, layout::Part::Holder(side, name))) => {
+                    let value = std::str::from_utf8(kv.value()).unwrap_or("");
+                    let mut fields = value.split(' ');
+                    let ttl = fields.next().and_then(|ttl| ttl.parse().ok());
+                    // A permit's value: its lease, the semaphore's count, its owner.
+                    let (permits, owner) = match side {
+                        'p' => (
+                            fields.next().and_then(|count| count.parse().ok()),
+                            fields.next().filter(|_| layout::seat_of(&key).is_some()),
+                        ),
+                        _ => (Some(0), Some(name)),
+                    };
+                    let (Some(ttl), Some(permits), Some(owner), None) =
+                        (ttl, permits, owner, fields.next())
+                    else {
+                        return Err(not_a_lock(lock, "a grant's key of another shape"));
+                    };
+                    let holder = HolderKey {
+                        side,
+                        path: key.to_string(),
+                        create_revision: kv.create_revision(),
+                        lease: kv.lease(),
+                        ttl,
+                        permits,
+                    };
+                    if directory.holders.insert(owner.to_owned(), holder).is_some() {
+                        return Err(not_a_lock(lock, "one owner holding it twice"));
+                    }
+                }
+                None => return Err(not_a_lock(lock, "a key the store does not write")),
+            }
+        }
+        keys.insert(lock.clone(), directory);
+    }
+    Ok(Loaded { revision, keys })
 }
 
 /// A key of the lock's directory that the store did not write.
