@@ -1,4 +1,6 @@
-//! The attribute's compile-time contract. Compile-fail cases, one per message, run through
+//! The attribute's compile-time contract. Compile-fail cases, a function per message (the
+//! attribute's own refusals grouped in a file per theme: trybuild compiles each file as a
+//! crate of its own, and every crate costs its dependencies' loading), run through
 //! trybuild; the `.stderr` files were made with rustc 1.95.0, and a different compiler may word
 //! its own parts differently (refresh them with
 //! `TRYBUILD=overwrite cargo test -p lock-macros --test ui` and review the diff). Pass cases —

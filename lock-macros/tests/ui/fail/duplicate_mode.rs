@@ -1,6 +1,0 @@
-#[distlock::distributed_lock(key = "k", mode = "read", mode = "write")]
-async fn twice() -> Result<(), distlock::LockError> {
-    Ok(())
-}
-
-fn main() {}

@@ -1,6 +1,0 @@
-#[distlock::distributed_lock(key = "")]
-async fn empty() -> Result<(), distlock::LockError> {
-    Ok(())
-}
-
-fn main() {}

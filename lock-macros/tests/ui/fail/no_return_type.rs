@@ -1,4 +1,0 @@
-#[distlock::distributed_lock(key = "k")]
-async fn nothing() {}
-
-fn main() {}

@@ -1,6 +1,0 @@
-#[distlock::distributed_lock(key = 42)]
-async fn numeric() -> Result<(), distlock::LockError> {
-    Ok(())
-}
-
-fn main() {}

@@ -1,4 +1,0 @@
-#[distlock::distributed_lock(key = "k")]
-struct NotAFn;
-
-fn main() {}

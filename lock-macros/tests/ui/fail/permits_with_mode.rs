@@ -1,6 +1,0 @@
-#[distlock::distributed_lock(key = "partner-api", permits = 5, mode = "read")]
-async fn call() -> Result<(), distlock::LockError> {
-    Ok(())
-}
-
-fn main() {}

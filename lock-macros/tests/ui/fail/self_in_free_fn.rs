@@ -1,6 +1,0 @@
-#[distlock::distributed_lock(key = "user:{self.id}")]
-async fn free(id: u64) -> Result<(), distlock::LockError> {
-    Ok(())
-}
-
-fn main() {}

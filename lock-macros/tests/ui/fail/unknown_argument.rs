@@ -1,6 +1,0 @@
-#[distlock::distributed_lock(key = "k", timeout = "5s")]
-async fn unknown() -> Result<(), distlock::LockError> {
-    Ok(())
-}
-
-fn main() {}
