@@ -3,8 +3,8 @@
 //! by sharded pub/sub, renewals batched per slot and sent as one request per primary, `MOVED`/`ASK` and a slot migration under a
 //! waiter, a flushed script cache, a manual failover and a SIGKILLed primary, and the failover
 //! guard (`WAIT` on the lock's own primary). Tests that leave the cluster as they found it share
-//! one ([`shared_cluster`]); tests that fail over, kill or freeze nodes start their own, one at
-//! a time ([`DEDICATED`]), as the machine running them may be small.
+//! one ([`shared_cluster`]); tests that fail over, kill or freeze nodes start their own, two
+//! at a time ([`DEDICATED`]), as the machine running them may be small.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -16,8 +16,10 @@ use crate::support::proxy::Proxy;
 use distlock::{Client, Config, LockError};
 use redis::cluster_routing::Slot;
 
-/// Tests with a cluster of their own run one after the other.
-pub(crate) static DEDICATED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Tests with a cluster of their own run two at a time: each spends most of its time waiting
+/// (a lease, a failover, a frozen node), and one at a time they held the binary's other
+/// tests back, each waiting for its turn on a test thread of its own.
+pub(crate) static DEDICATED: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 pub(crate) fn client(cluster: &RedisCluster, tune: impl FnOnce(Config) -> Config) -> Client {
     let config = Config::cluster(cluster.urls()).expect("cluster urls");
@@ -392,7 +394,7 @@ async fn renewals_are_batched_one_call_per_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_round_is_one_request_per_primary_whatever_the_slots() {
     const LOCKS: usize = 300;
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let captured = support::capture::install();
     let cluster = RedisCluster::start();
     let ports: Vec<u16> = (0..6).map(|index| cluster.port(index)).collect();
@@ -469,7 +471,7 @@ async fn a_renewal_round_is_one_request_per_primary_whatever_the_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_renewals_survive_a_failover_and_a_script_flush() {
     const LOCKS: usize = 60;
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let captured = support::capture::install();
     let cluster = RedisCluster::start();
     let lease = Duration::from_secs(3);
@@ -610,7 +612,7 @@ async fn locking_and_renewing_work_after_the_script_cache_of_every_node_is_flush
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_wait_left_rides_out_a_failover_of_its_slot_without_an_error() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let mut cluster = RedisCluster::start();
     let client = client(&cluster, |config| {
         config
@@ -636,7 +638,7 @@ async fn a_request_with_wait_left_rides_out_a_failover_of_its_slot_without_an_er
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_missing_on_the_locks_node_is_sent_again_there_while_another_primary_hangs() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let cluster = RedisCluster::start();
     let client = client(&cluster, |config| {
         config.response_timeout(Duration::from_secs(2))
@@ -692,7 +694,7 @@ async fn acquire_despite_errors(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_failover_of_a_held_locks_primary_loses_neither_lock_nor_waiter() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let cluster = RedisCluster::start();
     let (holder, waiter) = (plain(&cluster), plain(&cluster));
     let name = "failover-manual";
@@ -738,7 +740,7 @@ async fn a_manual_failover_of_a_held_locks_primary_loses_neither_lock_nor_waiter
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_primary_whose_replica_takes_over_leaves_no_waiter_stuck() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let mut cluster = RedisCluster::start();
     let holder = client(&cluster, |config| {
         config.response_timeout(Duration::from_millis(500))
@@ -801,7 +803,7 @@ async fn a_sigkilled_primary_whose_replica_takes_over_leaves_no_waiter_stuck() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_failover_guard_waits_for_the_replica_of_the_locks_own_primary() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let cluster = RedisCluster::start();
     let guarded = client(&cluster, |config| {
         config
@@ -1115,7 +1117,7 @@ async fn a_multi_key_lock_lives_through_a_live_migration_of_its_slot() {
 /// stayed held for the try's whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_try_held_up_past_its_timeout_grants_nothing_after_its_clean_up() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let captured = support::capture::install();
     let cluster = RedisCluster::start();
     let name = "held-up";

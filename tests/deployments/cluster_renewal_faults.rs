@@ -169,7 +169,7 @@ enum Sickness {
 async fn a_sick_primary_costs_no_request_per_lease_and_no_lease_elsewhere(sickness: Sickness) {
     const SLOTS: usize = 24;
     const PER_SLOT: usize = 3;
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let captured = support::capture::install();
     let mut cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
     let ports: Vec<u16> = (0..6).map(|index| cluster.port(index)).collect();
@@ -331,7 +331,7 @@ async fn a_cluster_down_costs_no_request_per_call_and_none_per_lease() {
     const SLOTS: usize = 24;
     const PER_SLOT: usize = 3;
     const ROUNDS: usize = 3;
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let captured = support::capture::install();
     let panics_before = support::panics::library_panics();
     let mut cluster = RedisCluster::start_without_replicas(Duration::from_millis(1000));
@@ -787,7 +787,7 @@ fn assert_only_the_frozen_node_cost_anything(what: &str, seen: &[WhileFrozen]) {
 /// leases were lost at each of these leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_primary_costs_no_lease_of_another_primary_at_the_default_config() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
     let sick = cluster.primaries()[0];
     let seen =
@@ -807,7 +807,7 @@ async fn a_frozen_primary_costs_no_lease_of_another_primary_at_the_default_confi
 /// were lost at 1.8 s in one run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_replica_costs_no_guarded_lease_of_another_primary() {
-    let _one_at_a_time = DEDICATED.lock().await;
+    let _turn = DEDICATED.acquire().await.expect("never closed");
     let cluster = RedisCluster::start_with_node_timeout(Duration::from_secs(60));
     let sick = cluster.primaries()[0];
     let replica = cluster.replicas_of(sick)[0];
