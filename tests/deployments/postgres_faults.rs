@@ -46,12 +46,12 @@ fn config(url: &str) -> Config {
         .connect_timeout(Duration::from_secs(2))
 }
 
-fn client(config: Config) -> Client {
+pub(crate) fn client(config: Config) -> Client {
     Client::new(config).expect("a valid config")
 }
 
 /// A connection of the test's own to `url`, its task on the current runtime.
-async fn connect(url: &str) -> tokio_postgres::Client {
+pub(crate) async fn connect(url: &str) -> tokio_postgres::Client {
     let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|err| panic!("connect to {url}: {err}"));
@@ -62,13 +62,13 @@ async fn connect(url: &str) -> tokio_postgres::Client {
 }
 
 /// The row name of key `key` (the default prefix).
-fn row_of(key: &str) -> String {
+pub(crate) fn row_of(key: &str) -> String {
     format!("distlock:{{{key}}}")
 }
 
 /// Polls `check` every 10 ms until it gives a value; panics after `within` with `what` and
 /// the last reason.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,

@@ -9,9 +9,9 @@
 //! rows are read over a direct connection of the test's own. Neighbours: `postgres_faults.rs`
 //! (one server's faults), `support/pgbouncer.rs` and `support/postgres.rs` (the deployments).
 
-use std::future::Future;
 use std::time::Duration;
 
+use crate::postgres_faults::{client, connect, eventually, row_of};
 use crate::support::panics::library_panics;
 use crate::support::pgbouncer::{PgBouncer, PoolMode};
 use crate::support::postgres::{PostgresServer, Replication};
@@ -32,47 +32,6 @@ fn config(url: &str, app: &str) -> Config {
         .expect("a PostgreSQL URL")
         .response_timeout(Duration::from_secs(2))
         .connect_timeout(Duration::from_secs(2))
-}
-
-fn client(config: Config) -> Client {
-    Client::new(config).expect("a valid config")
-}
-
-/// A connection of the test's own to `url`, its task on the current runtime. Through
-/// PgBouncer in transaction mode only its simple queries work (`batch_execute`,
-/// `simple_query`): a prepared statement may be run on another server connection.
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (db, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|err| panic!("connect to {url}: {err}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    db
-}
-
-/// The row name of key `key` (the default prefix).
-fn row_of(key: &str) -> String {
-    format!("distlock:{{{key}}}")
-}
-
-/// Polls `check` every 10 ms until it gives a value; panics after `within` with `what` and
-/// the last reason.
-async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(reason) if Instant::now() >= deadline => {
-                panic!("timed out after {within:?} waiting for {what}: {reason}")
-            }
-            Err(_) => sleep(Duration::from_millis(10)).await,
-        }
-    }
 }
 
 /// Whether key `key`'s row has `mark` at the top of its state (`ww`: a waiting writer; `q`:

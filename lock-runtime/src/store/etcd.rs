@@ -31,6 +31,7 @@ mod errors;
 mod give_back;
 mod layout;
 mod leases;
+mod read;
 mod transaction;
 mod watcher;
 

@@ -5,19 +5,20 @@
 //! a permit's seat still free, a give-back's key still the one read — else read again (a
 //! try's first attempt at a grant that excludes every other may skip the read: [`FirstTry`]). A grant
 //! the twin adds gets a key on a lease of its own; one it removes loses its key and its
-//! lease. Neighbours: `client.rs` sends the requests, `layout.rs` names the keys,
-//! `store/key_state.rs` is the bookkeeping's JSON.
+//! lease. Neighbours: `read.rs` reads the directories, `client.rs` sends the requests,
+//! `layout.rs` names the keys, `store/key_state.rs` is the bookkeeping's JSON.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 
 use super::client::{wall_micros, Lease, Shared};
-use super::directory::{bookkeeping, holders, unpushed, with_holders, Directory, HolderKey};
+use super::directory::{bookkeeping, holders, unpushed, with_holders, Directory};
 use super::errors::etcd_error;
 use super::leases::ttl_secs;
+use super::read::{loaded_from, not_a_lock, read_ops, Loaded};
 use super::{layout, EtcdStore};
 use crate::error::{BackendErrorKind, LockError};
 use crate::kind::twins::{State, TokenSource};
@@ -110,12 +111,6 @@ impl FirstTry {
     }
 }
 
-/// What one read found: the keys' directories, at one revision.
-struct Loaded {
-    revision: i64,
-    keys: HashMap<String, Directory>,
-}
-
 /// What the twin runs at: the time of the read, and its revision.
 pub(super) struct Read {
     pub(crate) time: Timeline,
@@ -148,20 +143,6 @@ impl Committed {
 }
 
 impl EtcdStore {
-    /// Reads the directories of `locks` in one transaction (one revision).
-    async fn read(&self, locks: &[String], deadline: Instant) -> Result<Loaded, LockError> {
-        let ops = read_ops(locks);
-        let response = self
-            .shared
-            .call("read", deadline, |mut client| {
-                let txn = Txn::new().and_then(ops.clone());
-                async move { client.txn(txn).await }
-            })
-            .await?;
-        let revision = response.header().map_or(0, |header| header.revision());
-        loaded_from(locks, revision, response.op_responses())
-    }
-
     /// Runs `twin` on the state of `keys` as etcd has it, and writes back what it changed in
     /// one transaction, if nobody wrote the keys since the read (else reads again, within the
     /// response timeout and `cut`): the twin's answer and what the transaction left. A grant
@@ -542,87 +523,4 @@ impl EtcdStore {
             return Ok((answer, Committed { revision, created }));
         }
     }
-}
-
-/// The gets of the directories of `locks`, in their order: what a read sends, and what a
-/// blind try brings back when it finds them not empty.
-fn read_ops(locks: &[String]) -> Vec<TxnOp> {
-    locks
-        .iter()
-        .map(|lock| {
-            let directory = layout::directory(lock);
-            let end = layout::range_end(&directory);
-            TxnOp::get(directory, Some(GetOptions::new().with_range(end)))
-        })
-        .collect()
-}
-
-/// The directories of `locks` from the answers to [`read_ops`], read at `revision`.
-fn loaded_from(
-    locks: &[String],
-    revision: i64,
-    responses: Vec<TxnOpResponse>,
-) -> Result<Loaded, LockError> {
-    let mut keys = HashMap::new();
-    for (lock, op) in locks.iter().zip(responses) {
-        let TxnOpResponse::Get(range) = op else {
-            continue;
-        };
-        let mut directory = Directory::default();
-        for kv in range.kvs() {
-            let key = String::from_utf8_lossy(kv.key());
-            match layout::parse(&key) {
-                Some((_, layout::Part::State)) => {
-                    let json = serde_json::from_slice(kv.value())
-                        .map_err(|err| not_a_lock(lock, &err.to_string()))?;
-                    directory.state = Some((kv.mod_revision(), json));
-                }
-                Some((_, layout::Part::Holder(side, name))) => {
-                    let value = std::str::from_utf8(kv.value()).unwrap_or("");
-                    let mut fields = value.split(' ');
-                    let ttl = fields.next().and_then(|ttl| ttl.parse().ok());
-                    // A permit's value: its lease, the semaphore's count, its owner.
-                    let (permits, owner) = match side {
-                        'p' => (
-                            fields.next().and_then(|count| count.parse().ok()),
-                            fields.next().filter(|_| layout::seat_of(&key).is_some()),
-                        ),
-                        _ => (Some(0), Some(name)),
-                    };
-                    let (Some(ttl), Some(permits), Some(owner), None) =
-                        (ttl, permits, owner, fields.next())
-                    else {
-                        return Err(not_a_lock(lock, "a grant's key of another shape"));
-                    };
-                    let holder = HolderKey {
-                        side,
-                        path: key.to_string(),
-                        create_revision: kv.create_revision(),
-                        lease: kv.lease(),
-                        ttl,
-                        permits,
-                    };
-                    if directory.holders.insert(owner.to_owned(), holder).is_some() {
-                        return Err(not_a_lock(lock, "one owner holding it twice"));
-                    }
-                }
-                None => return Err(not_a_lock(lock, "a key the store does not write")),
-            }
-        }
-        keys.insert(lock.clone(), directory);
-    }
-    Ok(Loaded { revision, keys })
-}
-
-/// A key of the lock's directory that the store did not write.
-fn not_a_lock(lock: &str, why: &str) -> LockError {
-    etcd_error(
-        "read",
-        BackendErrorKind::Server,
-        format!(
-            "the etcd keys of `{lock}` are not a distlock lock ({why}); they were left \
-             untouched"
-        ),
-    )
-    .into()
 }
