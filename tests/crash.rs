@@ -1946,6 +1946,17 @@ fn check_work(
     events
 }
 
+/// How long after `at` (µs) the earliest grant (`G`) logged after it came: by time, not by
+/// the log's order (a worker frozen right after its grant logs it once thawed, after grants
+/// made later).
+fn first_grant_after(events: &[Event], at: u64) -> Option<u64> {
+    events
+        .iter()
+        .filter(|e| e.what == "G" && e.at > at)
+        .map(|e| e.at - at)
+        .min()
+}
+
 /// The events of `events` logged from `before` µs ahead of `from` to `to`, a line each, their
 /// times as µs after `from` (negative before it).
 fn log_between(events: &[Event], from: u64, before: u64, to: u64) -> String {
@@ -2302,10 +2313,7 @@ fn postgres_frozen_past_a_lease_under_holders_and_waiters() {
         nobody_holds(deployment, &runtime, &harness, key);
     }
     let events = check_work(deployment, &store, &recorder, &[], FROZEN_OVERRUN);
-    let resumed = events
-        .iter()
-        .filter(|e| e.what == "G" && e.at > thawed_at)
-        .min_by_key(|e| e.at)
+    let resumed = first_grant_after(&events, thawed_at)
         .unwrap_or_else(|| panic!("{deployment}: no worker was granted the lock after the thaw"));
     let failed_while_frozen = events
         .iter()
@@ -2318,7 +2326,7 @@ fn postgres_frozen_past_a_lease_under_holders_and_waiters() {
         (thawed_at - frozen_from) / 1000,
         probes.join(", "),
         (regranted - thawed_at) / 1000,
-        (resumed.at - thawed_at) / 1000
+        resumed / 1000
     );
 }
 
@@ -2469,14 +2477,7 @@ fn etcd_leader_killed_under_holders_and_waiters() {
     finish(workers);
     nobody_holds(deployment, &runtime, &harness, WORK_KEY);
     let events = check_work(deployment, &store, &recorder, &[], Duration::ZERO);
-    let first_grant_after = |at: u64| {
-        events
-            .iter()
-            .filter(|e| e.what == "G" && e.at > at)
-            .min_by_key(|e| e.at)
-            .map(|e| e.at - at)
-    };
-    let resumed = first_grant_after(killed_at)
+    let resumed = first_grant_after(&events, killed_at)
         .unwrap_or_else(|| panic!("{deployment}: no grant after the leader's death"));
     let bound = ETCD_ELECTION + ETCD_LEASE_EXTENSION + freed_within(&store) + HANDOVER_SLACK;
     assert!(
@@ -2485,7 +2486,7 @@ fn etcd_leader_killed_under_holders_and_waiters() {
          lease: {bound:?}",
         resumed / 1000
     );
-    let after_rejoin = first_grant_after(rejoined_at)
+    let after_rejoin = first_grant_after(&events, rejoined_at)
         .unwrap_or_else(|| panic!("{deployment}: no grant after the killed member rejoined"));
     println!(
         "{deployment}: member {next} led {} ms after member {leader} was killed; the first \
@@ -2541,14 +2542,7 @@ fn etcd_member_frozen_under_holders_and_waiters() {
     finish(workers);
     nobody_holds(deployment, &runtime, &harness, WORK_KEY);
     let events = check_work(deployment, &store, &recorder, &[], Duration::ZERO);
-    let first_grant_after = |at: u64| {
-        events
-            .iter()
-            .filter(|e| e.what == "G" && e.at > at)
-            .min_by_key(|e| e.at)
-            .map(|e| e.at - at)
-    };
-    let resumed = first_grant_after(frozen_at)
+    let resumed = first_grant_after(&events, frozen_at)
         .unwrap_or_else(|| panic!("{deployment}: no grant after the leader froze"));
     let bound = ETCD_ELECTION + ETCD_LEASE_EXTENSION + freed_within(&store) + HANDOVER_SLACK;
     assert!(
@@ -2558,7 +2552,7 @@ fn etcd_member_frozen_under_holders_and_waiters() {
         resumed / 1000,
         (thawed_at - frozen_at) / 1000
     );
-    let after_thaw = first_grant_after(thawed_at)
+    let after_thaw = first_grant_after(&events, thawed_at)
         .unwrap_or_else(|| panic!("{deployment}: no grant after the thaw"));
     let failed_while_frozen = events
         .iter()

@@ -523,7 +523,7 @@ async fn a_grant_survives_a_restart_and_a_crash_with_its_lease() {
 // --- Wake-ups by NOTIFY -------------------------------------------------------------------
 
 /// The backend of `app`'s `LISTEN` session, once it listens.
-async fn listening(db: &tokio_postgres::Client, app: &str) -> Result<i32, String> {
+pub(crate) async fn listening(db: &tokio_postgres::Client, app: &str) -> Result<i32, String> {
     db.query(
         "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
          AND query LIKE 'LISTEN%' AND state = 'idle'",

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::postgres_faults::{client, connect, eventually, row_of};
+use crate::postgres_faults::{client, connect, eventually, listening, row_of};
 use crate::support::panics::library_panics;
 use crate::support::pgbouncer::{PgBouncer, PoolMode};
 use crate::support::postgres::{PostgresServer, Replication};
@@ -45,20 +45,6 @@ async fn marked(db: &tokio_postgres::Client, key: &str, mark: &str) -> Result<()
     .expect("read a lock's row")
     .map(drop)
     .ok_or_else(|| format!("no `{mark}` in the row yet"))
-}
-
-/// The backend of `app`'s `LISTEN` session, once it listens.
-async fn listening(db: &tokio_postgres::Client, app: &str) -> Result<i32, String> {
-    db.query(
-        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
-         AND query LIKE 'LISTEN%' AND state = 'idle'",
-        &[&app],
-    )
-    .await
-    .expect("read pg_stat_activity")
-    .first()
-    .map(|row| row.get(0))
-    .ok_or_else(|| "no LISTEN session".to_owned())
 }
 
 fn token(guard: &LockGuard) -> u64 {

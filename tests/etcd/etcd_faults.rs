@@ -43,6 +43,19 @@ const MIN_TTL: Duration = Duration::from_secs(2);
 /// within this of its end.
 const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
 
+/// A follower of `cluster` (its index), and every member's endpoint with that follower's
+/// first: the member a client uses until it fails.
+async fn a_follower_first(cluster: &EtcdCluster) -> (usize, Vec<String>) {
+    let first = (cluster.leader().await + 1) % 3;
+    let mut endpoints = vec![cluster.member(first).endpoint()];
+    endpoints.extend(
+        (0..3)
+            .filter(|&index| index != first)
+            .map(|index| cluster.member(index).endpoint()),
+    );
+    (first, endpoints)
+}
+
 /// A client config for `endpoints`, with the default response and connect timeouts (1 s, 2 s)
 /// spelled out: the fault tests' margins are counted from them.
 fn config<S: AsRef<str>>(endpoints: impl IntoIterator<Item = S>) -> Config {
@@ -533,14 +546,7 @@ async fn quorum_lost_and_regained(response_timeout: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_member_listed_first_leaves_requests_to_the_others_within_their_wait() {
     let mut cluster = EtcdCluster::start();
-    let leader = cluster.leader().await;
-    let first = (leader + 1) % 3;
-    let mut endpoints = vec![cluster.member(first).endpoint()];
-    endpoints.extend(
-        (0..3)
-            .filter(|&index| index != first)
-            .map(|index| cluster.member(index).endpoint()),
-    );
+    let (first, endpoints) = a_follower_first(&cluster).await;
     let before = client(config(&endpoints));
     let lease = Duration::from_secs(3);
     let held = before
@@ -627,14 +633,7 @@ async fn a_killed_member_listed_first_leaves_requests_to_the_others_within_their
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_member_listed_first_leaves_requests_to_the_others_within_their_wait() {
     let cluster = EtcdCluster::start();
-    let leader = cluster.leader().await;
-    let first = (leader + 1) % 3;
-    let mut endpoints = vec![cluster.member(first).endpoint()];
-    endpoints.extend(
-        (0..3)
-            .filter(|&index| index != first)
-            .map(|index| cluster.member(index).endpoint()),
-    );
+    let (first, endpoints) = a_follower_first(&cluster).await;
     let store = client(config(&endpoints));
     let lease = Duration::from_secs(3);
     let held = store

@@ -201,13 +201,10 @@ impl PostgresServer {
         );
         // The primary's postgresql.conf came along; the socket goes in the standby's own
         // directory.
-        let socket_dir = dir.to_string_lossy().replace('\'', "''");
-        let mut conf = std::fs::OpenOptions::new()
-            .append(true)
-            .open(data.join("postgresql.conf"))
-            .expect("open the standby's postgresql.conf");
-        writeln!(conf, "unix_socket_directories = '{socket_dir}'")
-            .expect("write the standby's postgresql.conf");
+        append_conf(
+            &data,
+            &format!("unix_socket_directories = '{}'\n", quoted(&dir)),
+        );
         let standby = Self::spawn_on_free_port(dir);
         let wanted = match replication {
             Replication::Asynchronous => "async",
@@ -463,17 +460,28 @@ fn init_data_dir(dir: &Path, extra: &[(&str, &str)], hba: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
     // Written over initdb's files, which keep their owner.
-    let socket_dir = dir.to_string_lossy().replace('\'', "''");
+    let mut conf = format!("{SETTINGS}unix_socket_directories = '{}'\n", quoted(dir));
+    for (name, value) in extra {
+        conf.push_str(&format!("{name} = {value}\n"));
+    }
+    append_conf(&data, &conf);
+    std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+}
+
+/// `path` as a single-quoted PostgreSQL setting's value (its quotes doubled).
+fn quoted(path: &std::path::Path) -> String {
+    path.to_string_lossy().replace('\'', "''")
+}
+
+/// Appends `lines` to the `postgresql.conf` of the data directory `data` (written over
+/// initdb's or pg_basebackup's file, which keeps its owner).
+fn append_conf(data: &std::path::Path, lines: &str) {
     let mut conf = std::fs::OpenOptions::new()
         .append(true)
         .open(data.join("postgresql.conf"))
-        .expect("open postgresql.conf");
-    writeln!(conf, "{SETTINGS}unix_socket_directories = '{socket_dir}'")
-        .expect("write postgresql.conf");
-    for (name, value) in extra {
-        writeln!(conf, "{name} = {value}").expect("write postgresql.conf");
-    }
-    std::fs::write(data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+        .unwrap_or_else(|err| panic!("open {}/postgresql.conf: {err}", data.display()));
+    conf.write_all(lines.as_bytes())
+        .unwrap_or_else(|err| panic!("write {}/postgresql.conf: {err}", data.display()));
 }
 
 /// Makes `dir` private to the server's user (the server refuses a data directory others can
